@@ -1,0 +1,41 @@
+# Every target sets up .venv first, so a fresh clone needs nothing installed by hand.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.installed
+
+.PHONY: install test run lint zoo bench clean golden
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --upgrade pip
+	# A plain resolution of torch + torchvision from the registry: never pin the
+	# local CPU-only torch build, its torchvision ops do not load.
+	$(BIN)/python -m pip install -e '.[dev]'
+	$(BIN)/python -c "import torch, torchvision; print('torch', torch.__version__, 'torchvision', torchvision.__version__)"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q -m "not slow"
+
+run: $(STAMP)
+	$(BIN)/hookcli inspect resnet18
+
+lint: $(STAMP)
+	$(BIN)/ruff check hookcli sample_models tests benchmarks
+	$(BIN)/ruff format --check hookcli sample_models tests benchmarks
+	$(BIN)/mypy
+
+zoo: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow tests/test_zoo.py
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/run.py
+
+golden: $(STAMP)
+	$(BIN)/python -m pytest -q tests/test_golden.py --update-golden
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,5 @@
+"""``python -m hookcli``."""
+
+from hookcli.cli import main
+
+main()

@@ -1,0 +1,230 @@
+"""Typer option types shared by the commands (``Annotated`` aliases), no torch import.
+
+This module deliberately avoids ``from __future__ import annotations``: Typer reads
+the annotations of the command functions at runtime.
+"""
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from hookcli.options import (
+    CheckOptions,
+    Format,
+    Mode,
+    ModelOptions,
+    OutputOptions,
+    RunOptions,
+)
+
+MODEL_HELP = (
+    "A torchvision name (resnet18), pkg.module:attr, pkg.module.attr or path/to/file.py:attr; "
+    "attr is an nn.Module class, a factory, or an instance."
+)
+
+ModelArg = Annotated[str, typer.Argument(metavar="MODEL", help=MODEL_HELP, show_default=False)]
+KwargsOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--kwargs",
+        "-k",
+        metavar="KEY=VALUE",
+        help="Constructor/factory keyword argument; VALUE is a Python literal, else a string. "
+        "Repeatable.",
+        show_default=False,
+    ),
+]
+WeightsOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--weights",
+        metavar="PATH",
+        help="A state dict (torch.load weights_only=True; a dict holding it under 'state_dict' "
+        "or 'model' is accepted), applied strictly.",
+        show_default=False,
+    ),
+]
+TrustPickleOpt = Annotated[
+    bool,
+    typer.Option("--trust-pickle", help="Allow --weights to unpickle arbitrary objects."),
+]
+InputOpt = Annotated[
+    Optional[list[str]],
+    typer.Option(
+        "--input",
+        "-i",
+        metavar="SPEC",
+        help="[NAME=][DTYPE:]DIMS[:LOW..HIGH], one per positional input of forward "
+        "(NAME= for a keyword input). E.g. 1x3x224x224, int64:2x16:0..1000. Repeatable.",
+        show_default=False,
+    ),
+]
+BatchOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--batch-size",
+        "-b",
+        min=1,
+        help="Replace the first dimension of every input.",
+        show_default=False,
+    ),
+]
+DeviceOpt = Annotated[
+    str, typer.Option("--device", help="cpu, cuda, cuda:N, mps, or meta (shapes only).")
+]
+DtypeOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--dtype",
+        help="Cast the model and floating inputs: float32, float16, bfloat16, float64.",
+        show_default=False,
+    ),
+]
+ModeOpt = Annotated[
+    Optional[Mode],
+    typer.Option(
+        "--mode",
+        help="Module mode for the run (default: eval; grads and buffers: train).",
+        show_default=False,
+    ),
+]
+DepthOpt = Annotated[
+    Optional[int],
+    typer.Option(
+        "--depth",
+        "-d",
+        min=0,
+        help="Rows for modules at depth <= N (root 0, its children 1); all when omitted.",
+        show_default=False,
+    ),
+]
+FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Report format.")]
+OutputOpt = Annotated[
+    Optional[Path],
+    typer.Option(
+        "--output",
+        "-o",
+        metavar="FILE",
+        help="Write the report to FILE instead of stdout.",
+        show_default=False,
+    ),
+]
+SeedOpt = Annotated[
+    int, typer.Option("--seed", help="torch.manual_seed before building; input generator seed.")
+]
+DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the Python traceback on errors.")]
+HooksOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--hooks",
+        metavar="KINDS",
+        help="Replace the default hook kinds: pre,forward,backward-pre,backward,tensor "
+        "(backward kinds run a backward pass).",
+        show_default=False,
+    ),
+]
+GlobalHooksOpt = Annotated[
+    bool,
+    typer.Option(
+        "--global-hooks",
+        help="Attach through torch.nn.modules.module.register_module_* (sees modules "
+        "created inside forward).",
+    ),
+]
+FailOnOpt = Annotated[
+    Optional[str],
+    typer.Option(
+        "--fail-on",
+        metavar="CHECKS",
+        help="Comma-separated checks that fail the run (exit 1).",
+        show_default=False,
+    ),
+]
+
+
+def model_options(
+    model: str,
+    kwargs: Optional[list[str]],
+    weights: Optional[Path],
+    trust_pickle: bool,
+    seed: int,
+) -> ModelOptions:
+    """The model part of the options."""
+    return ModelOptions(
+        spec=model,
+        kwargs=tuple(kwargs or ()),
+        weights=weights,
+        trust_pickle=trust_pickle,
+        seed=seed,
+    )
+
+
+def run_options(
+    inputs: Optional[list[str]],
+    batch_size: Optional[int],
+    device: str,
+    dtype: Optional[str],
+    mode: Optional[Mode],
+    default_mode: Mode,
+    global_hooks: bool = False,
+) -> RunOptions:
+    """The run part of the options; ``mode`` falls back to the command's default."""
+    return RunOptions(
+        inputs=tuple(inputs or ()),
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        mode=mode or default_mode,
+        global_hooks=global_hooks,
+    )
+
+
+def output_options(
+    fmt: Format, output: Optional[Path], depth: Optional[int], debug: bool
+) -> OutputOptions:
+    """The output part of the options."""
+    return OutputOptions(format=fmt, output=output, depth=depth, debug=debug)
+
+
+def parse_fail_on(text: Optional[str], allowed: tuple[str, ...]) -> tuple[str, ...]:
+    """``nan,unused`` -> ('nan', 'unused'); an unknown name is exit 2."""
+    from hookcli.errors import UsageError
+
+    if not text:
+        return ()
+    names = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if part not in allowed:
+            raise UsageError(f"unknown check {part!r} in --fail-on; choose from {','.join(allowed)}")
+        if part not in names:
+            names.append(part)
+    return tuple(names)
+
+
+__all__ = [
+    "BatchOpt",
+    "CheckOptions",
+    "DebugOpt",
+    "DepthOpt",
+    "DeviceOpt",
+    "DtypeOpt",
+    "FailOnOpt",
+    "FormatOpt",
+    "GlobalHooksOpt",
+    "HooksOpt",
+    "InputOpt",
+    "KwargsOpt",
+    "ModeOpt",
+    "ModelArg",
+    "OutputOpt",
+    "SeedOpt",
+    "TrustPickleOpt",
+    "WeightsOpt",
+    "model_options",
+    "output_options",
+    "parse_fail_on",
+    "run_options",
+]

@@ -1,0 +1,346 @@
+"""The input grammar of CLI.md -> seeded example tensors.
+
+    SPEC  := [NAME=][DTYPE:]DIMS[:LOW..HIGH]
+
+Inputs are drawn, in the order declared, from one ``torch.Generator`` seeded
+with ``--seed``: floating inputs with ``torch.randn(shape, generator=g,
+dtype=...)``, integer ones with ``torch.randint(low, high, shape, generator=g)``
+(then cast), so a figure can be reproduced with plain torch.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from hookcli.errors import UsageError
+from hookcli.options import DTYPES, FLOAT_DTYPES
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+GRAMMAR = (
+    "grammar: [NAME=][DTYPE:]DIMS[:LOW..HIGH], DIMS like 1x3x224x224 or 1,3,224,224, "
+    f"DTYPE one of {'|'.join(DTYPES)}; e.g. -i 8x3x32x32, -i int64:2x16:0..1000, -i mask=bool:2x16"
+)
+INT_DTYPES = ("int64", "long", "int32", "bool")
+
+# Per-name overrides of the torchvision family defaults (the family default does not fit).
+_NAME_DEFAULTS: dict[str, str] = {
+    "inception_v3": "1x3x299x299",
+    "quantized_inception_v3": "1x3x299x299",
+    "mvit_v1_b": "1x3x16x224x224",
+    "mvit_v2_s": "1x3x16x224x224",
+    "s3d": "1x3x16x224x224",
+}
+_FAMILY_DEFAULTS: dict[str, tuple[str, ...]] = {
+    "classification": ("1x3x224x224",),
+    "quantization": ("1x3x224x224",),
+    "segmentation": ("1x3x224x224",),
+    "video": ("1x3x16x112x112",),
+    "detection": ("3x224x224",),  # one image, passed as a list
+    "optical_flow": ("1x3x224x224", "1x3x224x224"),
+}
+
+
+@dataclass(frozen=True)
+class InputSpec:
+    """One parsed ``--input``."""
+
+    dims: tuple[int, ...]
+    dtype: str | None = None  # None: float32, or --dtype
+    low: int = 0
+    high: int = 2
+    name: str | None = None
+    as_list: bool = False  # a list of dims[0] tensors (torchvision detection images)
+    text: str = ""
+
+
+@dataclass(frozen=True)
+class InputInfo:
+    """One input tensor as the report lists it."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "shape": list(self.shape), "dtype": self.dtype}
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What ``forward`` is called with, and where it came from."""
+
+    args: tuple[Any, ...]
+    kwargs: Mapping[str, Any]
+    infos: tuple[InputInfo, ...]
+    source: str
+
+
+def _bad(text: str, why: str) -> UsageError:
+    return UsageError(f"bad input spec {text!r}: {why}; {GRAMMAR}")
+
+
+def parse_spec(text: str) -> InputSpec:
+    """Parse one SPEC; a malformed one raises UsageError showing the grammar."""
+    raw = text.strip()
+    name: str | None = None
+    body = raw
+    if "=" in raw:
+        name, _, body = raw.partition("=")
+        name = name.strip()
+        if not name.isidentifier():
+            raise _bad(text, f"keyword name {name!r} is not a Python identifier")
+    parts = body.split(":")
+    dtype: str | None = None
+    if parts and parts[0] in DTYPES:
+        dtype = "int64" if parts[0] == "long" else parts[0]
+        parts = parts[1:]
+    elif parts and parts[0] and parts[0][0].isalpha():
+        raise _bad(text, f"unknown dtype {parts[0]!r}")
+    if not parts or not parts[0]:
+        raise _bad(text, "no DIMS")
+    if len(parts) > 2:
+        raise _bad(text, "too many ':'-separated parts")
+    dims_text = parts[0].replace(",", "x")
+    try:
+        dims = tuple(int(d) for d in dims_text.split("x"))
+    except ValueError:
+        raise _bad(text, "DIMS must be whole numbers joined by 'x' or ','") from None
+    if any(d < 1 for d in dims):
+        raise _bad(text, "every dimension must be at least 1")
+    low, high = 0, 2
+    if len(parts) == 2:
+        if dtype not in INT_DTYPES:
+            raise _bad(text, "LOW..HIGH is for integer inputs: give an integer DTYPE (int64:...)")
+        lo, sep, hi = parts[1].partition("..")
+        try:
+            low, high = int(lo), int(hi)
+        except ValueError:
+            raise _bad(text, "the range must be LOW..HIGH with whole numbers") from None
+        if not sep or low >= high:
+            raise _bad(text, "the range must be LOW..HIGH with LOW < HIGH (HIGH exclusive)")
+    return InputSpec(dims=dims, dtype=dtype, low=low, high=high, name=name, text=text)
+
+
+def torch_dtype(name: str) -> torch.dtype:
+    """``float16`` -> ``torch.float16``; ``long`` is int64."""
+    import torch
+
+    return {
+        "float32": torch.float32,
+        "float16": torch.float16,
+        "bfloat16": torch.bfloat16,
+        "float64": torch.float64,
+        "int64": torch.int64,
+        "long": torch.int64,
+        "int32": torch.int32,
+        "bool": torch.bool,
+    }[name]
+
+
+def dtype_name(dtype: torch.dtype) -> str:
+    """``torch.float32`` -> ``float32``."""
+    return str(dtype).removeprefix("torch.")
+
+
+def _draw(spec: InputSpec, g: torch.Generator, default_float: str) -> torch.Tensor:
+    import torch
+
+    dtype = spec.dtype or default_float
+    if dtype in FLOAT_DTYPES:
+        return torch.randn(spec.dims, generator=g, dtype=torch_dtype(dtype))
+    values = torch.randint(spec.low, spec.high, spec.dims, generator=g)
+    return values.to(torch_dtype(dtype))
+
+
+def positional_names(model: nn.Module) -> list[str]:
+    """Names of forward's positional parameters (``x``, ``images``...)."""
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [p.name for p in sig.parameters.values() if p.kind in kinds]
+
+
+def default_specs(family: str | None, name: str | None) -> list[InputSpec] | None:
+    """The torchvision family default inputs, or None for a model of no known family."""
+    if family is None:
+        return None
+    texts = (_NAME_DEFAULTS[name],) if name in _NAME_DEFAULTS else _FAMILY_DEFAULTS[family]
+    specs = [parse_spec(t) for t in texts]
+    if family == "detection":
+        specs = [replace(specs[0], dims=(1, *specs[0].dims), as_list=True)]
+    return specs
+
+
+def _with_batch(spec: InputSpec, batch_size: int | None) -> InputSpec:
+    if batch_size is None:
+        return spec
+    return replace(spec, dims=(batch_size, *spec.dims[1:]))
+
+
+def _check_device(device: str) -> torch.device:
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, ValueError) as err:
+        raise UsageError(f"bad --device {device!r}: {err}") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise UsageError(f"--device {device}: CUDA is not available on this machine")
+    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
+        count = torch.cuda.device_count()
+        raise UsageError(f"--device {device}: this machine has {count} CUDA device(s)")
+    if dev.type == "mps" and not torch.backends.mps.is_available():
+        raise UsageError(f"--device {device}: MPS is not available on this machine")
+    if dev.type not in ("cpu", "cuda", "mps", "meta"):
+        raise UsageError(f"--device {device}: choose cpu, cuda, cuda:N, mps or meta")
+    return dev
+
+
+def resolve_device(device: str) -> torch.device:
+    """Validate ``--device`` (exit 2 when it is not there)."""
+    return _check_device(device)
+
+
+def _move(value: Any, device: torch.device, float_dtype: torch.dtype | None) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        if float_dtype is not None and value.is_floating_point():
+            value = value.to(float_dtype)
+        return value.to(device)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_move(v, device, float_dtype) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_move(v, device, float_dtype) for v in value)
+    if isinstance(value, dict):
+        return {k: _move(v, device, float_dtype) for k, v in value.items()}
+    return value
+
+
+def _redraw_like(t: torch.Tensor, batch: int, g: torch.Generator) -> torch.Tensor:
+    import torch
+
+    shape = (batch, *t.shape[1:])
+    if t.is_floating_point():
+        return torch.randn(shape, generator=g, dtype=t.dtype)
+    low = int(t.min()) if t.numel() else 0
+    high = int(t.max()) + 1 if t.numel() else 2
+    return torch.randint(low, max(high, low + 1), shape, generator=g).to(t.dtype)
+
+
+def _infos_of(name: str, value: Any) -> list[InputInfo]:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [InputInfo(name, tuple(value.shape), dtype_name(value.dtype))]
+    if isinstance(value, (list, tuple)):
+        out: list[InputInfo] = []
+        for i, v in enumerate(value):
+            out.extend(_infos_of(f"{name}[{i}]", v))
+        return out
+    if isinstance(value, Mapping):
+        out = []
+        for k, v in value.items():
+            out.extend(_infos_of(f"{name}.{k}", v))
+        return out
+    return []
+
+
+def build_inputs(
+    model: nn.Module,
+    texts: Sequence[str],
+    *,
+    seed: int = 0,
+    batch_size: int | None = None,
+    dtype: str | None = None,
+    device: str = "cpu",
+    family: str | None = None,
+    torchvision_name: str | None = None,
+) -> Inputs:
+    """Draw the inputs: ``--input`` specs, else ``example_input_array``, else family defaults."""
+    import torch
+
+    if batch_size is not None and batch_size < 1:
+        raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        raise UsageError(f"--dtype must be a floating type ({', '.join(FLOAT_DTYPES)}), got {dtype}")
+    dev = _check_device(device)
+    float_dtype = torch_dtype(dtype) if dtype else None
+    g = torch.Generator().manual_seed(seed)
+    names = positional_names(model)
+
+    if texts:
+        specs = [parse_spec(t) for t in texts]
+        source = "--input"
+    else:
+        example = getattr(model, "example_input_array", None)
+        if example is not None:
+            return _from_example(example, names, g, batch_size, dev, float_dtype)
+        specs_or_none = default_specs(family, torchvision_name)
+        if specs_or_none is None:
+            raise UsageError(
+                "no input known for this model: pass --input (e.g. -i 1x3x224x224), "
+                "or give the model an example_input_array attribute"
+            )
+        specs = specs_or_none
+        source = f"torchvision {family} default"
+
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    infos: list[InputInfo] = []
+    for spec in specs:
+        spec = _with_batch(spec, batch_size)
+        default_float = dtype or "float32"
+        if spec.as_list:
+            item = replace(spec, dims=spec.dims[1:], as_list=False)
+            value: Any = [_draw(item, g, default_float) for _ in range(spec.dims[0])]
+        else:
+            value = _draw(spec, g, default_float)
+        value = _move(value, dev, None)
+        if spec.name is not None:
+            if spec.name in kwargs:
+                raise UsageError(f"keyword input {spec.name!r} given twice")
+            kwargs[spec.name] = value
+            infos.extend(_infos_of(spec.name, value))
+        else:
+            if kwargs:
+                raise UsageError("positional --input after a keyword one (NAME=SPEC): put it first")
+            pos = len(args)
+            args.append(value)
+            infos.extend(_infos_of(names[pos] if pos < len(names) else f"input{pos}", value))
+    return Inputs(tuple(args), kwargs, tuple(infos), source)
+
+
+def _from_example(
+    example: Any,
+    names: list[str],
+    g: torch.Generator,
+    batch_size: int | None,
+    dev: torch.device,
+    float_dtype: torch.dtype | None,
+) -> Inputs:
+    import torch
+
+    def prep(value: Any) -> Any:
+        if isinstance(value, torch.Tensor) and batch_size is not None and value.dim() > 0:
+            value = _redraw_like(value, batch_size, g)
+        return _move(value, dev, float_dtype)
+
+    if isinstance(example, Mapping):
+        kwargs = {str(k): prep(v) for k, v in example.items()}
+        infos = [i for k, v in kwargs.items() for i in _infos_of(k, v)]
+        return Inputs((), kwargs, tuple(infos), "example_input_array")
+    items = list(example) if isinstance(example, (tuple, list)) else [example]
+    args = tuple(prep(v) for v in items)
+    infos = []
+    for pos, v in enumerate(args):
+        infos.extend(_infos_of(names[pos] if pos < len(names) else f"input{pos}", v))
+    return Inputs(args, {}, tuple(infos), "example_input_array")

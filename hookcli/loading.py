@@ -1,0 +1,316 @@
+"""MODEL string -> ``nn.Module``: torchvision names, ``pkg.mod:attr``, ``file.py:attr``.
+
+See CLI.md "MODEL" and "Seeding". torchvision is imported only when the MODEL is
+a bare name (no ``:``, no ``.``), which is how a torchvision name is written.
+"""
+
+from __future__ import annotations
+
+import ast
+import difflib
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from hookcli.errors import LoadError, UsageError, first_line
+
+if TYPE_CHECKING:
+    from torch import nn
+
+# torchvision submodules that name a model family; anything else is classification.
+TORCHVISION_FAMILIES = ("detection", "segmentation", "video", "optical_flow", "quantization")
+
+
+@dataclass(frozen=True)
+class LoadedModel:
+    """A built model and what was learnt about it while building."""
+
+    module: nn.Module
+    spec: str
+    family: str | None = None  # torchvision family, None for user models
+    torchvision_name: str | None = None
+    weights_report: tuple[str, ...] = field(default=())
+
+
+def parse_kwargs(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` items -> dict; VALUE is a Python literal, else kept as a string."""
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise UsageError(
+                f"bad --kwargs {item!r}: expected KEY=VALUE with KEY a Python identifier "
+                "(e.g. -k num_classes=10)"
+            )
+        try:
+            out[key] = ast.literal_eval(raw)
+        except (ValueError, SyntaxError, MemoryError, RecursionError):
+            out[key] = raw
+    return out
+
+
+def is_torchvision_name(spec: str) -> bool:
+    """A bare identifier is a torchvision model name."""
+    return ":" not in spec and "." not in spec and "/" not in spec and spec.isidentifier()
+
+
+def torchvision_names() -> list[str]:
+    """Every name ``torchvision.models.list_models()`` knows."""
+    import torchvision.models as tvm
+
+    return sorted(tvm.list_models())
+
+
+def torchvision_family(name: str) -> str:
+    """The family of a torchvision model name: classification, detection, video, ..."""
+    import torchvision.models as tvm
+
+    for family in TORCHVISION_FAMILIES:
+        if name in tvm.list_models(module=getattr(tvm, family)):
+            return family
+    return "classification"
+
+
+def _seed(seed: int) -> None:
+    import torch
+
+    torch.manual_seed(seed)
+
+
+def _build_torchvision(name: str, kwargs: dict[str, Any], seed: int) -> LoadedModel:
+    try:
+        import torchvision.models as tvm
+    except Exception as err:  # a broken torchvision install is a load error, not a crash
+        raise LoadError(f"cannot import torchvision to build {name!r}: {first_line(err)}") from err
+    names = tvm.list_models()
+    if name not in names:
+        close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else ""
+        raise LoadError(
+            f"unknown model {name!r}: not a torchvision model name{hint} "
+            "(run `hookcli models` for the list; your own model is pkg.module:attr or file.py:attr)"
+        )
+    family = torchvision_family(name)
+    _seed(seed)
+    try:
+        module = tvm.get_model(name, weights=None, **kwargs)
+    except Exception as err:
+        raise LoadError(f"could not build torchvision model {name!r}: {first_line(err)}") from err
+    return LoadedModel(module=module, spec=name, family=family, torchvision_name=name)
+
+
+def _import_file(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise LoadError(f"model file not found: {path}")
+    directory = str(path.resolve().parent)
+    if directory not in sys.path:
+        sys.path.insert(0, directory)
+    mod_name = f"hookcli_user_{path.stem}"
+    spec = importlib.util.spec_from_file_location(mod_name, path)
+    if spec is None or spec.loader is None:
+        raise LoadError(f"cannot import {path}: not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[mod_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:
+        sys.modules.pop(mod_name, None)
+        raise LoadError(f"error while importing {path}: {first_line(err)}") from err
+    return module
+
+
+def _import_module(name: str) -> ModuleType:
+    if "" not in sys.path and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # like `python -m`: the current folder is importable
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as err:
+        if err.name and name.startswith(err.name):
+            raise LoadError(f"cannot import module {name!r}: no module named {err.name!r}") from err
+        raise LoadError(f"error while importing {name!r}: {first_line(err)}") from err
+    except Exception as err:
+        raise LoadError(f"error while importing {name!r}: {first_line(err)}") from err
+
+
+def _split_dotted(spec: str) -> tuple[ModuleType, str]:
+    """``pkg.mod.Attr.build`` -> (imported ``pkg.mod``, ``Attr.build``): longest importable."""
+    if os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    parts = spec.split(".")
+    for i in range(len(parts) - 1, 0, -1):
+        mod_name = ".".join(parts[:i])
+        try:
+            found = importlib.util.find_spec(mod_name)
+        except (ImportError, ValueError):
+            found = None
+        if found is not None:
+            return _import_module(mod_name), ".".join(parts[i:])
+    raise LoadError(
+        f"cannot import {spec!r}: no module named {parts[0]!r} "
+        "(write pkg.module:attr, pkg.module.attr or path/to/file.py:attr)"
+    )
+
+
+def _module_candidates(module: ModuleType) -> list[str]:
+    from torch import nn
+
+    out = []
+    for key, value in vars(module).items():
+        if key.startswith("_"):
+            continue
+        is_cls = inspect.isclass(value) and issubclass(value, nn.Module)
+        if (is_cls and value.__module__ == module.__name__) or isinstance(value, nn.Module):
+            out.append(key)
+    return out
+
+
+def _resolve_attr(module: ModuleType, attr: str, where: str) -> Any:
+    obj: Any = module
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            names = [n for n in dir(obj) if not n.startswith("_")]
+            close = difflib.get_close_matches(part, names, n=3, cutoff=0.6)
+            hint = f"; did you mean {', '.join(close)}?" if close else ""
+            raise LoadError(f"{where} has no attribute {part!r}{hint}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def _instantiate(obj: Any, kwargs: dict[str, Any], spec: str, seed: int) -> nn.Module:
+    from torch import nn
+
+    if isinstance(obj, nn.Module):
+        if kwargs:
+            raise UsageError(f"{spec} is an nn.Module instance: --kwargs cannot be applied to it")
+        return obj
+    if not callable(obj):
+        raise LoadError(f"{spec} is a {type(obj).__name__}, not an nn.Module, class or factory")
+    _seed(seed)
+    try:
+        built = obj(**kwargs)
+    except Exception as err:
+        raise LoadError(f"could not build {spec}: {first_line(err)}") from err
+    if not isinstance(built, nn.Module):
+        raise LoadError(f"{spec} returned a {type(built).__name__}, not an nn.Module")
+    return built
+
+
+def load_model(
+    spec: str,
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    seed: int = 0,
+    weights: Path | None = None,
+    trust_pickle: bool = False,
+) -> LoadedModel:
+    """Build the model a MODEL string names, seeded with ``torch.manual_seed(seed)``."""
+    kw = dict(kwargs or {})
+    spec = spec.strip()
+    if not spec:
+        raise UsageError("MODEL is empty: give a torchvision name, pkg.module:attr or file.py:attr")
+    if is_torchvision_name(spec):
+        loaded = _build_torchvision(spec, kw, seed)
+    else:
+        if ":" in spec:
+            left, attr = spec.rsplit(":", 1)
+            if not attr:
+                raise UsageError(f"MODEL {spec!r} names no attribute after ':'")
+            if left.endswith(".py") or "/" in left or os.sep in left:
+                _seed(seed)
+                module = _import_file(Path(left))
+                where = left
+            else:
+                _seed(seed)
+                module = _import_module(left)
+                where = f"module {left!r}"
+        elif spec.endswith(".py"):
+            module = _import_file(Path(spec))
+            cands = _module_candidates(module)
+            hint = f" (candidates: {', '.join(cands)})" if cands else ""
+            raise UsageError(f"name the model inside the file: {spec}:ATTR{hint}")
+        else:
+            _seed(seed)
+            module, attr = _split_dotted(spec)
+            where = f"module {module.__name__!r}"
+        obj = _resolve_attr(module, attr, where)
+        built = _instantiate(obj, kw, spec, seed)
+        loaded = LoadedModel(module=built, spec=spec)
+    if weights is not None:
+        report = apply_weights(loaded.module, weights, trust_pickle=trust_pickle)
+        loaded = LoadedModel(
+            module=loaded.module,
+            spec=loaded.spec,
+            family=loaded.family,
+            torchvision_name=loaded.torchvision_name,
+            weights_report=report,
+        )
+    return loaded
+
+
+def _extract_state_dict(obj: Any) -> Mapping[str, Any] | None:
+    import torch
+    from torch import nn
+
+    if isinstance(obj, nn.Module):
+        return obj.state_dict()
+    if isinstance(obj, Mapping):
+        for key in ("state_dict", "model"):
+            inner = obj.get(key)
+            if isinstance(inner, nn.Module):
+                return inner.state_dict()
+            if isinstance(inner, Mapping):
+                return inner
+        if all(isinstance(v, torch.Tensor) for v in obj.values()):
+            return obj
+    return None
+
+
+def apply_weights(model: nn.Module, path: Path, *, trust_pickle: bool = False) -> tuple[str, ...]:
+    """Load a state dict from ``path`` (weights_only unless trusted) and apply it strictly."""
+    import pickle
+
+    import torch
+
+    if not path.is_file():
+        raise LoadError(f"weights file not found: {path}")
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as err:
+        if not trust_pickle:
+            raise LoadError(
+                f"{path} is not a plain state dict (it holds pickled objects); "
+                "pass --trust-pickle to unpickle it if you trust the file"
+            ) from err
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=False)
+        except Exception as err2:
+            raise LoadError(f"cannot read weights {path}: {first_line(err2)}") from err2
+    except Exception as err:
+        raise LoadError(f"cannot read weights {path}: {first_line(err)}") from err
+    state = _extract_state_dict(obj)
+    if state is None:
+        raise LoadError(
+            f"{path} holds a {type(obj).__name__}, not a state dict "
+            "(expected a dict of tensors, or one under 'state_dict' or 'model')"
+        )
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as err:
+        msg = " ".join(str(err).split())
+        raise LoadError(f"weights {path} do not fit the model: {msg[:400]}") from err
+    problems = []
+    if result.missing_keys:
+        problems.append("missing keys: " + ", ".join(result.missing_keys[:20]))
+    if result.unexpected_keys:
+        problems.append("unexpected keys: " + ", ".join(result.unexpected_keys[:20]))
+    if problems:
+        raise LoadError(f"weights {path} do not match the model; " + "; ".join(problems))
+    return (f"loaded {len(state)} tensors from {path}",)

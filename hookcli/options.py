@@ -1,0 +1,117 @@
+"""Option values as the user types them, parsed once by the CLI into plain objects.
+
+No torch import here: this module is on the ``--help`` path.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class Format(str, enum.Enum):
+    """Report format (``--format``)."""
+
+    TABLE = "table"
+    JSON = "json"
+    CSV = "csv"
+    MARKDOWN = "markdown"
+
+
+class Mode(str, enum.Enum):
+    """Module mode for the run (``--mode``)."""
+
+    TRAIN = "train"
+    EVAL = "eval"
+
+
+class HookKind(str, enum.Enum):
+    """Per-module hook kinds a command can attach (``--hooks``)."""
+
+    PRE = "pre"
+    FORWARD = "forward"
+    BACKWARD_PRE = "backward-pre"
+    BACKWARD = "backward"
+    TENSOR = "tensor"
+
+    @property
+    def is_backward(self) -> bool:
+        return self in (HookKind.BACKWARD_PRE, HookKind.BACKWARD, HookKind.TENSOR)
+
+
+class LossKind(str, enum.Enum):
+    """How the output structure is reduced to a scalar loss (``--loss``)."""
+
+    SUM = "sum"
+    MEAN = "mean"
+
+
+DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "long", "int32", "bool")
+FLOAT_DTYPES = ("float32", "float16", "bfloat16", "float64")
+
+
+def parse_hook_kinds(text: str | None) -> tuple[HookKind, ...] | None:
+    """``pre,forward`` -> (PRE, FORWARD); None when the option was not given."""
+    from hookcli.errors import UsageError
+
+    if text is None:
+        return None
+    kinds: list[HookKind] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            kind = HookKind(part)
+        except ValueError:
+            allowed = ",".join(k.value for k in HookKind)
+            raise UsageError(f"unknown hook kind {part!r} in --hooks; choose from {allowed}") from None
+        if kind not in kinds:
+            kinds.append(kind)
+    if not kinds:
+        raise UsageError("--hooks needs at least one kind: pre,forward,backward-pre,backward,tensor")
+    return tuple(kinds)
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """How to build the model: MODEL, --kwargs, --weights, --trust-pickle, --seed."""
+
+    spec: str
+    kwargs: tuple[str, ...] = ()
+    weights: Path | None = None
+    trust_pickle: bool = False
+    seed: int = 0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run it: inputs, device, dtype, mode."""
+
+    inputs: tuple[str, ...] = ()
+    batch_size: int | None = None
+    device: str = "cpu"
+    dtype: str | None = None
+    mode: Mode = Mode.EVAL
+    global_hooks: bool = False
+
+
+@dataclass(frozen=True)
+class OutputOptions:
+    """Where and how the report goes."""
+
+    format: Format = Format.TABLE
+    output: Path | None = None
+    depth: int | None = None
+    debug: bool = False
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """CI gates: --fail-on, --max-grad-norm, --min-grad-norm, --dead-threshold."""
+
+    fail_on: tuple[str, ...] = ()
+    max_grad_norm: float | None = None
+    min_grad_norm: float | None = None
+    dead_threshold: float | None = None
+    extra: dict[str, object] = field(default_factory=dict)

@@ -1,0 +1,207 @@
+"""The stages every command shares: build the model, draw inputs, run a session, emit.
+
+Commands (``hookcli.commands.*``) are presets of these stages plus their probes.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hookcli.errors import EXIT_CHECK_FAILED, EXIT_OK, RunError, UsageError
+from hookcli.options import Mode, ModelOptions, OutputOptions, RunOptions
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from hookcli.inputs import Inputs
+    from hookcli.loading import LoadedModel
+    from hookcli.render import Column
+    from hookcli.report import Report
+    from hookcli.session import CallRecord, HookSession, Probe
+
+
+def progress(message: str) -> None:
+    """A diagnostic line on stderr (reports go to stdout)."""
+    print(message, file=sys.stderr, flush=True)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A built model on its device and the inputs to call it with."""
+
+    loaded: LoadedModel
+    inputs: Inputs | None
+    settings: dict[str, Any]
+
+    @property
+    def model(self) -> nn.Module:
+        return self.loaded.module
+
+    def model_info(self) -> dict[str, Any]:
+        return {"spec": self.loaded.spec, "class": type(self.loaded.module).__name__}
+
+    def input_dicts(self) -> tuple[dict[str, Any], ...]:
+        return tuple(i.to_dict() for i in self.inputs.infos) if self.inputs else ()
+
+
+def build_model(opts: ModelOptions) -> LoadedModel:
+    """MODEL -> LoadedModel (exit 3 on failure)."""
+    from hookcli.loading import load_model, parse_kwargs
+
+    kwargs = parse_kwargs(opts.kwargs)
+    return load_model(
+        opts.spec, kwargs, seed=opts.seed, weights=opts.weights, trust_pickle=opts.trust_pickle
+    )
+
+
+def prepare(
+    model_opts: ModelOptions,
+    run_opts: RunOptions,
+    *,
+    need_inputs: bool = True,
+    loaded: LoadedModel | None = None,
+) -> Prepared:
+    """Build the model (unless given), cast and move it, and draw its inputs."""
+    from hookcli.inputs import build_inputs, parse_spec, resolve_device, torch_dtype
+    from hookcli.options import FLOAT_DTYPES
+
+    device = resolve_device(run_opts.device)  # bad --device is exit 2, before any build
+    if run_opts.dtype is not None and run_opts.dtype not in FLOAT_DTYPES:
+        raise UsageError(f"--dtype must be one of {', '.join(FLOAT_DTYPES)}, got {run_opts.dtype}")
+    for text in run_opts.inputs:
+        parse_spec(text)  # a malformed spec is exit 2 before the model is built
+    if loaded is None:
+        loaded = build_model(model_opts)
+    model = loaded.module
+    try:
+        if run_opts.dtype is not None:
+            model.to(torch_dtype(run_opts.dtype))
+        model.to(device)
+    except Exception as err:
+        from hookcli.errors import LoadError, first_line
+
+        raise LoadError(f"could not move the model to {device}: {first_line(err)}") from err
+    inputs = None
+    if need_inputs:
+        inputs = build_inputs(
+            model,
+            run_opts.inputs,
+            seed=model_opts.seed,
+            batch_size=run_opts.batch_size,
+            dtype=run_opts.dtype,
+            device=run_opts.device,
+            family=loaded.family,
+            torchvision_name=loaded.torchvision_name,
+        )
+    settings = {
+        "device": str(device),
+        "dtype": run_opts.dtype or _model_dtype(model),
+        "mode": run_opts.mode.value,
+        "seed": model_opts.seed,
+    }
+    return Prepared(loaded=loaded, inputs=inputs, settings=settings)
+
+
+def _model_dtype(model: nn.Module) -> str:
+    for p in model.parameters():
+        if p.is_floating_point():
+            return str(p.dtype).removeprefix("torch.")
+    return "float32"
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a session saw: every call, the probes (with their results), any failure."""
+
+    records: tuple[CallRecord, ...]
+    probes: tuple[Probe, ...]
+    error: RunError | None
+    output: Any = None
+    loss: float | None = None
+
+
+def run_session(
+    prepared: Prepared,
+    probes: Sequence[Probe],
+    *,
+    mode: Mode,
+    global_hooks: bool = False,
+    backward: bool = False,
+    always_call: bool = False,
+    loss_fn: Callable[[Any], torch.Tensor] | None = None,
+    steps: int = 1,
+    keep_output: bool = False,
+    after_run: Callable[[HookSession], None] | None = None,
+) -> RunOutcome:
+    """Run forward ``steps`` times (and backward once if asked) inside a HookSession.
+
+    A RunError (the model raised) is caught and returned with the records of the
+    calls that did run, so the command can still print them before exiting 4.
+    """
+    from hookcli.session import HookSession
+
+    assert prepared.inputs is not None
+    args, kwargs = prepared.inputs.args, dict(prepared.inputs.kwargs)
+    error: RunError | None = None
+    output: Any = None
+    loss_value: float | None = None
+    with HookSession(
+        prepared.model,
+        probes,
+        mode=mode,
+        global_hooks=global_hooks,
+        backward=backward,
+        always_call=always_call,
+    ) as session:
+        try:
+            for _ in range(steps):
+                output = session.forward(args, kwargs)
+            if backward or session.backward_needed:
+                if loss_fn is None:
+                    from hookcli.losses import reduce_output
+
+                    loss = reduce_output(output, "sum")
+                else:
+                    loss = loss_fn(output)
+                loss_value = float(loss.detach())
+                session.backward(loss)
+        except RunError as err:
+            error = err
+        session.finish()
+        if after_run is not None:
+            after_run(session)
+        records = session.records
+    return RunOutcome(
+        records=records,
+        probes=tuple(probes),
+        error=error,
+        output=output if keep_output else None,
+        loss=loss_value,
+    )
+
+
+def emit(
+    report: Report,
+    out: OutputOptions,
+    columns: Sequence[Column] = (),
+    totals: Sequence[tuple[str, str]] = (),
+) -> int:
+    """Render the report and write it to stdout or ``--output``; 1 if a check failed."""
+    from hookcli.render import render
+
+    text = render(report, out.format, columns, totals)
+    if out.output is not None:
+        try:
+            out.output.parent.mkdir(parents=True, exist_ok=True)
+            out.output.write_text(text, encoding="utf-8")
+        except OSError as err:
+            raise UsageError(f"cannot write --output {out.output}: {err.strerror or err}") from err
+        progress(f"report written to {out.output}")
+    else:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    return EXIT_CHECK_FAILED if report.failed_checks else EXIT_OK

@@ -1,0 +1,232 @@
+"""Pure functions: report -> table / csv / markdown / json text. They never print.
+
+tabulate is imported here only, when a table is rendered.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hookcli.options import Format
+from hookcli.report import Report, Row, jsonable
+
+Formatter = Callable[[Any], str]
+
+
+def fmt_int(value: Any) -> str:
+    """12,345 (thousands separators); '-' for None."""
+    if value is None:
+        return "-"
+    return f"{int(value):,}"
+
+
+def fmt_float(value: Any, digits: int = 4) -> str:
+    """A short float: 1.234e-05, 0.1235, nan, inf; '-' for None."""
+    if value is None:
+        return "-"
+    if isinstance(value, str):
+        return value
+    v = float(value)
+    if math.isnan(v):
+        return "nan"
+    if math.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    if v == 0:
+        return "0"
+    if 1e-3 <= abs(v) < 1e5:
+        return f"{v:.{digits}g}"
+    return f"{v:.{max(digits - 1, 1)}e}"
+
+
+def fmt_shape(shape: Sequence[int]) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def fmt_shapes(shapes: Any, limit: int = 3) -> str:
+    """'[1, 64, 56, 56]', or several joined; long lists are cut with '(+N)'."""
+    if not shapes:
+        return "-"
+    shown = [fmt_shape(s) for s in shapes[:limit]]
+    more = f" (+{len(shapes) - limit})" if len(shapes) > limit else ""
+    return ", ".join(shown) + more
+
+
+def fmt_bool(value: Any) -> str:
+    if value is None:
+        return "-"
+    return "yes" if value else "no"
+
+
+def fmt_text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(v) for v in value) if value else "-"
+    return str(value)
+
+
+def fmt_bytes(n: int) -> str:
+    """Bytes as MB with two decimals."""
+    return f"{n / 1e6:,.2f} MB"
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: the row key it shows, its header and how to format it."""
+
+    key: str
+    header: str
+    fmt: Formatter = fmt_text
+    align: str = "left"
+
+
+def name_cell(row: Row) -> str:
+    """The Name cell: indented by depth; the root shows as (root)."""
+    name = row.get("name") or "(root)"
+    depth = int(row.get("depth") or 0)
+    call = int(row.get("call") or 0)
+    suffix = f" #{call}" if call else ""
+    mark = row.display.get("mark", "")
+    return f"{'  ' * depth}{name}{suffix}{(' ' + mark) if mark else ''}"
+
+
+def render_table(
+    report: Report, columns: Sequence[Column], totals: Sequence[tuple[str, str]] = ()
+) -> str:
+    """A human table: header lines, the rows, a totals block, the checks."""
+    from tabulate import tabulate
+
+    lines = [header_line(report)]
+    lines.extend(report.notes)
+    lines.append("")
+    rows = report.rows()
+    if rows:
+        body = [
+            [name_cell(r) if c.key == "name" else c.fmt(r.get(c.key)) for c in columns]
+            for r in rows
+        ]
+        lines.append(
+            tabulate(
+                body,
+                headers=[c.header for c in columns],
+                colalign=[c.align for c in columns],
+                tablefmt="simple",
+                disable_numparse=True,
+            )
+        )
+    else:
+        lines.append(f"(no {report.primary})")
+    if totals:
+        width = max(len(k) for k, _ in totals)
+        lines.append("")
+        lines.extend(f"{k + ':':<{width + 1}} {v}" for k, v in totals)
+    if report.checks:
+        lines.append("")
+        lines.append("Checks:")
+        for c in report.checks:
+            status = "PASS" if c.passed else "FAIL"
+            where = f" [{', '.join(c.layers)}]" if c.layers and not c.passed else ""
+            lines.append(f"  {status}  {c.name}: {c.detail}{where}")
+    if report.error:
+        lines.append("")
+        lines.append(f"ERROR: {report.error}")
+    return "\n".join(lines) + "\n"
+
+
+def header_line(report: Report) -> str:
+    """'inspect resnet18 (ResNet) | inputs x[1, 3, 224, 224] float32 | eval | cpu'."""
+    s = report.settings
+    inputs = ", ".join(
+        f"{i['name']}{fmt_shape(i['shape'])}"
+        + (f" {i['dtype']}" if i.get("dtype") != "float32" else "")
+        for i in report.inputs
+    )
+    title = f"hookcli {report.command}"
+    if report.model.get("spec"):
+        title += f" {report.model['spec']} ({report.model.get('class')})"
+    parts = [title]
+    if inputs:
+        parts.append(f"inputs {inputs}")
+    for key in ("mode", "device", "dtype"):
+        if s.get(key):
+            parts.append(f"{key} {s[key]}")
+    if "seed" in s:
+        parts.append(f"seed {s['seed']}")
+    return " | ".join(parts)
+
+
+def _cell(value: Any) -> Any:
+    value = jsonable(value)
+    if isinstance(value, (list, dict)):
+        return json.dumps(value, separators=(",", ":"))
+    if value is None:
+        return ""
+    return value
+
+
+def _keys(rows: Sequence[Row]) -> list[str]:
+    keys: list[str] = []
+    for r in rows:
+        for k in r.data:
+            if k not in keys:
+                keys.append(k)
+    return keys
+
+
+def render_csv(report: Report) -> str:
+    """The primary rows as CSV with the JSON keys as header."""
+    rows = report.rows()
+    keys = _keys(rows)
+    buf = io.StringIO()
+    writer = csv.writer(buf, lineterminator="\n")
+    writer.writerow(keys)
+    for r in rows:
+        writer.writerow([_cell(r.data.get(k)) for k in keys])
+    return buf.getvalue()
+
+
+def _md_escape(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def render_markdown(report: Report) -> str:
+    """The primary rows as a GitHub Markdown table, with a heading line and the checks."""
+    rows = report.rows()
+    keys = _keys(rows)
+    lines = [f"**{_md_escape(header_line(report))}**", ""]
+    if keys:
+        lines.append("| " + " | ".join(keys) + " |")
+        lines.append("|" + "|".join("---" for _ in keys) + "|")
+        for r in rows:
+            lines.append("| " + " | ".join(_md_escape(_cell(r.data.get(k))) for k in keys) + " |")
+    else:
+        lines.append(f"_(no {report.primary})_")
+    if report.checks:
+        lines.append("")
+        for c in report.checks:
+            layers = f" ({', '.join(c.layers)})" if c.layers and not c.passed else ""
+            status = "PASS" if c.passed else "FAIL"
+            lines.append(f"- **{status}** `{c.name}`: {_md_escape(c.detail)}{layers}")
+    return "\n".join(lines) + "\n"
+
+
+def render(
+    report: Report,
+    fmt: Format,
+    columns: Sequence[Column] = (),
+    totals: Sequence[tuple[str, str]] = (),
+) -> str:
+    """Report -> text in the chosen format."""
+    if fmt is Format.JSON:
+        return report.to_json() + "\n"
+    if fmt is Format.CSV:
+        return render_csv(report)
+    if fmt is Format.MARKDOWN:
+        return render_markdown(report)
+    return render_table(report, columns, totals)

@@ -1,0 +1,113 @@
+"""Frozen report records and their JSON form (schema ``hookcli.report/1``, CLI.md)."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+SCHEMA = "hookcli.report/1"
+
+
+def _frozen(d: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return MappingProxyType(dict(d or {}))
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One CI gate: ``name``, ``passed``, ``detail`` and the ``layers`` that failed it."""
+
+    name: str
+    passed: bool
+    detail: str
+    layers: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "passed": self.passed,
+            "detail": self.detail,
+            "layers": list(self.layers),
+        }
+
+
+@dataclass(frozen=True)
+class Row:
+    """One row: ``data`` is what JSON/CSV/Markdown carry, ``display`` is table-only."""
+
+    data: Mapping[str, Any]
+    display: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    @staticmethod
+    def of(data: Mapping[str, Any], display: Mapping[str, Any] | None = None) -> Row:
+        return Row(_frozen(data), _frozen(display))
+
+    def get(self, key: str, default: Any = None) -> Any:
+        if key in self.display:
+            return self.display[key]
+        return self.data.get(key, default)
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything one command found, built once, complete."""
+
+    command: str
+    model: Mapping[str, Any]
+    settings: Mapping[str, Any]
+    inputs: tuple[Mapping[str, Any], ...] = ()
+    layers: tuple[Row, ...] = ()
+    totals: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    checks: tuple[CheckResult, ...] = ()
+    lists: Mapping[str, tuple[Row, ...]] = field(default_factory=lambda: MappingProxyType({}))
+    primary: str = "layers"  # the list CSV/Markdown carry
+    notes: tuple[str, ...] = ()  # extra header lines of the table
+    error: str | None = None
+
+    @property
+    def failed_checks(self) -> tuple[CheckResult, ...]:
+        return tuple(c for c in self.checks if not c.passed)
+
+    def rows(self, name: str | None = None) -> tuple[Row, ...]:
+        """The rows of ``layers`` or of a command list."""
+        key = name or self.primary
+        return self.layers if key == "layers" else self.lists.get(key, ())
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "schema": SCHEMA,
+            "command": self.command,
+            "model": dict(self.model),
+            "settings": dict(self.settings),
+            "inputs": [dict(i) for i in self.inputs],
+            "layers": [dict(r.data) for r in self.layers],
+            "totals": dict(self.totals),
+            "checks": [c.to_dict() for c in self.checks],
+        }
+        for key, rows in self.lists.items():
+            out[key] = [dict(r.data) for r in rows]
+        if self.error is not None:
+            out["error"] = self.error
+        return out
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(jsonable(self.to_dict()), indent=indent, allow_nan=False)
+
+
+def jsonable(value: Any) -> Any:
+    """Plain JSON values: tuples to lists, non-finite floats to strings ("nan", "inf")."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+    return value
+
+
+def shapes_list(shapes: Sequence[Sequence[int]]) -> list[list[int]]:
+    """Shapes as JSON lists."""
+    return [list(s) for s in shapes]

@@ -1,0 +1,429 @@
+"""``HookSession``: attach the probes' hooks, run the model, always put it back.
+
+One set of hooks per kind is attached (per module, or through the global
+``register_module_*`` family with ``global_hooks=True``) and dispatched to the
+probes, so that the session alone owns every handle. On exit, also after an
+exception or Ctrl-C, it removes every handle, restores each module's training
+flag, every buffer (values and identity), every parameter's ``.grad`` and any
+``inplace`` flag it switched off for backward hooks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn.modules import module as module_mod
+from torch.utils.hooks import RemovableHandle
+
+from hookcli.errors import ResourceError, RunError, first_line
+from hookcli.modelinfo import depth_of, module_names
+from hookcli.options import HookKind, Mode
+from hookcli.structures import dtypes_of, shapes_of
+
+
+class Frame:
+    """One module call while the run is under way (internal, filled as hooks fire)."""
+
+    __slots__ = (
+        "call",
+        "depth",
+        "done",
+        "failed",
+        "in_tree",
+        "index",
+        "input_dtypes",
+        "input_shapes",
+        "module_id",
+        "name",
+        "output_dtypes",
+        "output_shapes",
+        "type",
+    )
+
+    def __init__(self, index: int, module: nn.Module, name: str, depth: int, call: int) -> None:
+        self.index = index
+        self.module_id = id(module)
+        self.name = name
+        self.type = type(module).__name__
+        self.depth = depth
+        self.call = call
+        self.in_tree = not name.startswith("[")
+        self.input_shapes: tuple[tuple[int, ...], ...] = ()
+        self.input_dtypes: tuple[str, ...] = ()
+        self.output_shapes: tuple[tuple[int, ...], ...] = ()
+        self.output_dtypes: tuple[str, ...] = ()
+        self.done = False
+        self.failed = False
+
+
+@dataclass(frozen=True)
+class CallRecord:
+    """One finished (or failed) module call, as the report sees it."""
+
+    index: int
+    name: str
+    type: str
+    depth: int
+    call: int
+    module_id: int
+    input_shapes: tuple[tuple[int, ...], ...]
+    input_dtypes: tuple[str, ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+    output_dtypes: tuple[str, ...]
+    done: bool
+    failed: bool
+
+
+class Probe:
+    """The hooks of one kind plus the columns they fill. Override what you need.
+
+    ``kinds`` says which per-module hook kinds the probe needs; the session
+    attaches the union. A probe never prints and never keeps a tensor it does
+    not need past the hook that saw it.
+    """
+
+    kinds: frozenset[HookKind] = frozenset()
+
+    def attach(self, session: HookSession) -> None:
+        """Extra hooks (tensor hooks): register them through ``session.keep``."""
+
+    def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
+        """A module call begins."""
+
+    def on_forward(
+        self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
+    ) -> None:
+        """A module call returned (or raised, when ``always_call`` is on)."""
+
+    def on_backward_pre(self, frame: Frame, module: nn.Module, grad_output: Any) -> None:
+        """Gradients w.r.t. a module call's outputs are ready."""
+
+    def on_backward(
+        self, frame: Frame, module: nn.Module, grad_input: Any, grad_output: Any
+    ) -> None:
+        """Gradients w.r.t. a module call's inputs are ready."""
+
+    def finish(self, session: HookSession) -> None:
+        """The run is over (hooks still attached): gather device-side results once."""
+
+    def columns(self, record: CallRecord) -> dict[str, Any]:
+        """Extra columns of one row."""
+        return {}
+
+    def totals(self) -> dict[str, Any]:
+        """Extra totals."""
+        return {}
+
+
+_OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
+
+
+def _is_oom(err: BaseException) -> bool:
+    if isinstance(err, torch.OutOfMemoryError | MemoryError):
+        return True
+    return isinstance(err, RuntimeError) and any(m in str(err).lower() for m in _OOM_MARKERS)
+
+
+def _fmt_shapes(shapes: Sequence[Sequence[int]]) -> str:
+    if not shapes:
+        return "no tensors"
+    return ", ".join("[" + ", ".join(str(d) for d in s) + "]" for s in shapes)
+
+
+class HookSession:
+    """Context manager: attach hooks, run forward (and backward), restore the model."""
+
+    def __init__(
+        self,
+        model: nn.Module,
+        probes: Sequence[Probe] = (),
+        *,
+        mode: Mode = Mode.EVAL,
+        global_hooks: bool = False,
+        backward: bool = False,
+        always_call: bool = False,
+    ) -> None:
+        self.model = model
+        self.probes = list(probes)
+        self.mode = mode
+        self.global_hooks = global_hooks
+        self.always_call = always_call
+        kinds: set[HookKind] = set()
+        for p in self.probes:
+            kinds |= p.kinds
+        self.kinds = frozenset(kinds)
+        self.backward_needed = backward or any(k.is_backward for k in self.kinds)
+        self.names = module_names(model)
+        self.frames: list[Frame] = []
+        self.failure: Frame | None = None
+        self.backward_failure: Frame | None = None
+        self._stack: list[Frame] = []
+        self._calls: dict[int, int] = {}
+        self._bw_pending: dict[int, list[Frame]] = {}
+        self._bw_open: dict[int, list[Frame]] = {}
+        self._bw_order: list[Frame] = []
+        self._handles: list[RemovableHandle] = []
+        self._restore: list[Callable[[], None]] = []
+        self._fwd_pre = [p for p in self.probes if type(p).on_forward_pre is not Probe.on_forward_pre]
+        self._fwd = [p for p in self.probes if type(p).on_forward is not Probe.on_forward]
+        self._bw_pre = [
+            p for p in self.probes if type(p).on_backward_pre is not Probe.on_backward_pre
+        ]
+        self._bw = [p for p in self.probes if type(p).on_backward is not Probe.on_backward]
+
+    # -- state -----------------------------------------------------------------
+    def keep(self, handle: RemovableHandle) -> RemovableHandle:
+        """Own a handle: it is removed when the session ends, whatever happens."""
+        self._handles.append(handle)
+        return handle
+
+    def on_exit(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` when the session ends (restorers run last-in first-out)."""
+        self._restore.append(fn)
+
+    def _save_state(self) -> None:
+        model = self.model
+        training = [(m, m.training) for m in model.modules()]
+        self.on_exit(lambda: [m.train(t) for m, t in training] and None)
+
+        saved_buffers: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor]] = []
+        with torch.no_grad():
+            for m in model.modules():
+                for name, buf in m._buffers.items():
+                    if buf is not None:
+                        saved_buffers.append((m, name, buf, buf.detach().clone()))
+        buffer_names = {id(m): set(m._buffers) for m in model.modules()}
+
+        def restore_buffers() -> None:
+            with torch.no_grad():
+                for m, name, original, copy in saved_buffers:
+                    m._buffers[name] = original
+                    original.copy_(copy)
+                for m in model.modules():
+                    for extra in set(m._buffers) - buffer_names.get(id(m), set()):
+                        del m._buffers[extra]
+
+        self.on_exit(restore_buffers)
+
+        params = list({id(p): p for p in model.parameters()}.values())
+        grads = [(p, p.grad) for p in params]
+
+        def restore_grads() -> None:
+            for p, g in grads:
+                p.grad = g
+
+        self.on_exit(restore_grads)
+        if self.backward_needed:
+            for p in params:
+                p.grad = None  # accumulate from zero, so the figures are this run's alone
+            self._disable_inplace()
+
+    def _disable_inplace(self) -> None:
+        # Full backward hooks wrap module outputs in a view; an in-place op on it
+        # (ReLU(inplace=True) after a hooked module) would make autograd raise.
+        switched = []
+        for m in self.model.modules():
+            if isinstance(getattr(m, "inplace", None), bool) and m.inplace:
+                m.inplace = False
+                switched.append(m)
+
+        def restore() -> None:
+            for m in switched:
+                m.inplace = True
+
+        self.on_exit(restore)
+
+    def __enter__(self) -> HookSession:
+        try:
+            self._save_state()
+            self.model.train(self.mode is Mode.TRAIN)
+            self._attach()
+            for p in self.probes:
+                p.attach(self)
+        except BaseException:
+            self._close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._close()
+
+    def _close(self) -> None:
+        errors: list[BaseException] = []
+        while self._handles:
+            self._handles.pop().remove()
+        while self._restore:
+            try:
+                self._restore.pop()()
+            except Exception as err:  # keep restoring the rest
+                errors.append(err)
+        if errors:
+            raise errors[0]
+
+    # -- hooks -------------------------------------------------------------------
+    def _frame_for(self, module: nn.Module) -> Frame:
+        mid = id(module)
+        name = self.names.get(mid)
+        call = self._calls.get(mid, 0)
+        self._calls[mid] = call + 1
+        if name is None:
+            name, depth = f"[{type(module).__name__}]", len(self._stack)
+        else:
+            depth = depth_of(name)
+        frame = Frame(len(self.frames), module, name, depth, call)
+        self.frames.append(frame)
+        return frame
+
+    def _pre_hook(self, module: nn.Module, args: Any, kwargs: Any = None) -> None:
+        frame = self._frame_for(module)
+        frame.input_shapes = shapes_of(args, kwargs)
+        frame.input_dtypes = dtypes_of(args, kwargs)
+        self._stack.append(frame)
+        for p in self._fwd_pre:
+            p.on_forward_pre(frame, module, args, kwargs)
+
+    def _pop(self, module: nn.Module) -> Frame | None:
+        mid = id(module)
+        for i in range(len(self._stack) - 1, -1, -1):
+            if self._stack[i].module_id == mid:
+                frame = self._stack[i]
+                del self._stack[i:]  # frames above it raised and were caught inside forward
+                return frame
+        return None
+
+    def _fwd_hook(self, module: nn.Module, args: Any, *rest: Any) -> None:
+        kwargs, output = rest if len(rest) == 2 else (None, rest[0])
+        raising = self.always_call and sys.exc_info()[1] is not None
+        frame = self._pop(module)
+        if frame is None:
+            return
+        if raising:
+            frame.failed = True
+            if self.failure is None:
+                self.failure = frame
+        else:
+            frame.output_shapes = shapes_of(output)
+            frame.output_dtypes = dtypes_of(output)
+            frame.done = True
+            if self.backward_needed and torch.is_grad_enabled():
+                self._bw_pending.setdefault(frame.module_id, []).append(frame)
+        for p in self._fwd:
+            p.on_forward(frame, module, args, kwargs, output)
+
+    def _bw_pre_hook(self, module: nn.Module, grad_output: Any) -> None:
+        pending = self._bw_pending.get(id(module))
+        if not pending:
+            return
+        frame = pending.pop()  # backward visits a module's calls in reverse order
+        self._bw_open.setdefault(id(module), []).append(frame)
+        self._bw_order.append(frame)
+        for p in self._bw_pre:
+            p.on_backward_pre(frame, module, grad_output)
+
+    def _bw_hook(self, module: nn.Module, grad_input: Any, grad_output: Any) -> None:
+        opened = self._bw_open.get(id(module))
+        if not opened:
+            return
+        frame = opened.pop()
+        for p in self._bw:
+            p.on_backward(frame, module, grad_input, grad_output)
+
+    def _attach(self) -> None:
+        keep = self.keep
+        if self.global_hooks:
+            keep(module_mod.register_module_forward_pre_hook(self._pre_hook))
+            keep(
+                module_mod.register_module_forward_hook(
+                    self._fwd_hook, with_kwargs=True, always_call=self.always_call
+                )
+            )
+            if self.backward_needed:
+                keep(module_mod.register_module_full_backward_pre_hook(self._bw_pre_hook))
+                keep(module_mod.register_module_full_backward_hook(self._bw_hook))
+            return
+        for m in self.model.modules():
+            keep(m.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
+            keep(
+                m.register_forward_hook(
+                    self._fwd_hook, with_kwargs=True, always_call=self.always_call
+                )
+            )
+            if self.backward_needed:
+                keep(m.register_full_backward_pre_hook(self._bw_pre_hook))
+                keep(m.register_full_backward_hook(self._bw_hook))
+
+    # -- running -------------------------------------------------------------------
+    def _grad_context(self) -> contextlib.AbstractContextManager[Any]:
+        return torch.enable_grad() if self.backward_needed else torch.inference_mode()
+
+    def forward(self, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> Any:
+        """Run the model once; a failure raises RunError naming the module."""
+        try:
+            with self._grad_context():
+                return self.model(*args, **(kwargs or {}))
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:
+            if _is_oom(err):
+                raise ResourceError(f"out of memory during forward: {first_line(err)}") from err
+            where = self.failure or (self._stack[-1] if self._stack else None)
+            if where is not None:
+                where.failed = True
+                self.failure = where
+                label = where.name or "(root)"
+                msg = (
+                    f"forward failed in {label} ({where.type}) with input shapes "
+                    f"{_fmt_shapes(where.input_shapes)}: {first_line(err)}"
+                )
+                raise RunError(msg, module=where.name) from err
+            raise RunError(f"forward failed: {first_line(err)}") from err
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward from a scalar loss; a failure raises RunError naming the module."""
+        try:
+            loss.backward()
+        except KeyboardInterrupt:
+            raise
+        except Exception as err:
+            if _is_oom(err):
+                raise ResourceError(f"out of memory during backward: {first_line(err)}") from err
+            open_frames = [f for stack in self._bw_open.values() for f in stack]
+            where = max(open_frames, key=lambda f: self._bw_order.index(f), default=None)
+            if where is not None:
+                self.backward_failure = where
+                label = where.name or "(root)"
+                msg = f"backward failed in {label} ({where.type}): {first_line(err)}"
+                raise RunError(msg, module=where.name) from err
+            raise RunError(f"backward failed: {first_line(err)}") from err
+
+    def finish(self) -> None:
+        """Let every probe gather its results (call before leaving the ``with``)."""
+        for p in self.probes:
+            p.finish(self)
+
+    @property
+    def records(self) -> tuple[CallRecord, ...]:
+        """Every call, in the order calls began."""
+        return tuple(
+            CallRecord(
+                index=f.index,
+                name=f.name,
+                type=f.type,
+                depth=f.depth,
+                call=f.call,
+                module_id=f.module_id,
+                input_shapes=f.input_shapes,
+                input_dtypes=f.input_dtypes,
+                output_shapes=f.output_shapes,
+                output_dtypes=f.output_dtypes,
+                done=f.done,
+                failed=f.failed,
+            )
+            for f in self.frames
+        )

@@ -1,0 +1,48 @@
+"""Tensors inside nested inputs/outputs, flattened in order.
+
+Tuples, lists, namedtuples, dicts (values in the dict's own key order),
+dataclasses and objects exposing ``to_tuple``/``__dict__`` are walked; None
+and other leaves are skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+_MAX_DEPTH = 32
+
+
+def iter_tensors(obj: Any, _depth: int = 0) -> Iterator[torch.Tensor]:
+    """Every tensor in ``obj``, depth first, in order."""
+    if _depth > _MAX_DEPTH:
+        return
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, Mapping):
+        for value in obj.values():
+            yield from iter_tensors(value, _depth + 1)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            yield from iter_tensors(value, _depth + 1)
+    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        for f in dataclasses.fields(obj):
+            yield from iter_tensors(getattr(obj, f.name, None), _depth + 1)
+
+
+def shapes_of(*objs: Any) -> tuple[tuple[int, ...], ...]:
+    """Shapes of every tensor in ``objs``."""
+    return tuple(tuple(t.shape) for obj in objs for t in iter_tensors(obj))
+
+
+def dtypes_of(*objs: Any) -> tuple[str, ...]:
+    """dtype names of every tensor in ``objs``."""
+    return tuple(str(t.dtype).removeprefix("torch.") for obj in objs for t in iter_tensors(obj))
+
+
+def floating_tensors(obj: Any) -> list[torch.Tensor]:
+    """The floating-point tensors in ``obj``."""
+    return [t for t in iter_tensors(obj) if t.is_floating_point() or t.is_complex()]
