@@ -8,7 +8,7 @@ import functools
 import sys
 import traceback
 from collections.abc import Callable
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -38,7 +38,7 @@ def _version(value: bool) -> None:
 @app.callback()
 def _root(
     version: Annotated[
-        Optional[bool],
+        bool | None,
         typer.Option("--version", "-V", callback=_version, is_eager=True, help="Show the version."),
     ] = None,
 ) -> None:

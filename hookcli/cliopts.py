@@ -5,7 +5,7 @@ the annotations of the command functions at runtime.
 """
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -25,7 +25,7 @@ MODEL_HELP = (
 
 ModelArg = Annotated[str, typer.Argument(metavar="MODEL", help=MODEL_HELP, show_default=False)]
 KwargsOpt = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option(
         "--kwargs",
         "-k",
@@ -36,7 +36,7 @@ KwargsOpt = Annotated[
     ),
 ]
 WeightsOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option(
         "--weights",
         metavar="PATH",
@@ -50,7 +50,7 @@ TrustPickleOpt = Annotated[
     typer.Option("--trust-pickle", help="Allow --weights to unpickle arbitrary objects."),
 ]
 InputOpt = Annotated[
-    Optional[list[str]],
+    list[str] | None,
     typer.Option(
         "--input",
         "-i",
@@ -61,7 +61,7 @@ InputOpt = Annotated[
     ),
 ]
 BatchOpt = Annotated[
-    Optional[int],
+    int | None,
     typer.Option(
         "--batch-size",
         "-b",
@@ -74,7 +74,7 @@ DeviceOpt = Annotated[
     str, typer.Option("--device", help="cpu, cuda, cuda:N, mps, or meta (shapes only).")
 ]
 DtypeOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--dtype",
         help="Cast the model and floating inputs: float32, float16, bfloat16, float64.",
@@ -82,7 +82,7 @@ DtypeOpt = Annotated[
     ),
 ]
 ModeOpt = Annotated[
-    Optional[Mode],
+    Mode | None,
     typer.Option(
         "--mode",
         help="Module mode for the run (default: eval; grads and buffers: train).",
@@ -90,7 +90,7 @@ ModeOpt = Annotated[
     ),
 ]
 DepthOpt = Annotated[
-    Optional[int],
+    int | None,
     typer.Option(
         "--depth",
         "-d",
@@ -101,7 +101,7 @@ DepthOpt = Annotated[
 ]
 FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Report format.")]
 OutputOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option(
         "--output",
         "-o",
@@ -115,7 +115,7 @@ SeedOpt = Annotated[
 ]
 DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the Python traceback on errors.")]
 HooksOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--hooks",
         metavar="KINDS",
@@ -133,7 +133,7 @@ GlobalHooksOpt = Annotated[
     ),
 ]
 FailOnOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--fail-on",
         metavar="CHECKS",
@@ -145,8 +145,8 @@ FailOnOpt = Annotated[
 
 def model_options(
     model: str,
-    kwargs: Optional[list[str]],
-    weights: Optional[Path],
+    kwargs: list[str] | None,
+    weights: Path | None,
     trust_pickle: bool,
     seed: int,
 ) -> ModelOptions:
@@ -161,11 +161,11 @@ def model_options(
 
 
 def run_options(
-    inputs: Optional[list[str]],
-    batch_size: Optional[int],
+    inputs: list[str] | None,
+    batch_size: int | None,
     device: str,
-    dtype: Optional[str],
-    mode: Optional[Mode],
+    dtype: str | None,
+    mode: Mode | None,
     default_mode: Mode,
     global_hooks: bool = False,
 ) -> RunOptions:
@@ -181,13 +181,13 @@ def run_options(
 
 
 def output_options(
-    fmt: Format, output: Optional[Path], depth: Optional[int], debug: bool
+    fmt: Format, output: Path | None, depth: int | None, debug: bool
 ) -> OutputOptions:
     """The output part of the options."""
     return OutputOptions(format=fmt, output=output, depth=depth, debug=debug)
 
 
-def parse_fail_on(text: Optional[str], allowed: tuple[str, ...]) -> tuple[str, ...]:
+def parse_fail_on(text: str | None, allowed: tuple[str, ...]) -> tuple[str, ...]:
     """``nan,unused`` -> ('nan', 'unused'); an unknown name is exit 2."""
     from hookcli.errors import UsageError
 
@@ -198,7 +198,9 @@ def parse_fail_on(text: Optional[str], allowed: tuple[str, ...]) -> tuple[str, .
         if not part:
             continue
         if part not in allowed:
-            raise UsageError(f"unknown check {part!r} in --fail-on; choose from {','.join(allowed)}")
+            raise UsageError(
+                f"unknown check {part!r} in --fail-on; choose from {','.join(allowed)}"
+            )
         if part not in names:
             names.append(part)
     return tuple(names)

@@ -271,7 +271,9 @@ def build_inputs(
     if batch_size is not None and batch_size < 1:
         raise UsageError(f"--batch-size must be at least 1, got {batch_size}")
     if dtype is not None and dtype not in FLOAT_DTYPES:
-        raise UsageError(f"--dtype must be a floating type ({', '.join(FLOAT_DTYPES)}), got {dtype}")
+        raise UsageError(
+            f"--dtype must be a floating type ({', '.join(FLOAT_DTYPES)}), got {dtype}"
+        )
     dev = _check_device(device)
     float_dtype = torch_dtype(dtype) if dtype else None
     g = torch.Generator().manual_seed(seed)

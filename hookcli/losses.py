@@ -18,7 +18,9 @@ def reduce_output(output: Any, kind: str = "sum") -> torch.Tensor:
     (they cannot carry a gradient back).
     """
     tensors = [
-        t for t in iter_tensors(output) if (t.is_floating_point() or t.is_complex()) and t.requires_grad
+        t
+        for t in iter_tensors(output)
+        if (t.is_floating_point() or t.is_complex()) and t.requires_grad
     ]
     if not tensors:
         raise RunError(

@@ -65,11 +65,15 @@ def parse_hook_kinds(text: str | None) -> tuple[HookKind, ...] | None:
             kind = HookKind(part)
         except ValueError:
             allowed = ",".join(k.value for k in HookKind)
-            raise UsageError(f"unknown hook kind {part!r} in --hooks; choose from {allowed}") from None
+            raise UsageError(
+                f"unknown hook kind {part!r} in --hooks; choose from {allowed}"
+            ) from None
         if kind not in kinds:
             kinds.append(kind)
     if not kinds:
-        raise UsageError("--hooks needs at least one kind: pre,forward,backward-pre,backward,tensor")
+        raise UsageError(
+            "--hooks needs at least one kind: pre,forward,backward-pre,backward,tensor"
+        )
     return tuple(kinds)
 
 

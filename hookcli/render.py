@@ -100,8 +100,9 @@ def render_table(
     report: Report, columns: Sequence[Column], totals: Sequence[tuple[str, str]] = ()
 ) -> str:
     """A human table: header lines, the rows, a totals block, the checks."""
-    from tabulate import tabulate
+    import tabulate as tabulate_mod
 
+    tabulate_mod.PRESERVE_WHITESPACE = True  # the Layer column is indented by depth
     lines = [header_line(report)]
     lines.extend(report.notes)
     lines.append("")
@@ -112,7 +113,7 @@ def render_table(
             for r in rows
         ]
         lines.append(
-            tabulate(
+            tabulate_mod.tabulate(
                 body,
                 headers=[c.header for c in columns],
                 colalign=[c.align for c in columns],

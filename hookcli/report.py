@@ -93,8 +93,29 @@ class Report:
             out["error"] = self.error
         return out
 
-    def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(jsonable(self.to_dict()), indent=indent, allow_nan=False)
+    def to_json(self) -> str:
+        """Indented JSON; arrays of numbers and shapes stay on one line."""
+        return dumps(jsonable(self.to_dict()))
+
+
+def _is_compact(value: Any) -> bool:
+    if isinstance(value, list):
+        return all(not isinstance(v, (dict, list)) or _is_compact(v) for v in value)
+    return not isinstance(value, dict)
+
+
+def dumps(value: Any, level: int = 0) -> str:
+    """JSON text with 2-space indentation, keeping scalar arrays on one line."""
+    pad = "  " * (level + 1)
+    end = "  " * level
+    if isinstance(value, dict):
+        if not value:
+            return "{}"
+        items = [f"{pad}{json.dumps(k)}: {dumps(v, level + 1)}" for k, v in value.items()]
+        return "{\n" + ",\n".join(items) + "\n" + end + "}"
+    if isinstance(value, list) and value and not _is_compact(value):
+        return "[\n" + ",\n".join(pad + dumps(v, level + 1) for v in value) + "\n" + end + "]"
+    return json.dumps(value, allow_nan=False, separators=(", ", ": "))
 
 
 def jsonable(value: Any) -> Any:

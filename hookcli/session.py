@@ -170,7 +170,9 @@ class HookSession:
         self._bw_order: list[Frame] = []
         self._handles: list[RemovableHandle] = []
         self._restore: list[Callable[[], None]] = []
-        self._fwd_pre = [p for p in self.probes if type(p).on_forward_pre is not Probe.on_forward_pre]
+        self._fwd_pre = [
+            p for p in self.probes if type(p).on_forward_pre is not Probe.on_forward_pre
+        ]
         self._fwd = [p for p in self.probes if type(p).on_forward is not Probe.on_forward]
         self._bw_pre = [
             p for p in self.probes if type(p).on_backward_pre is not Probe.on_backward_pre

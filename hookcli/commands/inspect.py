@@ -11,8 +11,8 @@ from hookcli.cliopts import (
     HooksOpt,
     InputOpt,
     KwargsOpt,
-    ModeOpt,
     ModelArg,
+    ModeOpt,
     OutputOpt,
     SeedOpt,
     TrustPickleOpt,
@@ -59,9 +59,7 @@ def command(
 
     prepared = prepare(mopts, ropts)
     probes = backward_probes(kinds)
-    outcome = run_session(
-        prepared, probes, mode=ropts.mode, global_hooks=ropts.global_hooks
-    )
+    outcome = run_session(prepared, probes, mode=ropts.mode, global_hooks=ropts.global_hooks)
     rows, unshown = layer_rows(
         outcome.records, prepared.model, depth=out.depth, kinds=kinds, probes=probes
     )

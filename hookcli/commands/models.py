@@ -1,7 +1,7 @@
 """``hookcli models``: the model names hookcli can build."""
 
 import fnmatch
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -11,7 +11,7 @@ from hookcli.options import Format
 NAME = "models"
 
 FilterOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option(
         "--filter",
         metavar="PATTERN",
@@ -21,7 +21,7 @@ FilterOpt = Annotated[
 ]
 
 
-def _matches(name: str, pattern: Optional[str]) -> bool:
+def _matches(name: str, pattern: str | None) -> bool:
     if not pattern:
         return True
     if any(c in pattern for c in "*?["):
@@ -36,14 +36,14 @@ def command(
     debug: DebugOpt = False,
 ) -> int:
     """The model names it can build: the torchvision registry and sample_models."""
+    import torchvision.models as tvm
+
     from hookcli.loading import TORCHVISION_FAMILIES, torchvision_names
     from hookcli.options import OutputOptions
     from hookcli.pipeline import emit
     from hookcli.render import Column
     from hookcli.report import Report, Row
     from sample_models import SAMPLES
-
-    import torchvision.models as tvm
 
     family_of: dict[str, str] = {}
     for fam in TORCHVISION_FAMILIES:

@@ -1,0 +1,116 @@
+"""Shared test helpers: a CLI runner with a fixed width, hook-state probes, golden files."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.nn.modules import module as module_mod
+from typer.testing import CliRunner
+
+from hookcli.cli import app
+
+ENV = {"COLUMNS": "120", "NO_COLOR": "1", "TERM": "dumb"}
+
+GLOBAL_HOOK_DICTS = (
+    "_global_forward_pre_hooks",
+    "_global_forward_hooks",
+    "_global_forward_hooks_always_called",
+    "_global_forward_hooks_with_kwargs",
+    "_global_backward_pre_hooks",
+    "_global_backward_hooks",
+    "_global_module_registration_hooks",
+    "_global_parameter_registration_hooks",
+    "_global_buffer_registration_hooks",
+)
+MODULE_HOOK_DICTS = (
+    "_forward_pre_hooks",
+    "_forward_pre_hooks_with_kwargs",
+    "_forward_hooks",
+    "_forward_hooks_with_kwargs",
+    "_forward_hooks_always_called",
+    "_backward_pre_hooks",
+    "_backward_hooks",
+)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden", action="store_true", help="rewrite tests/golden/* from current output"
+    )
+
+
+@pytest.fixture
+def update_golden(request: pytest.FixtureRequest) -> bool:
+    return bool(request.config.getoption("--update-golden"))
+
+
+def invoke(*args: str, **kwargs: Any):  # -> typer.testing.Result
+    """Run the CLI in-process with a fixed terminal width."""
+    return CliRunner(env=ENV).invoke(app, list(args), **kwargs)
+
+
+def invoke_json(*args: str) -> dict[str, Any]:
+    """Run a command with --format json, assert exit 0, return the parsed report."""
+    result = invoke(*args, "--format", "json")
+    assert result.exit_code == 0, (result.exit_code, result.stderr, result.stdout[-500:])
+    return json.loads(result.stdout)
+
+
+def global_hook_counts() -> dict[str, int]:
+    """How many global hooks of each kind are registered now."""
+    return {name: len(getattr(module_mod, name)) for name in GLOBAL_HOOK_DICTS}
+
+
+def hook_count(model: nn.Module) -> int:
+    """Every per-module hook on ``model`` plus every tensor hook on its parameters."""
+    total = 0
+    for m in model.modules():
+        for name in MODULE_HOOK_DICTS:
+            total += len(getattr(m, name, {}) or {})
+    for p in model.parameters():
+        total += len(p._backward_hooks or {})
+    return total
+
+
+def assert_no_hooks(model: nn.Module, before: dict[str, int] | None = None) -> None:
+    """No hook remains on the model, its parameters, or in the global dicts."""
+    assert hook_count(model) == 0
+    assert global_hook_counts() == (before or dict.fromkeys(GLOBAL_HOOK_DICTS, 0))
+
+
+def state_snapshot(model: nn.Module) -> dict[str, Any]:
+    """Training flags, buffer values and identities, and grads: to compare before/after."""
+    return {
+        "training": [m.training for m in model.modules()],
+        "buffers": {k: (id(v), v.detach().clone()) for k, v in model.named_buffers()},
+        "grads": {
+            k: None if p.grad is None else p.grad.clone() for k, p in model.named_parameters()
+        },
+        "inplace": [getattr(m, "inplace", None) for m in model.modules()],
+    }
+
+
+def assert_same_state(a: dict[str, Any], b: dict[str, Any]) -> None:
+    """Two snapshots are equal."""
+    assert a["training"] == b["training"]
+    assert a["inplace"] == b["inplace"]
+    assert a["buffers"].keys() == b["buffers"].keys()
+    for k, (ida, va) in a["buffers"].items():
+        idb, vb = b["buffers"][k]
+        assert ida == idb, f"buffer {k} was replaced"
+        assert torch.equal(va, vb), f"buffer {k} changed"
+    assert a["grads"].keys() == b["grads"].keys()
+    for k, ga in a["grads"].items():
+        gb = b["grads"][k]
+        assert (ga is None) == (gb is None), f"grad of {k}"
+        if ga is not None:
+            assert torch.equal(ga, gb)
+
+
+def shapes(rows: Sequence[dict[str, Any]], key: str) -> list[list[list[int]]]:
+    return [r[key] for r in rows]
