@@ -192,7 +192,12 @@ class HookSession:
     def _save_state(self) -> None:
         model = self.model
         training = [(m, m.training) for m in model.modules()]
-        self.on_exit(lambda: [m.train(t) for m, t in training] and None)
+
+        def restore_training() -> None:
+            for m, flag in training:
+                m.training = flag  # per module: train() would also reset the children
+
+        self.on_exit(restore_training)
 
         saved_buffers: list[tuple[nn.Module, str, torch.Tensor, torch.Tensor]] = []
         with torch.no_grad():
@@ -232,12 +237,12 @@ class HookSession:
         switched = []
         for m in self.model.modules():
             if isinstance(getattr(m, "inplace", None), bool) and m.inplace:
-                m.inplace = False
+                setattr(m, "inplace", False)  # noqa: B010
                 switched.append(m)
 
         def restore() -> None:
             for m in switched:
-                m.inplace = True
+                setattr(m, "inplace", True)  # noqa: B010
 
         self.on_exit(restore)
 

@@ -50,6 +50,7 @@ def command(
     from hookcli.modelinfo import totals
     from hookcli.pipeline import emit, prepare, run_session
     from hookcli.probes import backward_probes
+    from hookcli.render import Column
     from hookcli.report import Report
 
     kinds = parse_hook_kinds(hooks) or DEFAULT_KINDS
@@ -64,7 +65,7 @@ def command(
         outcome.records, prepared.model, depth=out.depth, kinds=kinds, probes=probes
     )
     model_totals = dict(totals(prepared.model))
-    extra_cols = []
+    extra_cols: list[Column] = []
     for p in probes:
         model_totals.update(p.totals())
         extra_cols.extend(getattr(p, "table_columns", ()))
