@@ -13,6 +13,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -99,9 +100,20 @@ def _build_torchvision(name: str, kwargs: dict[str, Any], seed: int) -> LoadedMo
             "(run `hookcli models` for the list; your own model is pkg.module:attr or file.py:attr)"
         )
     family = torchvision_family(name)
+    kwargs = dict(kwargs)
+    try:
+        params = inspect.signature(tvm.get_model_builder(name)).parameters
+    except (TypeError, ValueError):
+        params = {}  # type: ignore[assignment]
+    if "weights_backbone" in params:
+        kwargs.setdefault("weights_backbone", None)  # hookcli never downloads weights
     _seed(seed)
     try:
-        module = tvm.get_model(name, weights=None, **kwargs)
+        with warnings.catch_warnings():
+            # torchvision's notes on init schemes are noise in a report
+            warnings.simplefilter("ignore", FutureWarning)
+            warnings.simplefilter("ignore", UserWarning)
+            module = tvm.get_model(name, weights=None, **kwargs)
     except Exception as err:
         raise LoadError(f"could not build torchvision model {name!r}: {first_line(err)}") from err
     return LoadedModel(module=module, spec=name, family=family, torchvision_name=name)
@@ -284,6 +296,8 @@ def apply_weights(model: nn.Module, path: Path, *, trust_pickle: bool = False) -
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
+        if "weights only" not in str(err).lower():
+            raise LoadError(f"cannot read weights {path}: {first_line(err)}") from err
         if not trust_pickle:
             raise LoadError(
                 f"{path} is not a plain state dict (it holds pickled objects); "

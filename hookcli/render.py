@@ -100,9 +100,8 @@ def render_table(
     report: Report, columns: Sequence[Column], totals: Sequence[tuple[str, str]] = ()
 ) -> str:
     """A human table: header lines, the rows, a totals block, the checks."""
-    import tabulate as tabulate_mod
+    from tabulate import tabulate
 
-    tabulate_mod.PRESERVE_WHITESPACE = True  # the Layer column is indented by depth
     lines = [header_line(report)]
     lines.extend(report.notes)
     lines.append("")
@@ -113,12 +112,13 @@ def render_table(
             for r in rows
         ]
         lines.append(
-            tabulate_mod.tabulate(
+            tabulate(
                 body,
                 headers=[c.header for c in columns],
                 colalign=[c.align for c in columns],
                 tablefmt="simple",
                 disable_numparse=True,
+                preserve_whitespace=True,  # the Layer column is indented by depth
             )
         )
     else:
