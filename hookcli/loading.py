@@ -296,7 +296,7 @@ def apply_weights(model: nn.Module, path: Path, *, trust_pickle: bool = False) -
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        if "weights only" not in str(err).lower():
+        if "unsupported global" not in str(err).lower():  # not a pickled object: unreadable
             raise LoadError(f"cannot read weights {path}: {first_line(err)}") from err
         if not trust_pickle:
             raise LoadError(

@@ -67,6 +67,10 @@ def matches(module: str, type_name: str, pattern: str) -> bool:
     return module == pattern or module.startswith(pattern + ".") or type_name == pattern
 
 
+def _ms(ns: int | None) -> float | None:
+    return None if ns is None else round(ns / 1e6, 4)
+
+
 def command(
     model: ModelArg,
     kwargs: KwargsOpt = None,
@@ -87,6 +91,7 @@ def command(
     debug: DebugOpt = False,
 ) -> int:
     """The event timeline: every global forward-pre/forward (and backward) hook firing."""
+    import warnings
     from collections import Counter
 
     from hookcli.pipeline import emit, prepare, run_session
@@ -100,14 +105,18 @@ def command(
 
     prepared = prepare(mopts, ropts)
     probe = TraceProbe()
-    outcome = run_session(
-        prepared,
-        [probe],
-        mode=ropts.mode,
-        global_hooks=True,
-        always_call=True,
-        backward=backward,
-    )
+    with warnings.catch_warnings():
+        # The first module's inputs never require grad: torch warns that its full
+        # backward hook sees no grad_input. The trace shows that as empty shapes.
+        warnings.filterwarnings("ignore", message="Full backward hook is firing")
+        outcome = run_session(
+            prepared,
+            [probe],
+            mode=ropts.mode,
+            global_hooks=True,
+            always_call=True,
+            backward=backward,
+        )
     events = probe.events
     kept = [
         e
@@ -128,7 +137,9 @@ def command(
             "depth": e.depth,
             "call": e.call,
             "shapes": shapes_list(e.shapes),
-            "elapsed_ms": round(e.elapsed_ns / 1e6, 4),
+            "elapsed_ms": _ms(e.elapsed_ns),
+            "at_ms": _ms(e.at_ns),
+            "duration_ms": _ms(e.duration_ns),
             "failed": e.failed,
         }
         display = {"name": e.module}
@@ -140,7 +151,7 @@ def command(
 
     counts = Counter(e.event for e in events)
     outside = sorted({e.module for e in events if e.module.startswith("[")})
-    total_ms = round(sum(e.elapsed_ns for e in events) / 1e6, 4)
+    total_ms = _ms(events[-1].at_ns) if events else 0.0
     totals = {
         "events": len(events),
         "shown": len(rows),
@@ -178,6 +189,8 @@ def command(
         Column("type", "Type"),
         Column("shapes", "Shapes", fmt_shapes),
         Column("elapsed_ms", "dt (ms)", fmt_float, "right"),
+        Column("at_ms", "at (ms)", fmt_float, "right"),
+        Column("duration_ms", "took (ms)", fmt_float, "right"),
     ]
     per_kind = ", ".join(f"{name} {counts.get(name, 0)}" for name in EVENTS if counts.get(name))
     table_totals = [

@@ -34,7 +34,10 @@ class Event:
     ``shapes`` are the input shapes (forward_pre), output shapes (forward),
     grad_output shapes (backward_pre) or grad_input shapes (backward);
     ``elapsed_ns`` is the time since the previous event (the first: since the
-    hooks were attached). ``failed`` marks a forward event of a module that raised.
+    hooks were attached), ``at_ns`` the time since the hooks were attached, and
+    ``duration_ns`` (forward and backward events) the time since the matching
+    forward_pre / backward_pre of the same call. ``failed`` marks a forward
+    event of a module that raised.
     """
 
     seq: int
@@ -45,6 +48,8 @@ class Event:
     call: int
     shapes: tuple[tuple[int, ...], ...]
     elapsed_ns: int
+    at_ns: int
+    duration_ns: int | None = None
     failed: bool = False
     origin: bool = False  # the first module that raised (the failure's origin)
 
@@ -84,7 +89,14 @@ class TraceProbe(Probe):
         origin = session.failure
         events = []
         previous = self._start
+        opened: dict[tuple[int, str], int] = {}
         for seq, (event, frame, shapes, stamp, failed) in enumerate(self._raw):
+            duration = None
+            if event in (FORWARD_PRE, BACKWARD_PRE):
+                opened[(id(frame), event)] = stamp
+            else:
+                begin = opened.pop((id(frame), f"{event}_pre"), None)
+                duration = None if begin is None else stamp - begin
             events.append(
                 Event(
                     seq=seq,
@@ -95,6 +107,8 @@ class TraceProbe(Probe):
                     call=frame.call,
                     shapes=tuple(shapes),
                     elapsed_ns=max(stamp - previous, 0),
+                    at_ns=max(stamp - self._start, 0),
+                    duration_ns=duration,
                     failed=failed,
                     origin=failed and frame is origin,
                 )
