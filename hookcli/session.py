@@ -136,6 +136,14 @@ def _fmt_shapes(shapes: Sequence[Sequence[int]]) -> str:
     return ", ".join("[" + ", ".join(str(d) for d in s) + "]" for s in shapes)
 
 
+def _aliasing_hook_forward(ctx: Any, *args: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """BackwardHookFunction.forward, returning aliases instead of views (see HookSession)."""
+    outs = tuple(a.detach() for a in args)
+    frozen = [o for a, o in zip(args, outs, strict=True) if not a.requires_grad]
+    ctx.mark_non_differentiable(*frozen)
+    return outs
+
+
 class HookSession:
     """Context manager: attach hooks, run forward (and backward), restore the model."""
 
@@ -230,6 +238,7 @@ class HookSession:
             for p in params:
                 p.grad = None  # accumulate from zero, so the figures are this run's alone
             self._disable_inplace()
+            self._alias_hooked_tensors()
 
     def _disable_inplace(self) -> None:
         # Full backward hooks wrap module outputs in a view; an in-place op on it
@@ -243,6 +252,25 @@ class HookSession:
         def restore() -> None:
             for m in switched:
                 setattr(m, "inplace", True)  # noqa: B010
+
+        self.on_exit(restore)
+
+    def _alias_hooked_tensors(self) -> None:
+        # torch's BackwardHookFunction (behind full backward hooks) returns its
+        # inputs as-is, which autograd turns into views; an in-place op on a hooked
+        # module's output (torchvision ResNet's `out += identity`, MobileNet's
+        # `result += input`) then raises. Detached aliases share storage and version
+        # counter and give the same gradients, so such models run while hooked.
+        from torch.nn.modules import _functions
+
+        fn_cls = getattr(_functions, "BackwardHookFunction", None)
+        original = None if fn_cls is None else fn_cls.__dict__.get("forward")
+        if fn_cls is None or not isinstance(original, staticmethod):
+            return
+        fn_cls.forward = staticmethod(_aliasing_hook_forward)
+
+        def restore() -> None:
+            fn_cls.forward = original
 
         self.on_exit(restore)
 
@@ -345,11 +373,13 @@ class HookSession:
         keep = self.keep
         if self.global_hooks:
             keep(module_mod.register_module_forward_pre_hook(self._pre_hook))
-            keep(
+            fwd = keep(
                 module_mod.register_module_forward_hook(
                     self._fwd_hook, with_kwargs=True, always_call=self.always_call
                 )
             )
+            # torch's handle forgets this dict on remove(); leave no trace of the hook
+            self.on_exit(lambda: module_mod._global_forward_hooks_with_kwargs.pop(fwd.id, None))
             if self.backward_needed:
                 keep(module_mod.register_module_full_backward_pre_hook(self._bw_pre_hook))
                 keep(module_mod.register_module_full_backward_hook(self._bw_hook))
