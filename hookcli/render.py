@@ -72,7 +72,9 @@ def fmt_text(value: Any) -> str:
 
 
 def fmt_bytes(n: int) -> str:
-    """Bytes as MB with two decimals."""
+    """Bytes as MB with two decimals (kB below a megabyte)."""
+    if n < 1_000_000:
+        return f"{n / 1e3:,.2f} kB"
     return f"{n / 1e6:,.2f} MB"
 
 

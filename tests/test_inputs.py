@@ -29,8 +29,20 @@ def test_parse_spec(text, dims, dtype, low, high, name):
 
 @pytest.mark.parametrize(
     "text",
-    ["", "x3", "1x0", "1xax2", "complex:1x2", "float32:1x2:0..3", "int64:1x2:5..5", "int64:1x2:a..b",
-     "1x2:3", "1=1x2", "int64:1x2:0..3:9", "-1x3"],
+    [
+        "",
+        "x3",
+        "1x0",
+        "1xax2",
+        "complex:1x2",
+        "float32:1x2:0..3",
+        "int64:1x2:5..5",
+        "int64:1x2:a..b",
+        "1x2:3",
+        "1=1x2",
+        "int64:1x2:0..3:9",
+        "-1x3",
+    ],
 )
 def test_parse_spec_rejects_with_grammar(text):
     with pytest.raises(UsageError) as info:

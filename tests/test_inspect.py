@@ -61,8 +61,17 @@ def test_resnet18_json_schema_and_totals():
     assert t["param_bytes"] == sum(p.numel() * 4 for p in params)
     assert t["buffers"] == sum(b.numel() for b in model.buffers())
     assert t["buffer_bytes"] == sum(b.numel() * b.element_size() for b in model.buffers())
-    row_keys = {"name", "type", "depth", "call", "input_shapes", "output_shapes", "params",
-                "own_params", "trainable_params"}
+    row_keys = {
+        "name",
+        "type",
+        "depth",
+        "call",
+        "input_shapes",
+        "output_shapes",
+        "params",
+        "own_params",
+        "trainable_params",
+    }
     for row in report["layers"]:
         assert set(row) == row_keys
     by_name = {(r["name"], r["call"]): r for r in report["layers"]}
@@ -81,8 +90,9 @@ def test_rows_one_per_call_in_begin_order():
     model = torchvision.models.resnet18(weights=None).eval()
     names = {id(m): n for n, m in model.named_modules()}
     seen: list[str] = []
-    handles = [m.register_forward_pre_hook(lambda m, a: seen.append(names[id(m)]))
-               for m in model.modules()]
+    handles = [
+        m.register_forward_pre_hook(lambda m, a: seen.append(names[id(m)])) for m in model.modules()
+    ]
     g = torch.Generator().manual_seed(0)
     with torch.no_grad():
         model(torch.randn((1, 3, 64, 64), generator=g))
@@ -103,8 +113,17 @@ def test_shapes_match_hand_run_resnet18():
     expected = {}
     with torch.no_grad():
         h = x
-        for name in ("conv1", "bn1", "relu", "maxpool", "layer1", "layer2", "layer3", "layer4",
-                     "avgpool"):
+        for name in (
+            "conv1",
+            "bn1",
+            "relu",
+            "maxpool",
+            "layer1",
+            "layer2",
+            "layer3",
+            "layer4",
+            "avgpool",
+        ):
             before = list(h.shape)
             h = getattr(model, name)(h)
             expected[name] = (before, list(h.shape))
@@ -290,7 +309,9 @@ def test_debug_shows_traceback():
 def test_detection_and_optical_flow_defaults():
     det = invoke_json("inspect", "fasterrcnn_mobilenet_v3_large_320_fpn", "--depth", "1")
     assert det["inputs"] == [{"name": "images[0]", "shape": [3, 224, 224], "dtype": "float32"}]
-    flow = invoke_json("inspect", "raft_small", "--depth", "0", "-i", "1x3x128x128", "-i", "1x3x128x128")
+    flow = invoke_json(
+        "inspect", "raft_small", "--depth", "0", "-i", "1x3x128x128", "-i", "1x3x128x128"
+    )
     assert [i["name"] for i in flow["inputs"]] == ["image1", "image2"]
 
 

@@ -26,8 +26,12 @@ def test_parse_kwargs_literals_and_strings():
 
 @pytest.mark.parametrize(
     "spec",
-    ["sample_models:LeNet", "sample_models.LeNet", "sample_models.basic:LeNet",
-     "sample_models.basic.LeNet"],
+    [
+        "sample_models:LeNet",
+        "sample_models.LeNet",
+        "sample_models.basic:LeNet",
+        "sample_models.basic.LeNet",
+    ],
 )
 def test_module_class_forms(spec):
     loaded = load_model(spec, {"num_classes": 7}, seed=1)
