@@ -1,0 +1,303 @@
+"""``hookcli features MODEL --layer PATTERN``: save the outputs of matching modules."""
+
+import contextlib
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from hookcli.cliopts import (
+    BatchOpt,
+    DebugOpt,
+    DeviceOpt,
+    DtypeOpt,
+    FormatOpt,
+    InputOpt,
+    KwargsOpt,
+    ModelArg,
+    ModeOpt,
+    OutputOpt,
+    SeedOpt,
+    TrustPickleOpt,
+    WeightsOpt,
+    model_options,
+    output_options,
+    run_options,
+)
+from hookcli.errors import UsageError
+from hookcli.options import Format, Mode
+
+if TYPE_CHECKING:
+    import torch
+
+    from hookcli.pipeline import Prepared
+    from hookcli.probes.features import FeatureProbe
+    from hookcli.session import CallRecord
+
+NAME = "features"
+SUFFIXES = (".pt", ".npz", ".safetensors")
+
+LayerOpt = Annotated[
+    list[str],
+    typer.Option(
+        "--layer",
+        "-l",
+        metavar="PATTERN",
+        help="A qualified module name (layer4) or a glob (layer3.*.conv2); only matching "
+        "modules get a hook. Repeatable.",
+        show_default=False,
+    ),
+]
+OutOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        metavar="FILE",
+        help="Save the outputs: .pt (torch.save of a dict name -> tensor), .npz, or "
+        ".safetensors (needs the safetensors package). Written atomically.",
+        show_default=False,
+    ),
+]
+PngOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--png",
+        metavar="FILE",
+        help="A PNG grid of the feature maps (needs matplotlib: pip install 'hookcli[plot]').",
+        show_default=False,
+    ),
+]
+ChannelsOpt = Annotated[
+    int,
+    typer.Option(
+        "--channels", min=1, metavar="N", help="Channels shown per 4-D feature map in --png."
+    ),
+]
+
+
+def atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
+    """Write ``path`` through a temporary file in its folder, then rename it into place.
+
+    A failure (or Ctrl-C) midway leaves any previous file untouched and no temp file.
+    """
+    import tempfile
+
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as err:
+        raise UsageError(f"cannot write {path}: {err.strerror or err}") from err
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; give it the usual mode
+        os.replace(tmp, path)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(err, OSError):
+            raise UsageError(f"cannot write {path}: {err.strerror or err}") from err
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _check_out(out: Path) -> str:
+    """The format of ``--out`` from its suffix; exit 2 when unknown or not installed."""
+    suffix = out.suffix.lower()
+    if suffix not in SUFFIXES:
+        raise UsageError(
+            f"--out {out}: unknown file type {suffix or '(none)'}; use {', '.join(SUFFIXES)}"
+        )
+    if suffix == ".safetensors":
+        try:
+            import safetensors.torch  # noqa: F401
+        except ImportError:
+            raise UsageError(
+                "--out .safetensors needs the safetensors package: "
+                "pip install 'hookcli[safetensors]' (or use .pt / .npz)"
+            ) from None
+    return suffix
+
+
+def _numpy_arrays(tensors: "dict[str, torch.Tensor]") -> tuple[dict[str, Any], list[str]]:
+    """Arrays for .npz; bfloat16 (unknown to numpy) goes up to float32."""
+    import torch
+
+    arrays: dict[str, Any] = {}
+    widened = []
+    for key, t in tensors.items():
+        if t.dtype == torch.bfloat16:
+            t = t.to(torch.float32)
+            widened.append(key)
+        arrays[key] = t.numpy()
+    return arrays, widened
+
+
+def save_tensors(path: Path, tensors: "dict[str, torch.Tensor]") -> list[str]:
+    """Write ``tensors`` to ``path`` in the format its suffix names; notes for stderr."""
+    suffix = _check_out(path)
+    notes: list[str] = []
+    if suffix == ".pt":
+        import torch
+
+        atomic_write(path, lambda f: torch.save(tensors, f))
+    elif suffix == ".npz":
+        import numpy as np
+
+        arrays, widened = _numpy_arrays(tensors)
+        if widened:
+            notes.append(f"bfloat16 saved as float32 in .npz: {', '.join(widened)}")
+        atomic_write(path, lambda f: np.savez(f, **arrays))
+    else:
+        from safetensors.torch import save
+
+        data = save({k: t.contiguous() for k, t in tensors.items()})
+        atomic_write(path, lambda f: f.write(data))
+    return notes
+
+
+def _locate_failure(prepared: "Prepared", mode: Mode) -> str | None:
+    """Re-run with a hook on every module to name where the model raised."""
+    from hookcli.pipeline import run_session
+
+    outcome = run_session(prepared, [], mode=mode)
+    return outcome.error.message if outcome.error else None
+
+
+def _run(
+    prepared: "Prepared", probe: "FeatureProbe", selected: list[Any], mode: Mode
+) -> "tuple[tuple[CallRecord, ...], Any]":
+    from hookcli.errors import RunError
+    from hookcli.probes.features import SelectedSession
+
+    assert prepared.inputs is not None
+    error: RunError | None = None
+    with SelectedSession(prepared.model, [probe], selected, mode=mode) as session:
+        try:
+            session.forward(prepared.inputs.args, dict(prepared.inputs.kwargs))
+        except RunError as err:
+            error = err
+        session.finish()
+        records = session.records
+    if error is not None:
+        where = _locate_failure(prepared, mode)
+        if where is not None:
+            error = RunError(where, module=error.module)
+    return records, error
+
+
+def command(
+    model: ModelArg,
+    layer: LayerOpt,
+    out: OutOpt = None,
+    png: PngOpt = None,
+    channels: ChannelsOpt = 16,
+    kwargs: KwargsOpt = None,
+    weights: WeightsOpt = None,
+    trust_pickle: TrustPickleOpt = False,
+    input: InputOpt = None,
+    batch_size: BatchOpt = None,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = None,
+    mode: ModeOpt = None,
+    format: FormatOpt = Format.TABLE,
+    output: OutputOpt = None,
+    seed: SeedOpt = 0,
+    debug: DebugOpt = False,
+) -> int:
+    """Save the outputs of the modules --layer matches (.pt, .npz, .safetensors); optional
+    PNG grid of their feature maps."""
+    from hookcli.layers import layer_rows, shape_columns
+    from hookcli.options import HookKind
+    from hookcli.pipeline import emit, prepare, progress
+    from hookcli.render import Column, fmt_bytes, fmt_int, fmt_text
+    from hookcli.report import Report
+
+    if out is not None:
+        _check_out(out)
+    if png is not None:
+        from hookcli.plot import require_matplotlib
+
+        require_matplotlib()
+    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
+    ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL)
+    outopts = output_options(format, output, None, debug)
+
+    from hookcli.probes.features import FeatureProbe, select_modules
+
+    prepared = prepare(mopts, ropts)
+    if prepared.settings["device"] == "meta":
+        raise UsageError("features needs values: --device meta holds shapes only")
+    selected = select_modules(prepared.model, layer)
+
+    probe = FeatureProbe()
+    records, error = _run(prepared, probe, [m for _, m in selected], ropts.mode)
+    kinds = (HookKind.PRE, HookKind.FORWARD)
+    rows, _ = layer_rows(records, prepared.model, kinds=kinds, probes=[probe])
+    tensors = probe.tensors()
+    total_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
+
+    notes: list[str] = []
+    png_written = False
+    ran = {r.module_id for r in records}
+    idle = [name or "(root)" for name, m in selected if id(m) not in ran]
+    if idle:
+        notes.append(f"matched but never called: {', '.join(idle)}")
+    if error is None:
+        if out is not None:
+            for note in save_tensors(out, tensors):
+                progress(note)
+            progress(f"saved {len(tensors)} tensor(s) to {out}")
+            notes.append(f"saved {len(tensors)} tensor(s), {fmt_bytes(total_bytes)}, to {out}")
+        else:
+            notes.append("nothing saved: pass --out FILE (.pt, .npz, .safetensors)")
+        if png is not None:
+            from hookcli.plot.features import render_png
+
+            data, skipped = render_png(list(tensors.items()), channels)
+            if skipped:
+                progress(f"not drawn in --png (not a 1-4-D floating tensor): {', '.join(skipped)}")
+            if data:
+                atomic_write(png, lambda f: f.write(data))
+                png_written = True
+                progress(f"feature grid written to {png}")
+                notes.append(f"feature grid: {png}")
+            else:
+                progress("--png: nothing to draw, no file written")
+    else:
+        notes.append("nothing saved: the model raised")
+
+    report = Report(
+        command=NAME,
+        model=prepared.model_info(),
+        settings=prepared.settings,
+        inputs=prepared.input_dicts(),
+        layers=rows,
+        totals={
+            "matched": [name for name, _ in selected],
+            "tensors": len(tensors),
+            "bytes": total_bytes,
+            "out": str(out) if out is not None and error is None else None,
+            "png": str(png) if png_written else None,
+        },
+        notes=tuple(notes),
+        error=error.message if error else None,
+    )
+    columns = [
+        *shape_columns(kinds),
+        Column("keys", "Saved as", fmt_text),
+        Column("bytes", "Bytes", fmt_int, "right"),
+    ]
+    code = emit(report, outopts, columns)
+    if error is not None:
+        raise error
+    return code

@@ -1,0 +1,336 @@
+"""``StatsProbe``: activation (and gradient) statistics per module call, kept on the device.
+
+Each hook reduces the floating tensors it sees to a handful of device scalars
+(mean, population variance, min, max, mean |x|, zero/NaN/Inf counts) and drops
+the tensor; nothing leaves the device until ``finish``, which concatenates every
+scalar and copies them to the host in one transfer. Several floating tensors in
+one output (an LSTM's ``(out, (h, c))``) are pooled as if concatenated.
+
+Hook kinds and the columns they fill (``--hooks``):
+
+- ``forward``: the module's output: ``mean``, ``std``, ``min``, ``max``,
+  ``mean_abs``, ``zero_fraction``, ``nan``, ``inf``; also the NaN/Inf origin.
+- ``backward-pre``: the same for grad_output, prefixed ``grad_output_``.
+- ``backward``: the same for grad_input, prefixed ``grad_input_``.
+- ``tensor``: the same for the grads of the module's own parameters (tensor
+  hooks), prefixed ``param_grad_``, on the module's first call only.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookcli.checks import layer_label
+from hookcli.options import HookKind
+from hookcli.render import Column, fmt_float, fmt_int
+from hookcli.session import CallRecord, Frame, HookSession, Probe
+from hookcli.structures import iter_tensors
+
+STAT_KEYS = ("mean", "std", "min", "max", "mean_abs", "zero_fraction", "nan", "inf")
+STAT_KINDS = (HookKind.FORWARD, HookKind.BACKWARD_PRE, HookKind.BACKWARD, HookKind.TENSOR)
+PREFIX = {
+    HookKind.FORWARD: "",
+    HookKind.BACKWARD_PRE: "grad_output_",
+    HookKind.BACKWARD: "grad_input_",
+    HookKind.TENSOR: "param_grad_",
+}
+_TABLE_PREFIX = {
+    HookKind.BACKWARD_PRE: "gout ",
+    HookKind.BACKWARD: "gin ",
+    HookKind.TENSOR: "pgrad ",
+}
+
+
+@dataclass(frozen=True)
+class TensorStats:
+    """Statistics of the floating elements one hook saw, pooled over its tensors."""
+
+    numel: int
+    mean: float
+    std: float  # unbiased (Bessel), as torch.std; 0 for a single element
+    min: float
+    max: float
+    mean_abs: float
+    zero_fraction: float
+    nan: int
+    inf: int
+
+    @property
+    def nonfinite(self) -> bool:
+        return self.nan > 0 or self.inf > 0
+
+    def to_dict(self, prefix: str = "") -> dict[str, Any]:
+        return {prefix + k: getattr(self, k) for k in STAT_KEYS}
+
+
+def empty_stats(prefix: str = "") -> dict[str, Any]:
+    """The columns of a row with no floating tensor to describe."""
+    return {prefix + k: None for k in STAT_KEYS}
+
+
+def fmt_pct(value: Any) -> str:
+    """0.5 -> '50.0%'; '-' for None."""
+    if value is None:
+        return "-"
+    return f"{100 * float(value):.1f}%"
+
+
+def _stat_tensors(obj: Any) -> list[torch.Tensor]:
+    """The non-empty floating tensors in ``obj`` that hold values (not on ``meta``)."""
+    return [
+        t
+        for t in iter_tensors(obj)
+        if t.is_floating_point() and t.numel() > 0 and t.device.type != "meta"
+    ]
+
+
+def _acc_dtype(device: torch.device) -> torch.dtype:
+    # MPS has no float64; counts stay exact there up to 2**24 elements.
+    return torch.float32 if device.type == "mps" else torch.float64
+
+
+def tensor_vector(t: torch.Tensor) -> torch.Tensor:
+    """The 8 statistics of one tensor as a small device tensor (no host sync)."""
+    x = t.detach()
+    if x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()  # reduce half types in float32
+    var, mean = torch.var_mean(x, correction=0)
+    lo, hi = torch.aminmax(x)
+    mean_abs = x.abs().mean()
+    zeros = (x == 0).sum()
+    nan = x.isnan().sum()
+    inf = x.isinf().sum()
+    acc = _acc_dtype(x.device)
+    return torch.stack([v.to(acc) for v in (mean, var, lo, hi, mean_abs, zeros, nan, inf)])
+
+
+def pool(parts: Sequence[tuple[int, Sequence[float]]]) -> TensorStats:
+    """Pool per-tensor vectors ``(numel, [mean, var, min, max, mean_abs, zeros, nan, inf])``."""
+    n = sum(count for count, _ in parts)
+    if len(parts) == 1:  # the common case: no pooling rounding
+        mean = parts[0][1][0]
+        m2 = parts[0][1][1] * n
+    else:  # Chan et al.: pooled sum of squared deviations
+        mean = sum(count * v[0] for count, v in parts) / n
+        m2 = sum(count * v[1] + count * (v[0] - mean) ** 2 for count, v in parts)
+    std = math.sqrt(m2 / (n - 1)) if n > 1 else 0.0
+    lows = [v[2] for _, v in parts]
+    highs = [v[3] for _, v in parts]
+    return TensorStats(
+        numel=n,
+        mean=mean,
+        std=std,
+        min=math.nan if any(math.isnan(x) for x in lows) else min(lows),
+        max=math.nan if any(math.isnan(x) for x in highs) else max(highs),
+        mean_abs=sum(count * v[4] for count, v in parts) / n,
+        zero_fraction=sum(v[5] for _, v in parts) / n,
+        nan=round(sum(v[6] for _, v in parts)),
+        inf=round(sum(v[7] for _, v in parts)),
+    )
+
+
+@dataclass(frozen=True)
+class Origin:
+    """The first module call that turned finite inputs into NaN/Inf."""
+
+    index: int
+    name: str
+    type: str
+    call: int
+
+    @property
+    def label(self) -> str:
+        return layer_label(self.name, self.call)
+
+
+class StatsProbe(Probe):
+    """Statistics of outputs (and grads) per call; NaN/Inf origin; one host transfer."""
+
+    def __init__(self, kinds: Iterable[HookKind] = (HookKind.FORWARD,)) -> None:
+        self.kinds = frozenset(k for k in kinds if k in STAT_KINDS)
+        self._chunks: list[torch.Tensor] = []
+        # (kind, key, numel) per chunk: key is a frame index (a parameter id for
+        # TENSOR); kind None marks a one-element "inputs were finite" flag.
+        self._where: list[tuple[HookKind | None, int, int]] = []
+        self._done_order: dict[int, int] = {}
+        self._param_owners: dict[int, list[int]] = {}
+        self.stats: dict[tuple[HookKind, int], TensorStats] = {}
+        self.param_stats: dict[int, TensorStats] = {}  # id(module) -> its own params' grads
+        self.inputs_finite: dict[int, bool] = {}
+        self.origin: Origin | None = None
+        self.nonfinite_calls = 0
+
+    # -- hooks ------------------------------------------------------------------------
+    def _add(self, kind: HookKind, key: int, tensors: Sequence[torch.Tensor]) -> None:
+        for t in tensors:
+            self._chunks.append(tensor_vector(t))
+            self._where.append((kind, key, t.numel()))
+
+    def attach(self, session: HookSession) -> None:
+        if HookKind.TENSOR not in self.kinds:
+            return
+        seen: set[int] = set()
+        for m in session.model.modules():
+            for p in m.parameters(recurse=False):
+                self._param_owners.setdefault(id(p), []).append(id(m))
+                if id(p) in seen or not p.requires_grad:
+                    continue
+                seen.add(id(p))
+                session.keep(p.register_hook(self._param_hook(id(p))))
+
+    def _param_hook(self, pid: int) -> Any:
+        def hook(grad: torch.Tensor) -> None:
+            self._add(HookKind.TENSOR, pid, _stat_tensors(grad))
+
+        return hook
+
+    def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
+        if HookKind.FORWARD not in self.kinds:
+            return
+        inputs = _stat_tensors((args, kwargs))
+        if inputs:
+            flags = torch.stack([torch.isfinite(t.detach()).all() for t in inputs]).all()
+            self._chunks.append(flags.to(_acc_dtype(flags.device)).reshape(1))
+            self._where.append((None, frame.index, 0))
+
+    def on_forward(
+        self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
+    ) -> None:
+        if HookKind.FORWARD not in self.kinds or frame.failed:
+            return
+        self._done_order[frame.index] = len(self._done_order)
+        self._add(HookKind.FORWARD, frame.index, _stat_tensors(output))
+
+    def on_backward_pre(self, frame: Frame, module: nn.Module, grad_output: Any) -> None:
+        if HookKind.BACKWARD_PRE in self.kinds:
+            self._add(HookKind.BACKWARD_PRE, frame.index, _stat_tensors(grad_output))
+
+    def on_backward(
+        self, frame: Frame, module: nn.Module, grad_input: Any, grad_output: Any
+    ) -> None:
+        if HookKind.BACKWARD in self.kinds:
+            self._add(HookKind.BACKWARD, frame.index, _stat_tensors(grad_input))
+
+    # -- results ----------------------------------------------------------------------
+    def _transfer(self) -> list[list[float]]:
+        """Every chunk as host floats, with one device-to-host copy per device."""
+        values: list[list[float]] = [[] for _ in self._chunks]
+        by_device: dict[torch.device, list[int]] = {}
+        for i, c in enumerate(self._chunks):
+            by_device.setdefault(c.device, []).append(i)
+        for idxs in by_device.values():
+            flat = torch.cat([self._chunks[i] for i in idxs]).cpu().tolist()
+            pos = 0
+            for i in idxs:
+                size = self._chunks[i].numel()
+                values[i] = flat[pos : pos + size]
+                pos += size
+        return values
+
+    def finish(self, session: HookSession) -> None:
+        values = self._transfer()
+        self._chunks.clear()
+        parts: dict[tuple[HookKind, int], list[tuple[int, list[float]]]] = {}
+        for (kind, key, numel), vals in zip(self._where, values, strict=True):
+            if kind is None:
+                self.inputs_finite[key] = bool(vals[0])
+            else:
+                parts.setdefault((kind, key), []).append((numel, vals))
+        param_parts: dict[int, list[tuple[int, list[float]]]] = {}
+        for (kind, key), items in parts.items():
+            if kind is HookKind.TENSOR:
+                for owner in self._param_owners.get(key, ()):
+                    param_parts.setdefault(owner, []).extend(items)
+            else:
+                self.stats[(kind, key)] = pool(items)
+        self.param_stats = {mid: pool(items) for mid, items in param_parts.items()}
+        self._find_origin(session.frames)
+
+    def _find_origin(self, frames: Sequence[Frame]) -> None:
+        """The call that completed first among those with NaN/Inf out and finite inputs.
+
+        Parents finish after their children, so the innermost offender wins over
+        the ancestors whose (finite) inputs it poisoned.
+        """
+        if HookKind.FORWARD not in self.kinds:
+            return
+        offenders = [
+            f
+            for f in frames
+            if (s := self.stats.get((HookKind.FORWARD, f.index))) is not None and s.nonfinite
+        ]
+        self.nonfinite_calls = len(offenders)
+        candidates = [f for f in offenders if self.inputs_finite.get(f.index, True)]
+        if candidates:
+            first = min(candidates, key=lambda f: self._done_order.get(f.index, len(frames)))
+            self.origin = Origin(first.index, first.name, first.type, first.call)
+
+    def forward_stats(self, index: int) -> TensorStats | None:
+        """The output statistics of call ``index`` (None: no floating output)."""
+        return self.stats.get((HookKind.FORWARD, index))
+
+    def grad_stats(self, record: CallRecord) -> list[TensorStats]:
+        """Every gradient statistic of one call (grad_output, grad_input, param grads)."""
+        out = [
+            s
+            for k in (HookKind.BACKWARD_PRE, HookKind.BACKWARD)
+            if (s := self.stats.get((k, record.index))) is not None
+        ]
+        if record.call == 0 and (p := self.param_stats.get(record.module_id)) is not None:
+            out.append(p)
+        return out
+
+    def columns(self, record: CallRecord) -> dict[str, Any]:
+        data: dict[str, Any] = {}
+        for kind in STAT_KINDS:
+            if kind not in self.kinds:
+                continue
+            prefix = PREFIX[kind]
+            if kind is HookKind.TENSOR:
+                s = self.param_stats.get(record.module_id) if record.call == 0 else None
+            else:
+                s = self.stats.get((kind, record.index))
+            data.update(s.to_dict(prefix) if s is not None else empty_stats(prefix))
+        return data
+
+    def totals(self) -> dict[str, Any]:
+        if HookKind.FORWARD not in self.kinds:
+            return {}
+        return {
+            "nonfinite_origin": self.origin.label if self.origin else None,
+            "nonfinite_calls": self.nonfinite_calls,
+        }
+
+    @property
+    def table_columns(self) -> list[Column]:
+        """The human table's statistic columns (every key stays in JSON/CSV)."""
+        cols: list[Column] = []
+        if HookKind.FORWARD in self.kinds:
+            cols += [
+                Column("mean", "Mean", fmt_float, "right"),
+                Column("std", "Std", fmt_float, "right"),
+                Column("min", "Min", fmt_float, "right"),
+                Column("max", "Max", fmt_float, "right"),
+                Column("mean_abs", "Mean|x|", fmt_float, "right"),
+                Column("zero_fraction", "Zeros", fmt_pct, "right"),
+                Column("nan", "NaN", fmt_int, "right"),
+                Column("inf", "Inf", fmt_int, "right"),
+            ]
+        for kind in (HookKind.BACKWARD_PRE, HookKind.BACKWARD, HookKind.TENSOR):
+            if kind not in self.kinds:
+                continue
+            key, head = PREFIX[kind], _TABLE_PREFIX[kind]
+            cols += [
+                Column(key + "mean", head + "mean", fmt_float, "right"),
+                Column(key + "std", head + "std", fmt_float, "right"),
+                Column(key + "mean_abs", head + "mean|x|", fmt_float, "right"),
+                Column(key + "nan", head + "NaN", fmt_int, "right"),
+                Column(key + "inf", head + "Inf", fmt_int, "right"),
+            ]
+        return cols
