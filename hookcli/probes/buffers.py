@@ -1,0 +1,164 @@
+"""The buffers probe: every buffer's summary before the run and after it.
+
+``attach`` (the session has saved the model's state and set the mode, no
+forward has run) copies every buffer and summarises it; ``finish`` (after the
+last step, before the session restores the buffers) summarises them again and
+compares. All statistics of one side are stacked on the device and read back
+in one transfer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from hookcli.session import Probe
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from hookcli.session import HookSession
+
+STATS = ("mean", "std", "min", "max")
+
+
+@dataclass(frozen=True)
+class BufferInfo:
+    """One buffer as the report lists it.
+
+    ``before``/``after`` are ``{mean, std, min, max}`` (std is the population
+    std, 0 for one element) or None for an empty or non-numeric buffer, or one
+    absent on that side (created or dropped during the run). ``changed`` is None
+    where values cannot be compared (meta device).
+    """
+
+    name: str
+    module: str
+    module_type: str
+    shape: tuple[int, ...]
+    dtype: str
+    persistent: bool
+    before: Mapping[str, float] | None
+    after: Mapping[str, float] | None
+    changed: bool | None
+
+
+def _numeric(t: torch.Tensor) -> bool:
+    return (
+        t.numel() > 0
+        and not t.is_meta
+        and not t.is_complex()
+        and t.dtype != torch.bool
+        and not t.is_quantized
+    )
+
+
+def _stat_dtype(t: torch.Tensor) -> torch.dtype:
+    return torch.float32 if t.device.type == "mps" else torch.float64
+
+
+def summaries(tensors: Mapping[str, torch.Tensor]) -> dict[str, dict[str, float] | None]:
+    """``{name: {mean, std, min, max}}`` for every numeric buffer; one device-to-host copy."""
+    out: dict[str, dict[str, float] | None] = dict.fromkeys(tensors)
+    names = [n for n, t in tensors.items() if _numeric(t)]
+    if not names:
+        return out
+    rows = []
+    with torch.no_grad():
+        for n in names:
+            t = tensors[n].detach()
+            x = t.to(_stat_dtype(t)).reshape(-1)
+            rows.append(torch.stack([x.mean(), x.std(correction=0), x.min(), x.max()]))
+        values = _gather(rows).tolist()
+    for n, vals in zip(names, values, strict=True):
+        out[n] = dict(zip(STATS, vals, strict=True))
+    return out
+
+
+def _gather(values: list[torch.Tensor]) -> torch.Tensor:
+    """Stack small device tensors on the first one's device: one copy back, not one each."""
+    device = values[0].device
+    return torch.stack([v.to(device) for v in values])
+
+
+def _owner(name: str) -> str:
+    return name.rpartition(".")[0]
+
+
+class BufferProbe(Probe):
+    """Buffers before and after the run."""
+
+    def __init__(self) -> None:
+        self._before: dict[str, torch.Tensor] = {}
+        self._before_stats: dict[str, dict[str, float] | None] = {}
+        self.buffers: tuple[BufferInfo, ...] = ()
+
+    def attach(self, session: HookSession) -> None:
+        with torch.no_grad():
+            self._before = {n: b.detach().clone() for n, b in session.model.named_buffers()}
+        self._before_stats = summaries(self._before)
+
+    def finish(self, session: HookSession) -> None:
+        model = session.model
+        modules = dict(model.named_modules())
+        now = dict(model.named_buffers())
+        after_stats = summaries(now)
+        names = list(self._before) + [n for n in now if n not in self._before]
+        changed = _changed(self._before, now)
+        infos = []
+        for n in names:
+            tensor = now.get(n, self._before.get(n))
+            assert tensor is not None
+            owner = _owner(n)
+            module = modules.get(owner)
+            infos.append(
+                BufferInfo(
+                    name=n,
+                    module=owner,
+                    module_type=type(module).__name__ if module is not None else "?",
+                    shape=tuple(tensor.shape),
+                    dtype=str(tensor.dtype).removeprefix("torch."),
+                    persistent=_persistent(module, n.rpartition(".")[2]),
+                    before=self._before_stats.get(n),
+                    after=after_stats.get(n),
+                    changed=changed.get(n),
+                )
+            )
+        self.buffers = tuple(infos)
+        self._before = {}
+
+
+def _persistent(module: nn.Module | None, leaf: str) -> bool:
+    return module is not None and leaf not in module._non_persistent_buffers_set
+
+
+def _changed(
+    before: Mapping[str, torch.Tensor], after: Mapping[str, torch.Tensor]
+) -> dict[str, bool | None]:
+    """name -> does any element differ (NaN equals NaN); computed on device, read once."""
+    out: dict[str, bool | None] = {}
+    flags = []
+    names = []
+    with torch.no_grad():
+        for n in set(before) | set(after):
+            a, b = before.get(n), after.get(n)
+            if a is None or b is None or a.shape != b.shape or a.dtype != b.dtype:
+                out[n] = True
+            elif a.is_meta or b.is_meta:
+                out[n] = None
+            elif a.numel() == 0:
+                out[n] = False
+            else:
+                b = b.detach().to(a.device)
+                diff = a != b
+                if a.is_floating_point() or a.is_complex():
+                    diff &= ~(a.isnan() & b.isnan())
+                flags.append(diff.any())
+                names.append(n)
+    if names:
+        for n, flag in zip(names, _gather(flags).tolist(), strict=True):
+            out[n] = bool(flag)
+    return out
