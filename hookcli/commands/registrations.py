@@ -94,7 +94,7 @@ def command(
 
     per_kind = Counter(r.kind for r in regs)
     per_parent = Counter(r.parent_id for r in regs)
-    first = {}
+    first: dict[int, Any] = {}
     for r in regs:
         first.setdefault(r.parent_id, r)
     top = [
