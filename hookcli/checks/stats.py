@@ -46,19 +46,19 @@ def _nonfinite_check(
     def count(s: _Stats) -> int:
         return s.nan if name == "nan" else s.inf
 
-    failing = [
-        c.label
-        for c in calls
-        if (c.output is not None and count(c.output) > 0) or any(count(g) > 0 for g in c.grads)
-    ]
-    where = "module output or gradient" if with_grads else "module output"
-    first = f"; NaN/Inf first produced by {_escape(origin)}" if origin else ""
-    return make_check(
-        name,
-        failing,
-        f"no {word} in any {where}",
-        f"{word} in {{n}} module call(s){first}",
-    )
+    in_out = [c.label for c in calls if c.output is not None and count(c.output) > 0]
+    in_grad = [c.label for c in calls if any(count(g) > 0 for g in c.grads)]
+    failing = [c.label for c in calls if c.label in in_out or c.label in in_grad]
+    if not failing:
+        where = "module output or gradient" if with_grads else "module output"
+        return make_check(name, (), f"no {word} in any {where}", "")
+    parts = []
+    if in_out:
+        parts.append(f"the outputs of {len(set(in_out))} module call(s)")
+    if in_grad:
+        parts.append(f"the gradients of {len(set(in_grad))} module call(s)")
+    first = f"; NaN/Inf first produced by {_escape(origin)}" if origin and in_out else ""
+    return make_check(name, failing, "", f"{word} in {' and '.join(parts)}{first}")
 
 
 def dead_check(calls: Sequence[CallStats], threshold: float | None) -> CheckResult:

@@ -100,7 +100,8 @@ def tensor_vector(t: torch.Tensor) -> torch.Tensor:
     x = t.detach()
     if x.dtype in (torch.float16, torch.bfloat16):
         x = x.float()  # reduce half types in float32
-    var, mean = torch.var_mean(x, correction=0)
+    mean = x.mean()  # not var_mean's: its Welford mean turns an Inf into NaN
+    var = x.var(correction=0)
     lo, hi = torch.aminmax(x)
     mean_abs = x.abs().mean()
     zeros = (x == 0).sum()
