@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -424,7 +425,10 @@ class HookSession:
     def backward(self, loss: torch.Tensor) -> None:
         """Backward from a scalar loss; a failure raises RunError naming the module."""
         try:
-            loss.backward()
+            with warnings.catch_warnings():
+                # torch warns when a hooked module's inputs need no grad (the first layer)
+                warnings.filterwarnings("ignore", message="Full backward hook is firing")
+                loss.backward()
         except KeyboardInterrupt:
             raise
         except Exception as err:
