@@ -1,0 +1,432 @@
+"""``GradProbe``: gradient flow per module call, from backward and tensor hooks.
+
+What each hook kind fills (CLI.md, ``grads``):
+
+- ``backward-pre`` (full backward pre-hooks): ``grad_output_norm`` per call;
+- ``backward`` (full backward hooks): ``grad_input_norm`` per call;
+- ``tensor`` (``Tensor.register_hook`` on every parameter): the parameter grads
+  as autograd produces them, giving ``grad_norm``, ``weight_norm``,
+  ``grad_weight_ratio`` and ``unused_params`` per row and the total
+  ``grad_norm``; with ``output_hooks`` also hooks on every module output (a
+  non-leaf activation, whose gradient autograd otherwise frees):
+  ``output_grad_norm``.
+
+Every figure stays a 0-dim tensor on the model's device until ``finish``, which
+moves them all to the host at once: no hook synchronizes with the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import nn
+
+from hookcli.options import HookKind
+from hookcli.render import Column, fmt_float, fmt_text
+from hookcli.session import Probe
+from hookcli.structures import iter_tensors
+
+if TYPE_CHECKING:
+    from hookcli.session import CallRecord, Frame, HookSession
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+# CPU reductions accumulate float32 lane by lane: a plain vector_norm of a 25M-element
+# tensor is off by ~1e-3 (relative). Norms of rows of this many elements, then the norm
+# of those, are accurate to ~1e-7 at the same speed. CUDA reduces in a tree already.
+_BLOCK = 16384
+
+
+def tensor_norm(t: torch.Tensor) -> torch.Tensor:
+    """L2 norm of one tensor as a 0-dim tensor (accumulated in float32 for half types)."""
+    t = t.detach()
+    dtype = torch.float32 if t.dtype in _LOW_PRECISION else None
+    n = t.numel()
+    if t.device.type != "cpu" or n < 2 * _BLOCK:
+        return torch.linalg.vector_norm(t, dtype=dtype)
+    flat = t.reshape(-1)
+    k = n // _BLOCK
+    parts = torch.linalg.vector_norm(flat[: k * _BLOCK].view(k, _BLOCK), dim=1, dtype=dtype)
+    if k * _BLOCK < n:
+        rest = torch.linalg.vector_norm(flat[k * _BLOCK :], dtype=dtype).reshape(1)
+        parts = torch.cat([parts, rest])
+    return torch.linalg.vector_norm(parts)
+
+
+def joint_norm(tensors: Iterable[Any]) -> torch.Tensor | None:
+    """L2 norm over every tensor (None entries skipped); None when there is none."""
+    found = [t for t in tensors if isinstance(t, torch.Tensor)]
+    if not found:
+        return None
+    if len(found) == 1:
+        return tensor_norm(found[0])
+    parts = [tensor_norm(t) for t in found]
+    if len({p.device for p in parts}) > 1:
+        parts = [p.to(parts[0].device) for p in parts]
+    dtype = torch.promote_types(parts[0].dtype, torch.float32)
+    return torch.linalg.vector_norm(torch.stack([p.to(dtype) for p in parts]))
+
+
+class _Gather:
+    """Device tensors queued during ``finish``, copied to the host together.
+
+    Each device's tensors are flattened into one float64 vector (float32 on MPS,
+    which has no float64) and copied with a single ``tolist()``.
+    """
+
+    def __init__(self) -> None:
+        self._tensors: list[torch.Tensor] = []
+        self._values: list[list[float]] = []
+
+    def add(self, t: torch.Tensor | None) -> int | None:
+        """Queue a tensor; its slot number (None for None)."""
+        if t is None:
+            return None
+        self._tensors.append(t.detach().reshape(-1))
+        return len(self._tensors) - 1
+
+    def run(self) -> None:
+        by_device: dict[torch.device, list[int]] = {}
+        for i, t in enumerate(self._tensors):
+            by_device.setdefault(t.device, []).append(i)
+        values: list[list[float]] = [[] for _ in self._tensors]
+        for device, idx in by_device.items():
+            dtype = torch.float32 if device.type == "mps" else torch.float64
+            joined = torch.cat([self._tensors[i].to(dtype) for i in idx]).tolist()
+            pos = 0
+            for i in idx:
+                n = self._tensors[i].numel()
+                values[i] = joined[pos : pos + n]
+                pos += n
+        self._values = values
+        self._tensors = []
+
+    def scalar(self, slot: int | None) -> float | None:
+        return None if slot is None else float(self._values[slot][0])
+
+    def vector(self, slot: int | None) -> list[float]:
+        return [] if slot is None else self._values[slot]
+
+
+@dataclass(frozen=True)
+class ParamGrad:
+    """One parameter tensor (tied tensors once, under their first name)."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: str
+    requires_grad: bool
+    grad_norm: float | None  # None: frozen, or no grad arrived (unused)
+    weight_norm: float
+    nan_count: int | None  # None unless counted (per-param mode) and a grad arrived
+    inf_count: int | None
+    unused: bool  # requires_grad and .grad stayed None
+
+    @property
+    def ratio(self) -> float | None:
+        return ratio(self.grad_norm, self.weight_norm)
+
+
+@dataclass(frozen=True)
+class ModuleGrad:
+    """A module's own trainable parameters, taken together."""
+
+    grad_norm: float | None
+    weight_norm: float | None
+    unused: tuple[str, ...]  # qualified names of its own params that got no grad
+
+
+@dataclass(frozen=True)
+class CallGrad:
+    """The gradients one module call saw."""
+
+    grad_output_norm: float | None = None
+    grad_input_norm: float | None = None
+    output_grad_norm: float | None = None
+    output_nan: bool = False  # forward output held NaN (``watch_forward`` only)
+    output_inf: bool = False
+    output_dead: bool = False  # every element of its floating outputs is zero
+
+
+@dataclass(frozen=True)
+class GradFindings:
+    """Everything the probe measured, on the host, built once in ``finish``."""
+
+    kinds: frozenset[HookKind]
+    params: tuple[ParamGrad, ...]
+    modules: Mapping[int, ModuleGrad]  # id(module) -> its own params' figures
+    module_params: Mapping[int, tuple[str, ...]]  # id(module) -> own trainable param names
+    calls: Mapping[int, CallGrad]  # frame index -> figures
+    backward_order: tuple[int, ...]  # frame indices as their backward hooks fired
+    forward_order: tuple[int, ...]  # frame indices as their forward calls returned
+    total_grad_norm: float | None
+    total_weight_norm: float | None
+    watched_forward: bool = False
+
+    @property
+    def unused(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.params if p.unused)
+
+
+def ratio(grad: float | None, weight: float | None) -> float | None:
+    """grad / weight, None when either is missing or weight is 0."""
+    if grad is None or weight is None or weight == 0:
+        return None
+    return grad / weight
+
+
+class GradProbe(Probe):
+    """Gradient norms per call and per parameter, from the backward hook kinds given."""
+
+    def __init__(
+        self,
+        kinds: frozenset[HookKind] | Iterable[HookKind],
+        *,
+        per_param: bool = False,
+        output_hooks: bool = True,
+        watch_forward: bool = False,
+    ) -> None:
+        self.kinds = frozenset(k for k in kinds if k.is_backward)
+        self.per_param = per_param
+        self.output_hooks = output_hooks and HookKind.TENSOR in self.kinds
+        self.watch_forward = watch_forward
+        self.findings: GradFindings | None = None
+        self._session: HookSession | None = None
+        self._params: list[tuple[str, nn.Parameter]] = []
+        self._pnorm: dict[int, torch.Tensor] = {}
+        self._pcounts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._pfired: dict[int, int] = {}
+        self._gout: dict[int, torch.Tensor | None] = {}
+        self._gin: dict[int, torch.Tensor | None] = {}
+        self._ograd: dict[int, list[torch.Tensor]] = {}
+        self._fwd_flags: dict[int, torch.Tensor] = {}
+        self._bw_order: list[int] = []
+        self._fwd_order: list[int] = []
+
+    # -- hooks -------------------------------------------------------------------
+    def attach(self, session: HookSession) -> None:
+        self._session = session
+        seen: set[int] = set()
+        for name, p in session.model.named_parameters():
+            if id(p) not in seen:
+                seen.add(id(p))
+                self._params.append((name, p))
+        if HookKind.TENSOR not in self.kinds:
+            return
+        for i, (_, p) in enumerate(self._params):
+            if p.requires_grad:
+                session.keep(p.register_hook(self._param_hook(i)))
+
+    def _param_hook(self, i: int) -> Any:
+        def hook(grad: torch.Tensor) -> None:
+            self._pfired[i] = self._pfired.get(i, 0) + 1
+            self._pnorm[i] = tensor_norm(grad)
+            if self.per_param:
+                g = grad.detach()
+                self._pcounts[i] = (torch.isnan(g).sum(), torch.isinf(g).sum())
+
+        return hook
+
+    def on_forward(
+        self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
+    ) -> None:
+        if frame.failed:
+            return
+        self._fwd_order.append(frame.index)
+        if self.watch_forward:
+            floats = [
+                t.detach() for t in iter_tensors(output) if t.is_floating_point() and t.numel()
+            ]
+            if floats:
+                flags = [
+                    torch.stack([torch.isnan(t).any(), torch.isinf(t).any(), (t != 0).any()])
+                    for t in floats
+                ]
+                self._fwd_flags[frame.index] = torch.stack(flags)
+        if not self.output_hooks or not torch.is_grad_enabled() or self._session is None:
+            return
+        for t in iter_tensors(output):
+            if t.requires_grad:
+                self._session.keep(t.register_hook(self._output_hook(frame.index)))
+
+    def _output_hook(self, index: int) -> Any:
+        def hook(grad: torch.Tensor) -> None:
+            self._ograd.setdefault(index, []).append(tensor_norm(grad))
+
+        return hook
+
+    def on_backward_pre(self, frame: Frame, module: nn.Module, grad_output: Any) -> None:
+        if HookKind.BACKWARD_PRE in self.kinds:
+            self._gout[frame.index] = joint_norm(grad_output)
+        if HookKind.BACKWARD not in self.kinds:
+            self._bw_order.append(frame.index)
+
+    def on_backward(
+        self, frame: Frame, module: nn.Module, grad_input: Any, grad_output: Any
+    ) -> None:
+        if HookKind.BACKWARD in self.kinds:
+            self._gin[frame.index] = joint_norm(grad_input)
+            self._bw_order.append(frame.index)
+
+    # -- results -----------------------------------------------------------------
+    def finish(self, session: HookSession) -> None:
+        """Weight norms, then every figure to the host in one transfer per device."""
+        g = _Gather()
+        with torch.no_grad():
+            weight_slots = [g.add(tensor_norm(p)) for _, p in self._params]
+            grad_slots: list[int | None] = []
+            for i, (_, p) in enumerate(self._params):
+                fired = self._pfired.get(i, 0)
+                if fired == 1:
+                    grad_slots.append(g.add(self._pnorm[i]))
+                elif fired > 1 and p.grad is not None:
+                    grad_slots.append(g.add(tensor_norm(p.grad)))  # accumulated over the fires
+                else:
+                    grad_slots.append(None)
+            count_slots = {i: g.add(torch.stack(c)) for i, c in self._pcounts.items()}
+            gout = {k: g.add(v) for k, v in self._gout.items()}
+            gin = {k: g.add(v) for k, v in self._gin.items()}
+            ograd = {k: g.add(joint_norm(v)) for k, v in self._ograd.items()}
+            fwd = {k: g.add(v) for k, v in self._fwd_flags.items()}
+            g.run()
+        val = g.scalar
+
+        tensor_kind = HookKind.TENSOR in self.kinds
+        params: list[ParamGrad] = []
+        for i, (name, p) in enumerate(self._params):
+            counts = g.vector(count_slots.get(i))
+            params.append(
+                ParamGrad(
+                    name=name,
+                    shape=tuple(p.shape),
+                    dtype=str(p.dtype).removeprefix("torch."),
+                    requires_grad=p.requires_grad,
+                    grad_norm=val(grad_slots[i]),
+                    weight_norm=val(weight_slots[i]) or 0.0,
+                    nan_count=int(counts[0]) if counts else None,
+                    inf_count=int(counts[1]) if counts else None,
+                    unused=p.requires_grad and p.grad is None,
+                )
+            )
+        by_id = {id(p): params[i] for i, (_, p) in enumerate(self._params)}
+        modules: dict[int, ModuleGrad] = {}
+        module_params: dict[int, tuple[str, ...]] = {}
+        for mname, m in session.model.named_modules():
+            own = [
+                (f"{mname}.{n}" if mname else n, by_id[id(p)])
+                for n, p in m.named_parameters(recurse=False)
+                if p.requires_grad and id(p) in by_id
+            ]
+            module_params[id(m)] = tuple(n for n, _ in own)
+            if not own:
+                modules[id(m)] = ModuleGrad(None, None, ())
+                continue
+            grads = [pg.grad_norm for _, pg in own if pg.grad_norm is not None]
+            modules[id(m)] = ModuleGrad(
+                grad_norm=_l2(grads) if grads and tensor_kind else None,
+                weight_norm=_l2([pg.weight_norm for _, pg in own]),
+                unused=tuple(n for n, pg in own if pg.unused),
+            )
+        calls: dict[int, CallGrad] = {}
+        for index in {*gout, *gin, *ograd, *fwd}:
+            flags = g.vector(fwd.get(index))  # [nan, inf, nonzero] per output tensor
+            nan = any(flags[0::3])
+            inf = any(flags[1::3])
+            dead = bool(flags) and not any(flags[2::3])
+            calls[index] = CallGrad(
+                grad_output_norm=val(gout.get(index)),
+                grad_input_norm=val(gin.get(index)),
+                output_grad_norm=val(ograd.get(index)),
+                output_nan=nan,
+                output_inf=inf,
+                output_dead=dead,
+            )
+        trainable = [pg for pg in params if pg.requires_grad]
+        grads = [pg.grad_norm for pg in trainable if pg.grad_norm is not None]
+        self.findings = GradFindings(
+            kinds=self.kinds,
+            params=tuple(params),
+            modules=modules,
+            module_params=module_params,
+            calls=calls,
+            backward_order=tuple(self._bw_order),
+            forward_order=tuple(self._fwd_order),
+            total_grad_norm=_l2(grads) if grads and tensor_kind else None,
+            total_weight_norm=_l2([pg.weight_norm for pg in trainable]) if trainable else None,
+            watched_forward=self.watch_forward,
+        )
+        # Drop the device tensors: the findings are all the report needs.
+        self._pnorm.clear()
+        self._pcounts.clear()
+        self._gout.clear()
+        self._gin.clear()
+        self._ograd.clear()
+        self._fwd_flags.clear()
+        self._session = None
+
+    def columns(self, record: CallRecord) -> dict[str, Any]:
+        f = self.findings
+        if f is None:
+            return {}
+        out: dict[str, Any] = {}
+        call = f.calls.get(record.index, CallGrad())
+        if HookKind.TENSOR in self.kinds:
+            mod = f.modules.get(record.module_id, ModuleGrad(None, None, ()))
+            out["grad_norm"] = mod.grad_norm
+            out["weight_norm"] = mod.weight_norm
+            out["grad_weight_ratio"] = ratio(mod.grad_norm, mod.weight_norm)
+            out["unused_params"] = list(mod.unused)
+        if HookKind.BACKWARD_PRE in self.kinds:
+            out["grad_output_norm"] = call.grad_output_norm
+        if HookKind.BACKWARD in self.kinds:
+            out["grad_input_norm"] = call.grad_input_norm
+        if self.output_hooks:
+            out["output_grad_norm"] = call.output_grad_norm
+        return out
+
+    def totals(self) -> dict[str, Any]:
+        f = self.findings
+        if f is None or HookKind.TENSOR not in self.kinds:
+            return {}
+        return {
+            "grad_norm": f.total_grad_norm,
+            "weight_norm": f.total_weight_norm,
+            "unused_params": list(f.unused),
+        }
+
+    @property
+    def table_columns(self) -> list[Column]:
+        """The human-table columns of the kinds attached."""
+        cols: list[Column] = []
+        if HookKind.TENSOR in self.kinds:
+            cols += [
+                Column("grad_norm", "Grad norm", fmt_float, "right"),
+                Column("weight_norm", "Weight norm", fmt_float, "right"),
+                Column("grad_weight_ratio", "Grad/weight", fmt_float, "right"),
+            ]
+        if HookKind.BACKWARD_PRE in self.kinds:
+            cols.append(Column("grad_output_norm", "Grad output", fmt_float, "right"))
+        if HookKind.BACKWARD in self.kinds:
+            cols.append(Column("grad_input_norm", "Grad input", fmt_float, "right"))
+        if self.output_hooks:
+            cols.append(Column("output_grad_norm", "Output grad", fmt_float, "right"))
+        if HookKind.TENSOR in self.kinds:
+            cols.append(Column("unused_params", "Unused", _fmt_unused))
+        return cols
+
+
+def _fmt_unused(value: Any) -> str:
+    if not value:
+        return ""
+    return fmt_text([str(v).rsplit(".", 1)[-1] for v in value])
+
+
+def _l2(values: Sequence[float]) -> float:
+    """sqrt(sum of squares) in Python floats (inf/nan propagate)."""
+    import math
+
+    return math.sqrt(math.fsum(v * v for v in values)) if values else 0.0
