@@ -51,11 +51,12 @@ def _panel(key: str, t: Any, channels: int) -> tuple[str, np.ndarray, bool] | No
     if not t.is_floating_point() or t.numel() == 0 or t.dim() not in (1, 2, 3, 4):
         return None
     a = t.detach().to(torch.float32).cpu().numpy()
+    item = f" (item 0 of {a.shape[0]})" if a.ndim >= 3 and a.shape[0] > 1 else ""
     if a.ndim == 4:
         n = min(channels, a.shape[1])
-        return f"{key}: {n} of {a.shape[1]} channels", mosaic(a[0, :n]), False
+        return f"{key}: {n} of {a.shape[1]} channels{item}", mosaic(a[0, :n]), False
     if a.ndim == 3:
-        return f"{key}: sample 0, {a.shape[1]}x{a.shape[2]}", a[0], True
+        return f"{key}: {a.shape[1]}x{a.shape[2]}{item}", a[0], True
     if a.ndim == 2:
         return f"{key}: {a.shape[0]}x{a.shape[1]}", a, True
     return f"{key}: {a.shape[0]}", a[None, :], True
@@ -64,6 +65,8 @@ def _panel(key: str, t: Any, channels: int) -> tuple[str, np.ndarray, bool] | No
 def render_png(items: Sequence[tuple[str, Any]], channels: int = 16) -> tuple[bytes, list[str]]:
     """PNG bytes of the grid, and the keys that could not be drawn."""
     plt = require_matplotlib()
+    from matplotlib.ticker import MaxNLocator
+
     panels = []
     skipped = []
     for key, t in items:
@@ -90,6 +93,10 @@ def render_png(items: Sequence[tuple[str, Any]], channels: int = 16) -> tuple[by
         if heat:
             im = ax.imshow(shown, cmap=cmap, aspect="auto", interpolation="nearest")
             fig.colorbar(im, ax=ax, shrink=0.8)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.yaxis.set_major_locator(MaxNLocator(integer=True))
+            if image.shape[0] == 1:
+                ax.set_yticks([])
         else:
             ax.imshow(shown, cmap=cmap, vmin=0, vmax=1, interpolation="nearest")
             ax.set_xticks([])
