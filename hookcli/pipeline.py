@@ -167,7 +167,7 @@ def run_session(
                     loss = reduce_output(output, "sum")
                 else:
                     loss = loss_fn(output)
-                loss_value = float(loss.detach())
+                loss_value = None if loss.is_meta else float(loss.detach())  # meta: no value
                 session.backward(loss)
         except RunError as err:
             error = err
