@@ -233,3 +233,10 @@ def test_table_csv_markdown_output_and_usage(tmp_path: Path) -> None:
     assert invoke("buffers", "sample_models:BNMLP", "--mode", "fast").exit_code == 2
     shallow = invoke_json("buffers", "sample_models:BNMLP", "--depth", "0")
     assert [r["name"] for r in shallow["buffers"]] == ["step_scale"]
+
+
+def test_meta_device_has_no_values() -> None:
+    report = invoke_json("buffers", "sample_models:BNMLP", "--device", "meta")
+    assert len(report["buffers"]) == 7
+    assert all(r["before"] is None and r["after"] is None for r in report["buffers"])
+    assert all(r["changed"] is None for r in report["buffers"])

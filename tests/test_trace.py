@@ -294,3 +294,10 @@ def test_bad_options_exit_2() -> None:
     assert result.exit_code == 2 and "Traceback" not in result.stderr
     assert invoke("trace", "no_such_model_xyz").exit_code == 3
     assert global_hook_counts() == NO_GLOBAL_HOOKS
+
+
+def test_meta_device_backward_has_shapes_and_no_loss() -> None:
+    report = invoke_json("trace", "sample_models:Net", "--device", "meta", "--backward")
+    cpu = invoke_json("trace", "sample_models:Net", "--backward")
+    assert seen(report) == seen(cpu)
+    assert "loss" not in report["totals"] and "loss" in cpu["totals"]

@@ -122,6 +122,7 @@ def command(
             nbytes += buf.numel() * buf.element_size()
     infos = probe.buffers
     changed = [b.name for b in infos if b.changed]
+    unknown = sum(1 for b in infos if b.changed is None)
     totals = {
         "buffers": len(infos),
         "persistent": sum(1 for b in infos if b.persistent),
@@ -160,7 +161,11 @@ def command(
     )
     table_totals = [
         ("Buffers", f"{len(infos)} ({kinds})"),
-        ("Changed", f"{len(changed)} of {len(infos)} after {runs}"),
+        (
+            "Changed",
+            f"{len(changed)} of {len(infos)} after {runs}"
+            + (f" ({unknown} unknown: no values on the meta device)" if unknown else ""),
+        ),
         ("Size", f"{fmt_int(elements)} elements, {fmt_int(nbytes)} bytes"),
     ]
     code = emit(report, out, columns, table_totals)
