@@ -379,8 +379,12 @@ class HookSession:
                     self._fwd_hook, with_kwargs=True, always_call=self.always_call
                 )
             )
+
             # torch's handle forgets this dict on remove(); leave no trace of the hook
-            self.on_exit(lambda: module_mod._global_forward_hooks_with_kwargs.pop(fwd.id, None))
+            def forget_with_kwargs() -> None:
+                module_mod._global_forward_hooks_with_kwargs.pop(fwd.id, None)
+
+            self.on_exit(forget_with_kwargs)
             if self.backward_needed:
                 keep(module_mod.register_module_full_backward_pre_hook(self._bw_pre_hook))
                 keep(module_mod.register_module_full_backward_hook(self._bw_hook))
