@@ -159,8 +159,9 @@ def command(
         if totals["non_persistent"]
         else "all persistent"
     )
+    count = f"{len(infos)} ({kinds})" if infos else "0"
     table_totals = [
-        ("Buffers", f"{len(infos)} ({kinds})"),
+        ("Buffers", count),
         (
             "Changed",
             f"{len(changed)} of {len(infos)} after {runs}"

@@ -60,11 +60,12 @@ def freeze(model: "nn.Module", patterns: list[str]) -> list[str]:
     for pattern in patterns:
         found = [n for n, _ in named if matches(n, pattern)]
         if not found:
+            if not named:
+                raise UsageError(f"--frozen {pattern!r}: the model has no parameters")
             sample = ", ".join(n for n, _ in named[:5])
             more = ", ..." if len(named) > 5 else ""
             raise UsageError(
-                f"--frozen {pattern!r} matches no parameter (names look like: "
-                f"{sample or 'none: the model has no parameters'}{more})"
+                f"--frozen {pattern!r} matches no parameter (names look like: {sample}{more})"
             )
         hit.extend(n for n in found if n not in hit)
     for n, p in named:

@@ -113,8 +113,8 @@ def command(
     notes = []
     if not regs:
         notes.append(
-            "no registration was seen: the model was built before hookcli could watch "
-            "(an nn.Module instance created when an already imported module was loaded)"
+            "no registration was seen: the model registers nothing, or it was built before "
+            "hookcli could watch (an nn.Module instance in a module imported earlier)"
         )
     report = Report(
         command=NAME,
