@@ -10,7 +10,6 @@ from hookcli.cliopts import (
     DepthOpt,
     DeviceOpt,
     DtypeOpt,
-    FailOnOpt,
     FormatOpt,
     GlobalHooksOpt,
     HooksOpt,
@@ -45,6 +44,16 @@ LossOpt = Annotated[
     typer.Option(
         "--loss",
         help="Loss for the backward pass: sum (or mean) of every floating output element.",
+    ),
+]
+FailOnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--fail-on",
+        metavar="CHECKS",
+        help="Comma-separated checks that fail the run (exit 1): nan, inf (in any module "
+        "output, or gradient with backward kinds), dead (a module whose outputs are all zero).",
+        show_default=False,
     ),
 ]
 DeadThresholdOpt = Annotated[
@@ -183,9 +192,9 @@ def _notes(probe: "StatsProbe", loss: float | None, loss_kind: str) -> tuple[str
     if HookKind.FORWARD in probe.kinds:
         if probe.origin is not None:
             notes.append(
-                f"NaN/Inf origin: {probe.origin.label} ({probe.origin.type}): the first module "
-                f"whose output holds NaN/Inf while its inputs were finite; "
-                f"{probe.nonfinite_calls} call(s) output NaN/Inf"
+                f"NaN/Inf origin: {probe.origin.label} ({probe.origin.type}), the first module "
+                f"to output NaN/Inf from finite inputs; {probe.nonfinite_calls} call(s) "
+                "output NaN/Inf"
             )
         elif probe.nonfinite_calls:
             notes.append(
