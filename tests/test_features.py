@@ -212,6 +212,7 @@ def test_lstm_tuple_output_and_root_alias(tmp_path):
     assert torch.equal(saved["lstm[1][0]"], h)
     assert torch.equal(saved["lstm[1][1]"], c)
     assert torch.equal(saved["(root)[0]"], ref[""][0][0])
+    assert list(saved)[:2] == ["(root)[0]", "(root)[1][0]"]  # by call start: the root first
 
 
 # -- only matching modules get hooks; the model is left as found ------------------------------

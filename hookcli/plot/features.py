@@ -90,6 +90,8 @@ def render_png(items: Sequence[tuple[str, Any]], channels: int = 16) -> tuple[by
     cmap.set_bad("white")
     for ax, (title, image, heat) in zip(axes.flat, panels, strict=False):
         shown = np.ma.masked_invalid(image)
+        if shown.mask.all():
+            title += " (no finite value)"
         if heat:
             im = ax.imshow(shown, cmap=cmap, aspect="auto", interpolation="nearest")
             fig.colorbar(im, ax=ax, shrink=0.8)

@@ -132,7 +132,9 @@ class FeatureProbe(Probe):
             self._pending.append((base + suffix, frame.index, t.detach().clone()))
 
     def finish(self, session: HookSession) -> None:
-        self.features = [Feature(key, index, t.cpu()) for key, index, t in self._pending]
+        # In the order the calls began (as the rows), not the order they returned.
+        ordered = sorted(self._pending, key=lambda item: item[1])
+        self.features = [Feature(key, index, t.cpu()) for key, index, t in ordered]
         self._pending.clear()
 
     def tensors(self) -> dict[str, torch.Tensor]:
