@@ -32,6 +32,7 @@ from hookcli.options import Format, Mode
 if TYPE_CHECKING:
     import torch
 
+    from hookcli.errors import RunError
     from hookcli.pipeline import Prepared
     from hookcli.probes.features import FeatureProbe
     from hookcli.session import CallRecord
@@ -175,7 +176,8 @@ def _locate_failure(prepared: "Prepared", mode: Mode) -> str | None:
 
 def _run(
     prepared: "Prepared", probe: "FeatureProbe", selected: list[Any], mode: Mode
-) -> "tuple[tuple[CallRecord, ...], Any]":
+) -> "tuple[tuple[CallRecord, ...], RunError | None]":
+    """One forward with hooks on ``selected`` only: the records and any model failure."""
     from hookcli.errors import RunError
     from hookcli.probes.features import SelectedSession
 
