@@ -12,12 +12,14 @@ from typing import Any
 import pytest
 import torch
 import torchvision
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from torch import nn
 
 import sample_models
 from hookcli.options import HookKind, Mode, ModelOptions, RunOptions
 from hookcli.pipeline import prepare, run_session
-from hookcli.probes.stats import StatsProbe
+from hookcli.probes.stats import StatsProbe, pool, tensor_vector
 from hookcli.structures import iter_tensors
 from tests.conftest import (
     assert_no_hooks,
@@ -477,6 +479,24 @@ def test_csv_and_markdown_carry_the_statistics(tmp_path):
     result = invoke("stats", "sample_models:NaNModel", "-f", "json", "-o", str(out))
     assert result.exit_code == 0 and result.stdout == ""
     assert json.loads(out.read_text())["totals"]["nonfinite_origin"] == "log"
+
+
+# -- pooling several tensors of one output --------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.lists(st.one_of(st.floats(-1e3, 1e3, width=32), st.just(0.0)), min_size=1, max_size=40),
+        min_size=1,
+        max_size=4,
+    )
+)
+def test_pooled_statistics_equal_those_of_the_concatenation(chunks):
+    tensors = [torch.tensor(c, dtype=torch.float32) for c in chunks]
+    pooled = pool([(t.numel(), tensor_vector(t).tolist()) for t in tensors])
+    ref = ref_stats(tensors)
+    assert ref is not None
+    for k in STAT_KEYS:
+        assert getattr(pooled, k) == pytest.approx(ref[k], rel=1e-4, abs=1e-3), k
 
 
 # -- the probe: no tensor kept, no host sync in hooks, one transfer, model left as found ----------
