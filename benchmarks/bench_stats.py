@@ -9,7 +9,8 @@ Each figure comes from its own fresh subprocess reading
 
 Printed: ``stats/bare`` (target <= 1.10) and, stricter, the memory the forward
 adds above ``idle`` in each case. Timing is informational: a plain forward vs the
-same forward inside a HookSession with the StatsProbe, best of 3, in one process.
+same forward inside a HookSession with the StatsProbe, best of 3, in one process
+on one thread (with several threads on a shared machine the figures swing 10x).
 
 Usage: ``python benchmarks/run.py stats`` (or ``python benchmarks/bench_stats.py``).
 """
@@ -62,6 +63,7 @@ SCRIPTS = {
 TIMING = textwrap.dedent(
     f"""
     import time, torch
+    torch.set_num_threads(1)  # one thread: stable figures on a shared machine
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare, run_session
     from hookcli.probes.stats import StatsProbe
@@ -120,7 +122,7 @@ def main() -> None:
         print(f"  forward's own memory, stats vs bare: {(stats - idle) / (bare - idle):.3f}")
     t_bare, t_stats = (float(v) for v in _run(TIMING).split())
     print(
-        f"  time per forward: bare {t_bare:.2f} s, stats {t_stats:.2f} s "
+        f"  time per forward, 1 thread: bare {t_bare:.2f} s, stats {t_stats:.2f} s "
         f"(ratio {t_stats / t_bare:.2f}, informational)"
     )
 
