@@ -12,7 +12,6 @@ import csv
 import io
 import json
 import math
-from collections.abc import Sequence
 from typing import Any
 
 import pytest
@@ -144,6 +143,7 @@ def test_lstm_matches_autograd() -> None:
     # Full backward hooks see the top-level tensors of a module's output only:
     # the LSTM's (h, c) pair is nested, so grad_output is out's gradient alone.
     assert close(rows["lstm"]["grad_output_norm"], norm(g_out))
+    assert not close(rows["lstm"]["grad_output_norm"], norm(g_out, g_h, g_c))
     assert close(rows["lstm"]["grad_input_norm"], norm(g_p))
 
 
@@ -212,7 +212,8 @@ def test_resnet18_matches_autograd() -> None:
     cap: dict[str, torch.Tensor] = {}
     loss = _resnet(m, x, cap).sum()
     names = list(cap)
-    grads = dict(zip(names, torch.autograd.grad(loss, list(cap.values()), retain_graph=True)))
+    captured = torch.autograd.grad(loss, list(cap.values()), retain_graph=True)
+    grads = dict(zip(names, captured, strict=True))
     # layer1.1.conv1's grad_input: its share of the gradient of layer1.0's output
     (g_in,) = torch.autograd.grad(
         cap["layer1.1.conv1"], cap["layer1.0"], grads["layer1.1.conv1"], retain_graph=True
@@ -404,7 +405,3 @@ def test_command_module_does_not_import_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
-
-
-def _all(values: Sequence[Any]) -> bool:
-    return all(v is not None for v in values)

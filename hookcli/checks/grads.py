@@ -9,7 +9,7 @@ name (``spare.weight``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -50,10 +50,8 @@ def run_checks(
     """Every requested check, in the order of ``--fail-on``, then the norm bounds."""
     out: list[CheckResult] = []
     for name in gates.fail_on:
-        if name == "nan":
-            out.append(nonfinite_check("nan", math.isnan, findings, records, loss))
-        elif name == "inf":
-            out.append(nonfinite_check("inf", math.isinf, findings, records, loss))
+        if name in ("nan", "inf"):
+            out.append(nonfinite_check(name, findings, records, loss))
         elif name == "unused":
             out.append(unused_check(findings))
         elif name == "zero-grad":
@@ -67,53 +65,65 @@ def run_checks(
     return tuple(out)
 
 
-def _bad(test: Callable[[float], bool], value: float | None) -> bool:
-    return value is not None and test(value)
+def _isnan(value: float | None) -> bool:
+    return value is not None and math.isnan(value)
 
 
-def _call_grads(call: CallGrad) -> dict[str, float | None]:
+def _holds(name: str, norm: float | None, inf_flag: bool | None) -> bool:
+    """Whether a gradient holds NaN (its norm is NaN, exactly) or Inf.
+
+    A norm is NaN exactly when an element is; Inf is read from the exact flag
+    when the probe recorded one, else from an infinite norm.
+    """
+    if name == "nan":
+        return _isnan(norm)
+    if inf_flag is not None:
+        return inf_flag
+    return norm is not None and math.isinf(norm)
+
+
+def _call_grads(call: CallGrad) -> dict[str, tuple[float | None, bool | None]]:
     return {
-        "grad_input": call.grad_input_norm,
-        "grad_output": call.grad_output_norm,
-        "output grad": call.output_grad_norm,
+        "grad_input": (call.grad_input_norm, call.grad_input_inf),
+        "grad_output": (call.grad_output_norm, call.grad_output_inf),
+        "output grad": (call.output_grad_norm, call.output_grad_inf),
     }
 
 
 def nonfinite_check(
     name: str,
-    test: Callable[[float], bool],
     findings: GradFindings,
     records: Sequence[CallRecord],
     loss: float | None,
 ) -> CheckResult:
-    """NaN (or Inf) in any gradient: per-call grad_input/grad_output, parameter grads.
+    """``nan`` (or ``inf``) in any gradient: per-call grad_input/grad_output, parameter grads.
 
     Failing layers are listed in backward order (the order their backward hooks
-    fired), then modules whose parameter grads alone are bad, then the module
-    whose forward output first held the value (when the forward was watched).
-    The detail names the first grad_input, in backward order, that holds it and
-    whether the loss itself was finite.
+    fired), then the module whose forward output first held the value (when the
+    forward was watched). The detail names the first grad_input, in backward
+    order, that holds it and whether the loss itself was finite.
     """
     word = "NaN" if name == "nan" else "Inf"
     by_index = {r.index: r for r in records}
 
     def bad_params(rec: CallRecord) -> bool:
         mod = findings.modules.get(rec.module_id)
-        return mod is not None and _bad(test, mod.grad_norm)
+        return mod is not None and _holds(name, mod.grad_norm, mod.has_inf)
 
     layers: list[str] = []
     first_input: str | None = None
     first_any: str | None = None
     order = list(dict.fromkeys(findings.backward_order))
-    rest = [r.index for r in reversed(records) if r.index not in set(order)]
+    in_order = set(order)
+    rest = [r.index for r in reversed(records) if r.index not in in_order]
     for index in [*order, *rest]:
         rec = by_index.get(index)
         if rec is None:
             continue
         call = findings.calls.get(index)
         label = layer_label(rec.name, rec.call)
-        where = [k for k, v in _call_grads(call).items() if _bad(test, v)] if call else []
-        if bad_params(rec) and rec.call == 0:
+        where = [k for k, v in _call_grads(call).items() if _holds(name, *v)] if call else []
+        if rec.call == 0 and bad_params(rec):
             where.append("parameter grads")
         if not where:
             continue
@@ -122,9 +132,11 @@ def nonfinite_check(
             first_any = f"{label} ({', '.join(where)})"
         if first_input is None and "grad_input" in where:
             first_input = label
-    counted = (lambda p: p.nan_count) if name == "nan" else (lambda p: p.inf_count)
     bad_params_names = [
-        p.name for p in findings.params if _bad(test, p.grad_norm) or (counted(p) or 0) > 0
+        p.name
+        for p in findings.params
+        if _holds(name, p.grad_norm, p.has_inf)
+        or ((p.nan_count if name == "nan" else p.inf_count) or 0) > 0
     ]
     origin: str | None = None
     if findings.watched_forward:
@@ -135,7 +147,7 @@ def nonfinite_check(
                 if rec is not None:
                     origin = layer_label(rec.name, rec.call)
                 break
-    loss_bad = _bad(test, loss)
+    loss_bad = loss is not None and (math.isnan(loss) if name == "nan" else math.isinf(loss))
     if not layers and not bad_params_names and not loss_bad:
         return CheckResult(name, True, f"no {word} in any gradient; the loss is {_loss_text(loss)}")
     parts = []

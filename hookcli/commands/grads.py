@@ -148,8 +148,10 @@ def command(
         raise UsageError("grads needs real gradient values; --device meta only gives shapes")
     if plot is not None:
         from hookcli.plot import require_matplotlib
+        from hookcli.plot.gradflow import check_plot_path
 
         require_matplotlib()  # exit 2 before any work when matplotlib is missing
+        check_plot_path(plot)
 
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.TRAIN, global_hooks)
@@ -182,6 +184,7 @@ def _run(
         per_param=per_param,
         output_hooks=explicit and HookKind.TENSOR in kinds,
         watch_forward=bool({"nan", "inf", "dead"} & set(gates.fail_on)),
+        flag_inf="inf" in gates.fail_on,
     )
     outcome = run_session(
         prepared,

@@ -26,6 +26,17 @@ class FlowPoint:
     grad_norm: float | None
 
 
+def check_plot_path(path: Path) -> None:
+    """Exit 2 before any work when ``path`` cannot be a file (its folder is a file)."""
+    for parent in (path, *path.parents):
+        if parent.exists():
+            if parent == path and path.is_dir():
+                raise UsageError(f"--plot {path} is a directory: give a file name, e.g. flow.png")
+            if parent != path and not parent.is_dir():
+                raise UsageError(f"cannot write --plot {path}: {parent} is not a directory")
+            return
+
+
 def plot_gradflow(points: Sequence[FlowPoint], path: Path, title: str) -> Path:
     """Draw the chart and save it as a PNG at ``path``; exit 2 if it cannot be written."""
     plt = require_matplotlib()
@@ -93,6 +104,14 @@ def _draw(ax: Any, points: Sequence[FlowPoint], title: str) -> None:
                 s=60,
                 zorder=3,
                 label=label,
+            )
+    for i, p in enumerate(points):
+        g = p.grad_norm
+        if g is not None and (g == 0.0 or not math.isfinite(g)):
+            text = "0" if g == 0.0 else "nan" if math.isnan(g) else "inf"
+            y = bottom if g == 0.0 else top
+            ax.annotate(
+                text, (i, y), textcoords="offset points", xytext=(0, 7), ha="center", fontsize=7
             )
     ax.set_yscale("log")
     ax.set_ylim(bottom / 3.0, top * 3.0)

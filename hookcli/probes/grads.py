@@ -17,6 +17,8 @@ moves them all to the host at once: no hook synchronizes with the device.
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -120,11 +122,12 @@ class ParamGrad:
     shape: tuple[int, ...]
     dtype: str
     requires_grad: bool
-    grad_norm: float | None  # None: frozen, or no grad arrived (unused)
+    grad_norm: float | None  # None: frozen, no tensor hooks, or no grad arrived (unused)
     weight_norm: float
-    nan_count: int | None  # None unless counted (per-param mode) and a grad arrived
-    inf_count: int | None
     unused: bool  # requires_grad and .grad stayed None
+    nan_count: int | None = None  # counted in per-param mode, when a grad arrived
+    inf_count: int | None = None
+    has_inf: bool | None = None  # exact Inf flag (``flag_inf``), else None
 
     @property
     def ratio(self) -> float | None:
@@ -137,17 +140,21 @@ class ModuleGrad:
 
     grad_norm: float | None
     weight_norm: float | None
-    unused: tuple[str, ...]  # qualified names of its own params that got no grad
+    unused: tuple[str, ...] = ()  # qualified names of its own params that got no grad
+    has_inf: bool | None = None
 
 
 @dataclass(frozen=True)
 class CallGrad:
-    """The gradients one module call saw."""
+    """The gradients one module call saw; ``*_inf`` are exact flags (``flag_inf``) or None."""
 
     grad_output_norm: float | None = None
     grad_input_norm: float | None = None
     output_grad_norm: float | None = None
-    output_nan: bool = False  # forward output held NaN (``watch_forward`` only)
+    grad_output_inf: bool | None = None
+    grad_input_inf: bool | None = None
+    output_grad_inf: bool | None = None
+    output_nan: bool = False  # the forward output held NaN (``watch_forward`` only)
     output_inf: bool = False
     output_dead: bool = False  # every element of its floating outputs is zero
 
@@ -179,8 +186,19 @@ def ratio(grad: float | None, weight: float | None) -> float | None:
     return grad / weight
 
 
+# One sighting of a gradient: its L2 norm and, with ``flag_inf``, whether it holds Inf.
+_Stat = tuple[torch.Tensor, torch.Tensor | None]
+
+
 class GradProbe(Probe):
-    """Gradient norms per call and per parameter, from the backward hook kinds given."""
+    """Gradient norms per call and per parameter, from the backward hook kinds given.
+
+    ``per_param`` also counts NaN and Inf elements of each parameter grad;
+    ``output_hooks`` (tensor kind only) hooks every module output; ``watch_forward``
+    flags forward outputs holding NaN, Inf or only zeros; ``flag_inf`` records, for
+    every gradient seen, whether it holds Inf (a norm cannot tell when NaN is there
+    too, or when the sum of squares overflows).
+    """
 
     def __init__(
         self,
@@ -189,23 +207,51 @@ class GradProbe(Probe):
         per_param: bool = False,
         output_hooks: bool = True,
         watch_forward: bool = False,
+        flag_inf: bool = False,
     ) -> None:
         self.kinds = frozenset(k for k in kinds if k.is_backward)
         self.per_param = per_param
         self.output_hooks = output_hooks and HookKind.TENSOR in self.kinds
         self.watch_forward = watch_forward
+        self.flag_inf = flag_inf
         self.findings: GradFindings | None = None
         self._session: HookSession | None = None
         self._params: list[tuple[str, nn.Parameter]] = []
-        self._pnorm: dict[int, torch.Tensor] = {}
-        self._pcounts: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self._pstat: dict[int, _Stat] = {}
+        self._pcounts: dict[int, torch.Tensor] = {}
         self._pfired: dict[int, int] = {}
-        self._gout: dict[int, torch.Tensor | None] = {}
-        self._gin: dict[int, torch.Tensor | None] = {}
-        self._ograd: dict[int, list[torch.Tensor]] = {}
+        self._gout: dict[int, _Stat | None] = {}
+        self._gin: dict[int, _Stat | None] = {}
+        self._ograd: dict[int, list[_Stat]] = {}
         self._fwd_flags: dict[int, torch.Tensor] = {}
         self._bw_order: list[int] = []
         self._fwd_order: list[int] = []
+        # Full backward hooks pass gradient tensors on unchanged, so a parent and its
+        # last child, or one module's grad_input and the previous one's grad_output,
+        # often see the very same tensor: its figures are computed once. The weak
+        # reference makes sure a reused address is never taken for the same tensor, the
+        # version that autograd did not accumulate into it in place since.
+        self._seen: dict[int, tuple[weakref.ref[torch.Tensor], int, _Stat]] = {}
+
+    def _one(self, t: torch.Tensor) -> _Stat:
+        cached = self._seen.get(id(t))
+        if cached is not None and cached[0]() is t and cached[1] == t._version:
+            return cached[2]
+        d = t.detach()
+        stat = (tensor_norm(d), torch.isinf(d).any() if self.flag_inf else None)
+        with contextlib.suppress(TypeError):  # a tensor subclass without weak references
+            self._seen[id(t)] = (weakref.ref(t), t._version, stat)
+        return stat
+
+    def _stat(self, tensors: Iterable[Any]) -> _Stat | None:
+        stats = [self._one(t) for t in tensors if isinstance(t, torch.Tensor)]
+        if len(stats) <= 1:
+            return stats[0] if stats else None
+        norm = joint_norm([n for n, _ in stats])
+        assert norm is not None
+        infs = [f for _, f in stats if f is not None]
+        inf = torch.stack([f.to(norm.device) for f in infs]).any() if infs else None
+        return norm, inf
 
     # -- hooks -------------------------------------------------------------------
     def attach(self, session: HookSession) -> None:
@@ -224,10 +270,10 @@ class GradProbe(Probe):
     def _param_hook(self, i: int) -> Any:
         def hook(grad: torch.Tensor) -> None:
             self._pfired[i] = self._pfired.get(i, 0) + 1
-            self._pnorm[i] = tensor_norm(grad)
+            self._pstat[i] = self._one(grad)
             if self.per_param:
                 g = grad.detach()
-                self._pcounts[i] = (torch.isnan(g).sum(), torch.isinf(g).sum())
+                self._pcounts[i] = torch.stack([torch.isnan(g).sum(), torch.isinf(g).sum()])
 
         return hook
 
@@ -246,7 +292,7 @@ class GradProbe(Probe):
                     torch.stack([torch.isnan(t).any(), torch.isinf(t).any(), (t != 0).any()])
                     for t in floats
                 ]
-                self._fwd_flags[frame.index] = torch.stack(flags)
+                self._fwd_flags[frame.index] = torch.cat([f.to(flags[0].device) for f in flags])
         if not self.output_hooks or not torch.is_grad_enabled() or self._session is None:
             return
         for t in iter_tensors(output):
@@ -255,13 +301,13 @@ class GradProbe(Probe):
 
     def _output_hook(self, index: int) -> Any:
         def hook(grad: torch.Tensor) -> None:
-            self._ograd.setdefault(index, []).append(tensor_norm(grad))
+            self._ograd.setdefault(index, []).append(self._one(grad))
 
         return hook
 
     def on_backward_pre(self, frame: Frame, module: nn.Module, grad_output: Any) -> None:
         if HookKind.BACKWARD_PRE in self.kinds:
-            self._gout[frame.index] = joint_norm(grad_output)
+            self._gout[frame.index] = self._stat(grad_output)
         if HookKind.BACKWARD not in self.kinds:
             self._bw_order.append(frame.index)
 
@@ -269,47 +315,65 @@ class GradProbe(Probe):
         self, frame: Frame, module: nn.Module, grad_input: Any, grad_output: Any
     ) -> None:
         if HookKind.BACKWARD in self.kinds:
-            self._gin[frame.index] = joint_norm(grad_input)
+            self._gin[frame.index] = self._stat(grad_input)
             self._bw_order.append(frame.index)
 
     # -- results -----------------------------------------------------------------
     def finish(self, session: HookSession) -> None:
         """Weight norms, then every figure to the host in one transfer per device."""
         g = _Gather()
+
+        def add_stat(stat: _Stat | None) -> tuple[int | None, int | None]:
+            return (None, None) if stat is None else (g.add(stat[0]), g.add(stat[1]))
+
+        def merged(stats: list[_Stat]) -> _Stat | None:
+            norm = joint_norm([s[0] for s in stats])
+            if norm is None:
+                return None
+            infs = [s[1] for s in stats if s[1] is not None]
+            inf = torch.stack([f.to(norm.device) for f in infs]).any() if infs else None
+            return norm, inf
+
         with torch.no_grad():
             weight_slots = [g.add(tensor_norm(p)) for _, p in self._params]
-            grad_slots: list[int | None] = []
+            grad_slots: list[tuple[int | None, int | None]] = []
             for i, (_, p) in enumerate(self._params):
                 fired = self._pfired.get(i, 0)
-                if fired == 1:
-                    grad_slots.append(g.add(self._pnorm[i]))
-                elif fired > 1 and p.grad is not None:
-                    grad_slots.append(g.add(tensor_norm(p.grad)))  # accumulated over the fires
+                if fired == 1 and i in self._pstat:
+                    grad_slots.append(add_stat(self._pstat[i]))
+                elif fired > 1 and p.grad is not None:  # the accumulated grad, over the fires
+                    grad_slots.append(add_stat(self._stat((p.grad,))))
                 else:
-                    grad_slots.append(None)
-            count_slots = {i: g.add(torch.stack(c)) for i, c in self._pcounts.items()}
-            gout = {k: g.add(v) for k, v in self._gout.items()}
-            gin = {k: g.add(v) for k, v in self._gin.items()}
-            ograd = {k: g.add(joint_norm(v)) for k, v in self._ograd.items()}
+                    grad_slots.append((None, None))
+            count_slots = {i: g.add(c) for i, c in self._pcounts.items()}
+            gout = {k: add_stat(v) for k, v in self._gout.items()}
+            gin = {k: add_stat(v) for k, v in self._gin.items()}
+            ograd = {k: add_stat(merged(v)) for k, v in self._ograd.items()}
             fwd = {k: g.add(v) for k, v in self._fwd_flags.items()}
             g.run()
         val = g.scalar
+
+        def flag(slot: int | None) -> bool | None:
+            v = g.scalar(slot)
+            return None if v is None else bool(v)
 
         tensor_kind = HookKind.TENSOR in self.kinds
         params: list[ParamGrad] = []
         for i, (name, p) in enumerate(self._params):
             counts = g.vector(count_slots.get(i))
+            norm_slot, inf_slot = grad_slots[i]
             params.append(
                 ParamGrad(
                     name=name,
                     shape=tuple(p.shape),
                     dtype=str(p.dtype).removeprefix("torch."),
                     requires_grad=p.requires_grad,
-                    grad_norm=val(grad_slots[i]),
+                    grad_norm=val(norm_slot),
                     weight_norm=val(weight_slots[i]) or 0.0,
+                    unused=p.requires_grad and p.grad is None,
                     nan_count=int(counts[0]) if counts else None,
                     inf_count=int(counts[1]) if counts else None,
-                    unused=p.requires_grad and p.grad is None,
+                    has_inf=flag(inf_slot),
                 )
             )
         by_id = {id(p): params[i] for i, (_, p) in enumerate(self._params)}
@@ -323,27 +387,30 @@ class GradProbe(Probe):
             ]
             module_params[id(m)] = tuple(n for n, _ in own)
             if not own:
-                modules[id(m)] = ModuleGrad(None, None, ())
+                modules[id(m)] = ModuleGrad(None, None)
                 continue
             grads = [pg.grad_norm for _, pg in own if pg.grad_norm is not None]
+            infs = [pg.has_inf for _, pg in own if pg.has_inf is not None]
             modules[id(m)] = ModuleGrad(
                 grad_norm=_l2(grads) if grads and tensor_kind else None,
                 weight_norm=_l2([pg.weight_norm for _, pg in own]),
                 unused=tuple(n for n, pg in own if pg.unused),
+                has_inf=any(infs) if infs else None,
             )
         calls: dict[int, CallGrad] = {}
         for index in {*gout, *gin, *ograd, *fwd}:
             flags = g.vector(fwd.get(index))  # [nan, inf, nonzero] per output tensor
-            nan = any(flags[0::3])
-            inf = any(flags[1::3])
-            dead = bool(flags) and not any(flags[2::3])
+            go, gi, og = (d.get(index, (None, None)) for d in (gout, gin, ograd))
             calls[index] = CallGrad(
-                grad_output_norm=val(gout.get(index)),
-                grad_input_norm=val(gin.get(index)),
-                output_grad_norm=val(ograd.get(index)),
-                output_nan=nan,
-                output_inf=inf,
-                output_dead=dead,
+                grad_output_norm=val(go[0]),
+                grad_input_norm=val(gi[0]),
+                output_grad_norm=val(og[0]),
+                grad_output_inf=flag(go[1]),
+                grad_input_inf=flag(gi[1]),
+                output_grad_inf=flag(og[1]),
+                output_nan=any(flags[0::3]),
+                output_inf=any(flags[1::3]),
+                output_dead=bool(flags) and not any(flags[2::3]),
             )
         trainable = [pg for pg in params if pg.requires_grad]
         grads = [pg.grad_norm for pg in trainable if pg.grad_norm is not None]
@@ -360,11 +427,8 @@ class GradProbe(Probe):
             watched_forward=self.watch_forward,
         )
         # Drop the device tensors: the findings are all the report needs.
-        self._pnorm.clear()
-        self._pcounts.clear()
-        self._gout.clear()
-        self._gin.clear()
-        self._ograd.clear()
+        for store in (self._pstat, self._pcounts, self._gout, self._gin, self._ograd, self._seen):
+            store.clear()
         self._fwd_flags.clear()
         self._session = None
 
