@@ -238,8 +238,8 @@ class HookSession:
         if self.backward_needed:
             for p in params:
                 p.grad = None  # accumulate from zero, so the figures are this run's alone
-            self._disable_inplace()
-            self._alias_hooked_tensors()
+            if not self._alias_hooked_tensors():
+                self._disable_inplace()
 
     def _disable_inplace(self) -> None:
         # Full backward hooks wrap module outputs in a view; an in-place op on it
@@ -256,24 +256,27 @@ class HookSession:
 
         self.on_exit(restore)
 
-    def _alias_hooked_tensors(self) -> None:
+    def _alias_hooked_tensors(self) -> bool:
         # torch's BackwardHookFunction (behind full backward hooks) returns its
         # inputs as-is, which autograd turns into views; an in-place op on a hooked
         # module's output (torchvision ResNet's `out += identity`, MobileNet's
-        # `result += input`) then raises. Detached aliases share storage and version
-        # counter and give the same gradients, so such models run while hooked.
+        # `result += input`, ReLU(inplace=True)) then raises. Detached aliases share
+        # storage and version counter and give the same gradients, so such models run
+        # as written while hooked. False when this torch has no such class to patch
+        # (then the in-place flags are switched off instead).
         from torch.nn.modules import _functions
 
         fn_cls = getattr(_functions, "BackwardHookFunction", None)
         original = None if fn_cls is None else fn_cls.__dict__.get("forward")
         if fn_cls is None or not isinstance(original, staticmethod):
-            return
+            return False
         fn_cls.forward = staticmethod(_aliasing_hook_forward)
 
         def restore() -> None:
             fn_cls.forward = original
 
         self.on_exit(restore)
+        return True
 
     def __enter__(self) -> HookSession:
         try:
