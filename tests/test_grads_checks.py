@@ -321,6 +321,7 @@ def test_batchnorm_batch_of_one_exits_4_with_a_hint() -> None:
     assert "net.0" in result.stdout  # the layers that ran are still reported
     code, report = run_json("grads", "sample_models:BNMLP", "-b", "1")
     assert code == 4 and "-b 2" in report["error"]
+    assert report["totals"]["unused_params"] is None  # unknown: backward never ran
     assert [r["name"] for r in report["layers"]][:4] == ["", "net", "net.0", "net.1"]
     assert invoke("grads", "sample_models:BNMLP", "-b", "1", "--mode", "eval").exit_code == 0
 
@@ -331,3 +332,6 @@ def test_backward_failure_exits_4_naming_the_module() -> None:
     assert "backward failed in boom (BoomLayer)" in result.stderr
     assert "boom in backward" in result.stderr
     assert "fc1" in result.stdout
+    code, report = run_json("grads", f"{HERE}:BackwardRaises", "-i", "2x4")
+    assert code == 4 and report["totals"]["unused_params"] is None
+    assert all(r["unused_params"] == [] for r in report["layers"])

@@ -266,11 +266,12 @@ def _mark(
     failed = [c for c in checks if not c.passed]
     if not failed:
         return rows
+    module_ids = {r.name: r.module_id for r in records}
     marked: list[Row] = []
     for row in rows:
         name, call = row.data["name"], row.data["call"]
         labels = {layer_label(name, call), layer_label(name)}
-        module_id = next((r.module_id for r in records if r.name == name), None)
+        module_id = module_ids.get(name)
         own = set(findings.module_params.get(module_id, ())) if module_id is not None else set()
         hits = []
         for c in failed:

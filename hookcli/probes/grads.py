@@ -173,6 +173,7 @@ class GradFindings:
     total_grad_norm: float | None
     total_weight_norm: float | None
     watched_forward: bool = False
+    complete: bool = True  # backward ran to the end (else ``unused`` is unknown: empty)
 
     @property
     def unused(self) -> tuple[str, ...]:
@@ -229,8 +230,8 @@ class GradProbe(Probe):
         # Full backward hooks pass gradient tensors on unchanged, so a parent and its
         # last child, or one module's grad_input and the previous one's grad_output,
         # often see the very same tensor: its figures are computed once. The weak
-        # reference makes sure a reused address is never taken for the same tensor, the
-        # version that autograd did not accumulate into it in place since.
+        # reference rules out a new tensor at a reused address, the version counter a
+        # tensor that autograd has since accumulated into in place.
         self._seen: dict[int, tuple[weakref.ref[torch.Tensor], int, _Stat]] = {}
 
     def _one(self, t: torch.Tensor) -> _Stat:
@@ -358,6 +359,11 @@ class GradProbe(Probe):
             return None if v is None else bool(v)
 
         tensor_kind = HookKind.TENSOR in self.kinds
+        # Which parameters stayed without a grad is known only once backward is over.
+        reached = bool(self._bw_order or self._pfired) or any(
+            p.grad is not None for _, p in self._params
+        )
+        complete = reached and session.failure is None and session.backward_failure is None
         params: list[ParamGrad] = []
         for i, (name, p) in enumerate(self._params):
             counts = g.vector(count_slots.get(i))
@@ -370,7 +376,7 @@ class GradProbe(Probe):
                     requires_grad=p.requires_grad,
                     grad_norm=val(norm_slot),
                     weight_norm=val(weight_slots[i]) or 0.0,
-                    unused=p.requires_grad and p.grad is None,
+                    unused=complete and p.requires_grad and p.grad is None,
                     nan_count=int(counts[0]) if counts else None,
                     inf_count=int(counts[1]) if counts else None,
                     has_inf=flag(inf_slot),
@@ -425,6 +431,7 @@ class GradProbe(Probe):
             total_grad_norm=_l2(grads) if grads and tensor_kind else None,
             total_weight_norm=_l2([pg.weight_norm for pg in trainable]) if trainable else None,
             watched_forward=self.watch_forward,
+            complete=complete,
         )
         # Drop the device tensors: the findings are all the report needs.
         for store in (self._pstat, self._pcounts, self._gout, self._gin, self._ograd, self._seen):
@@ -459,7 +466,7 @@ class GradProbe(Probe):
         return {
             "grad_norm": f.total_grad_norm,
             "weight_norm": f.total_weight_norm,
-            "unused_params": list(f.unused),
+            "unused_params": list(f.unused) if f.complete else None,
         }
 
     @property
