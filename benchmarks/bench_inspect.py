@@ -77,8 +77,9 @@ def help_time(repeats: int = 5) -> float:
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        subprocess.run([sys.executable, "-m", "hookcli", "--help"], check=True,
-                       stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [sys.executable, "-m", "hookcli", "--help"], check=True, stdout=subprocess.DEVNULL
+        )
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 

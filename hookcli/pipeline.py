@@ -136,6 +136,7 @@ def run_session(
     steps: int = 1,
     keep_output: bool = False,
     after_run: Callable[[HookSession], None] | None = None,
+    only: Sequence[nn.Module] | None = None,
 ) -> RunOutcome:
     """Run forward ``steps`` times (and backward once if asked) inside a HookSession.
 
@@ -156,6 +157,7 @@ def run_session(
         global_hooks=global_hooks,
         backward=backward,
         always_call=always_call,
+        only=only,
     ) as session:
         try:
             for _ in range(steps):

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -157,8 +157,11 @@ class HookSession:
         global_hooks: bool = False,
         backward: bool = False,
         always_call: bool = False,
+        only: Collection[nn.Module] | None = None,
     ) -> None:
         self.model = model
+        # per-module hooks on these modules alone (features); None: every module
+        self.only = None if only is None else {id(m) for m in only}
         self.probes = list(probes)
         self.mode = mode
         self.global_hooks = global_hooks
@@ -393,6 +396,8 @@ class HookSession:
                 keep(module_mod.register_module_full_backward_hook(self._bw_hook))
             return
         for m in self.model.modules():
+            if self.only is not None and id(m) not in self.only:
+                continue
             keep(m.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
             keep(
                 m.register_forward_hook(

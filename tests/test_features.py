@@ -17,7 +17,8 @@ import sample_models
 from hookcli.errors import RunError, UsageError
 from hookcli.options import Mode
 from hookcli.plot.features import mosaic
-from hookcli.probes.features import FeatureProbe, SelectedSession, select_modules
+from hookcli.probes.features import FeatureProbe, select_modules
+from hookcli.session import HookSession
 from tests.conftest import (
     MODULE_HOOK_DICTS,
     assert_no_hooks,
@@ -223,7 +224,7 @@ def test_only_matching_modules_are_hooked_during_the_run():
     selected = select_modules(model, ["b.*"])
     assert [n for n, _ in selected] == ["b.0", "b.1"]
     probe = FeatureProbe()
-    with SelectedSession(model, [probe], [m for _, m in selected], mode=Mode.EVAL) as s:
+    with HookSession(model, [probe], mode=Mode.EVAL, only=[m for _, m in selected]) as s:
         s.forward((torch.randn(2, 3),))
         s.finish()
     assert model.seen[""] == model.seen["a"] == model.seen["b"] == 0
@@ -239,7 +240,7 @@ def test_hooks_removed_when_the_model_raises():
     selected = [m for _, m in select_modules(model, ["ok", "mid.1"])]
     with (
         pytest.raises(RunError, match=r"mid\.1"),
-        SelectedSession(model, [FeatureProbe()], selected, mode=Mode.EVAL) as s,
+        HookSession(model, [FeatureProbe()], mode=Mode.EVAL, only=selected) as s,
     ):
         s.forward((torch.randn(2, 3),))
     assert_no_hooks(model)

@@ -37,7 +37,7 @@ def summary():
         f"zoo: {len(RESULTS)} models: {counts['reported']} reported, "
         f"{counts['clean error']} clean errors, {counts['traceback']} tracebacks"
     ]
-    for name, (code, msg, secs) in sorted(RESULTS.items()):
+    for name, (code, msg, _secs) in sorted(RESULTS.items()):
         if code != 0:
             lines.append(f"  {name}: exit {code}: {msg}")
     slowest = sorted(RESULTS.items(), key=lambda kv: -kv[1][2])[:5]

@@ -179,17 +179,10 @@ def _run(
 ) -> "tuple[tuple[CallRecord, ...], RunError | None]":
     """One forward with hooks on ``selected`` only: the records and any model failure."""
     from hookcli.errors import RunError
-    from hookcli.probes.features import SelectedSession
+    from hookcli.pipeline import run_session
 
-    assert prepared.inputs is not None
-    error: RunError | None = None
-    with SelectedSession(prepared.model, [probe], selected, mode=mode) as session:
-        try:
-            session.forward(prepared.inputs.args, dict(prepared.inputs.kwargs))
-        except RunError as err:
-            error = err
-        session.finish()
-        records = session.records
+    outcome = run_session(prepared, [probe], mode=mode, only=selected)
+    records, error = outcome.records, outcome.error
     if error is not None:
         where = _locate_failure(prepared, mode)
         if where is not None:

@@ -86,8 +86,7 @@ def render_png(items: Sequence[tuple[str, Any]], channels: int = 16) -> tuple[by
         squeeze=False,
         layout="constrained",
     )
-    cmap = plt.get_cmap("viridis").copy()
-    cmap.set_bad("white")
+    cmap = plt.get_cmap("viridis").with_extremes(bad="white")
     for ax, (title, image, heat) in zip(axes.flat, panels, strict=False):
         shown = np.ma.masked_invalid(image)
         if shown.mask.all():

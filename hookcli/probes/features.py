@@ -1,6 +1,6 @@
 """``FeatureProbe``: copies of the outputs of the modules ``--layer`` selects.
 
-Only the selected modules get hooks (``SelectedSession``); every other module
+Only the selected modules get hooks (``HookSession(only=...)``); every other module
 runs untouched. A capture is keyed by the module's qualified name, ``name#N``
 for its N-th repeated call, and ``[i]`` / ``[key]`` / ``.field`` suffixes when
 the output holds several tensors (``lstm[0]``, ``lstm[1][0]``, ``heads[logits]``).
@@ -83,26 +83,6 @@ def _suggest(pattern: str, names: Sequence[str]) -> str:
         return "close names: " + ", ".join(close)
     shown = ", ".join(real[:8]) + (", ..." if len(real) > 8 else "")
     return f"module names look like: {shown} (hookcli inspect MODEL lists them all)"
-
-
-class SelectedSession(HookSession):
-    """A HookSession whose hooks go on the selected modules only (forward-pre + forward).
-
-    The pre hook numbers each module's calls and orders the rows by start, as
-    in every other command; no other module gets a hook.
-    """
-
-    def __init__(
-        self, model: nn.Module, probes: Sequence[Probe], selected: Sequence[nn.Module], **kw: Any
-    ) -> None:
-        super().__init__(model, probes, **kw)
-        self._selected = {id(m) for m in selected}
-
-    def _attach(self) -> None:
-        for m in self.model.modules():
-            if id(m) in self._selected:
-                self.keep(m.register_forward_pre_hook(self._pre_hook, with_kwargs=True))
-                self.keep(m.register_forward_hook(self._fwd_hook, with_kwargs=True))
 
 
 @dataclass(frozen=True)
