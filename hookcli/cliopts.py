@@ -12,6 +12,7 @@ import typer
 from hookcli.options import (
     CheckOptions,
     Format,
+    LossKind,
     Mode,
     ModelOptions,
     OutputOptions,
@@ -132,6 +133,14 @@ GlobalHooksOpt = Annotated[
         "created inside forward).",
     ),
 ]
+LossOpt = Annotated[
+    LossKind,
+    typer.Option(
+        "--loss",
+        help="Reduce the output to a scalar loss for backward: sum (of every floating-point "
+        "element of the output structure) or mean.",
+    ),
+]
 FailOnOpt = Annotated[
     str | None,
     typer.Option(
@@ -219,6 +228,7 @@ __all__ = [
     "HooksOpt",
     "InputOpt",
     "KwargsOpt",
+    "LossOpt",
     "ModeOpt",
     "ModelArg",
     "OutputOpt",

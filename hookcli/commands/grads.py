@@ -16,6 +16,7 @@ from hookcli.cliopts import (
     HooksOpt,
     InputOpt,
     KwargsOpt,
+    LossOpt,
     ModelArg,
     ModeOpt,
     OutputOpt,
@@ -42,13 +43,6 @@ if TYPE_CHECKING:
 NAME = "grads"
 DEFAULT_KINDS = (HookKind.FORWARD, HookKind.BACKWARD_PRE, HookKind.BACKWARD, HookKind.TENSOR)
 
-LossOpt = Annotated[
-    LossKind,
-    typer.Option(
-        "--loss",
-        help="Reduce the output to a scalar: sum (every floating-point element) or mean.",
-    ),
-]
 PerParamOpt = Annotated[
     bool,
     typer.Option(

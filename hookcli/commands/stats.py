@@ -15,6 +15,7 @@ from hookcli.cliopts import (
     HooksOpt,
     InputOpt,
     KwargsOpt,
+    LossOpt,
     ModelArg,
     ModeOpt,
     OutputOpt,
@@ -37,13 +38,6 @@ BackwardOpt = Annotated[
     typer.Option(
         "--backward",
         help="Also run backward (loss from --loss) and add the statistics of grad_output.",
-    ),
-]
-LossOpt = Annotated[
-    LossKind,
-    typer.Option(
-        "--loss",
-        help="Loss for the backward pass: sum (or mean) of every floating output element.",
     ),
 ]
 FailOnOpt = Annotated[
