@@ -1,7 +1,10 @@
 """Peak memory (and time) of ``hookcli stats`` against a bare forward: resnet50, batch 8.
 
 Each figure comes from its own fresh subprocess reading
-``resource.getrusage(RUSAGE_SELF).ru_maxrss`` at its end:
+its peak resident set at its end: ``VmHWM`` from ``/proc/self/status`` on Linux
+(``ru_maxrss`` would do elsewhere, but on Linux it carries over the high-water mark of
+the process that forked the child, so after an in-process benchmark every child would
+report the parent's peak):
 
 - ``idle``: torch + torchvision imported, resnet50 built, input drawn, no forward;
 - ``bare``: the same plus one plain ``model(x)`` under ``torch.inference_mode()``;
@@ -28,26 +31,39 @@ MODEL = "resnet50"
 BATCH = 8
 REPEAT = 2
 
-_SETUP = f"""
-import resource, torch, torchvision
+_PEAK = """
+def peak_kib():
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    import resource
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+"""
+_SETUP = _PEAK + f"""
+import torch, torchvision
 torch.manual_seed(0)
 model = torchvision.models.get_model({MODEL!r}, weights=None).eval()
 x = torch.randn(({BATCH}, 3, 224, 224), generator=torch.Generator().manual_seed(0))
 """
 
 SCRIPTS = {
-    "idle": _SETUP + "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n",
+    "idle": _SETUP + "print(peak_kib())\n",
     "bare": _SETUP
     + textwrap.dedent(
         """
         with torch.inference_mode():
             model(x)
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        print(peak_kib())
         """
     ),
-    "stats": textwrap.dedent(
+    "stats": _PEAK
+    + textwrap.dedent(
         f"""
-        import os, resource, sys
+        import os, sys
         from hookcli.cli import main
         sys.argv = ["hookcli", "stats", {MODEL!r}, "-b", "{BATCH}", "-f", "json",
                     "-o", os.devnull]
@@ -55,7 +71,7 @@ SCRIPTS = {
             main()
         except SystemExit as e:
             assert not e.code, e.code
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+        print(peak_kib())
         """
     ),
 }

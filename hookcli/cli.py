@@ -5,6 +5,7 @@ imported lazily by the commands, so ``hookcli --help`` and ``--version`` stay fa
 """
 
 import functools
+import gc
 import sys
 import traceback
 from collections.abc import Callable
@@ -96,7 +97,14 @@ _register()
 
 def main() -> None:
     """Console-script entry point."""
-    app(prog_name="hookcli")
+    # Importing torch and torchvision leaves millions of objects that every gen-2
+    # collection would rescan. Collection waits until the model is built; then
+    # that heap is frozen out of later collections (pipeline.build_model).
+    gc.disable()
+    try:
+        app(prog_name="hookcli")
+    finally:
+        gc.unfreeze()  # let interpreter shutdown finalize everything as usual
 
 
 __all__ = ["app", "execute", "main"]

@@ -5,6 +5,7 @@ Commands (``hookcli.commands.*``) are presets of these stages plus their probes.
 
 from __future__ import annotations
 
+import gc
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -53,9 +54,23 @@ def build_model(opts: ModelOptions) -> LoadedModel:
     from hookcli.loading import load_model, parse_kwargs
 
     kwargs = parse_kwargs(opts.kwargs)
-    return load_model(
-        opts.spec, kwargs, seed=opts.seed, weights=opts.weights, trust_pickle=opts.trust_pickle
-    )
+    try:
+        return load_model(
+            opts.spec, kwargs, seed=opts.seed, weights=opts.weights, trust_pickle=opts.trust_pickle
+        )
+    finally:
+        _resume_gc()
+
+
+def _resume_gc() -> None:
+    """After the imports and the build: freeze that heap, then collect as usual.
+
+    Only where the CLI paused collection (``cli.main``); in-process callers keep
+    their own garbage-collector settings.
+    """
+    if not gc.isenabled():
+        gc.freeze()
+        gc.enable()
 
 
 def prepare(

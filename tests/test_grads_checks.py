@@ -298,7 +298,7 @@ def test_failed_check_report_goes_to_output_file(tmp_path: Any) -> None:
         (["--hooks", "backward", "--per-param"], "add the tensor kind"),
         (["--hooks", "nope"], "unknown hook kind"),
         (["--device", "meta"], "--device meta"),
-        (["--max-grad-norm", "-1"], "greater than or equal to 0"),
+        (["--max-grad-norm", "-1"], "--max-grad-norm"),
         (["--loss", "median"], "median"),
     ],
 )
