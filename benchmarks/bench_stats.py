@@ -43,12 +43,15 @@ def peak_kib():
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 """
-_SETUP = _PEAK + f"""
+_SETUP = (
+    _PEAK
+    + f"""
 import torch, torchvision
 torch.manual_seed(0)
 model = torchvision.models.get_model({MODEL!r}, weights=None).eval()
 x = torch.randn(({BATCH}, 3, 224, 224), generator=torch.Generator().manual_seed(0))
 """
+)
 
 SCRIPTS = {
     "idle": _SETUP + "print(peak_kib())\n",
