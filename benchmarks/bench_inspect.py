@@ -36,6 +36,7 @@ def in_process(batch: int = 8, repeats: int = REPEATS) -> tuple[float, float]:
 
     prepared = prepare(ModelOptions("resnet50"), RunOptions(inputs=(f"{batch}x3x224x224",)))
     model, x = prepared.model, prepared.inputs.args[0]
+    model.eval()  # what inspect runs in by default (torchvision builds in train mode)
 
     def bare() -> None:
         with torch.inference_mode():
