@@ -210,15 +210,19 @@ def emit(
     """Render the report and write it to stdout or ``--output``; 1 if a check failed."""
     from hookcli.render import render
 
-    text = render(report, out.format, columns, totals)
-    if out.output is not None:
-        try:
-            out.output.parent.mkdir(parents=True, exist_ok=True)
-            out.output.write_text(text, encoding="utf-8")
-        except OSError as err:
-            raise UsageError(f"cannot write --output {out.output}: {err.strerror or err}") from err
-        progress(f"report written to {out.output}")
-    else:
+    write_text(render(report, out.format, columns, totals), out)
+    return EXIT_CHECK_FAILED if report.failed_checks else EXIT_OK
+
+
+def write_text(text: str, out: OutputOptions) -> None:
+    """Write rendered text to ``--output`` (folders created) or stdout."""
+    if out.output is None:
         sys.stdout.write(text)
         sys.stdout.flush()
-    return EXIT_CHECK_FAILED if report.failed_checks else EXIT_OK
+        return
+    try:
+        out.output.parent.mkdir(parents=True, exist_ok=True)
+        out.output.write_text(text, encoding="utf-8")
+    except OSError as err:
+        raise UsageError(f"cannot write --output {out.output}: {err.strerror or err}") from err
+    progress(f"report written to {out.output}")

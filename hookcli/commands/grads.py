@@ -342,7 +342,7 @@ def _emit(
     totals: list[tuple[str, str]],
 ) -> int:
     """Like pipeline.emit, with the per-parameter table between the layers and the totals."""
-    from hookcli.pipeline import emit
+    from hookcli.pipeline import emit, write_text
 
     if out.format is not Format.TABLE or "params" not in report.lists:
         return emit(report, out, columns, totals)
@@ -355,7 +355,7 @@ def _emit(
     tail = render_table(dataclasses.replace(report, layers=(), notes=()), [], totals)
     tail = tail.split("\n", 3)[-1]  # drop the header line, blank line and "(no layers)"
     text = head + "\nParameters:\n" + _param_table(report.lists["params"]) + "\n" + tail
-    _write(text, out)
+    write_text(text, out)
     return EXIT_CHECK_FAILED if report.failed_checks else EXIT_OK
 
 
@@ -383,19 +383,3 @@ def _param_table(rows: "tuple[Row, ...]") -> str:
     )
 
 
-def _write(text: str, out: "OutputOptions") -> None:
-    import sys
-
-    from hookcli.errors import UsageError
-    from hookcli.pipeline import progress
-
-    if out.output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
-        return
-    try:
-        out.output.parent.mkdir(parents=True, exist_ok=True)
-        out.output.write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise UsageError(f"cannot write --output {out.output}: {err.strerror or err}") from err
-    progress(f"report written to {out.output}")
