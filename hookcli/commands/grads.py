@@ -381,5 +381,3 @@ def _param_table(rows: "tuple[Row, ...]") -> str:
     return tabulate.tabulate(
         body, headers=headers, colalign=align, tablefmt="simple", disable_numparse=True
     )
-
-
