@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from hookcli.options import (
-    CheckOptions,
     Format,
     LossKind,
     Mode,
@@ -217,7 +216,6 @@ def parse_fail_on(text: str | None, allowed: tuple[str, ...]) -> tuple[str, ...]
 
 __all__ = [
     "BatchOpt",
-    "CheckOptions",
     "DebugOpt",
     "DepthOpt",
     "DeviceOpt",

@@ -15,7 +15,7 @@ import os
 import sys
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
@@ -37,7 +37,6 @@ class LoadedModel:
     spec: str
     family: str | None = None  # torchvision family, None for user models
     torchvision_name: str | None = None
-    weights_report: tuple[str, ...] = field(default=())
 
 
 def parse_kwargs(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
@@ -256,14 +255,7 @@ def load_model(
         built = _instantiate(obj, kw, spec, seed)
         loaded = LoadedModel(module=built, spec=spec)
     if weights is not None:
-        report = apply_weights(loaded.module, weights, trust_pickle=trust_pickle)
-        loaded = LoadedModel(
-            module=loaded.module,
-            spec=loaded.spec,
-            family=loaded.family,
-            torchvision_name=loaded.torchvision_name,
-            weights_report=report,
-        )
+        apply_weights(loaded.module, weights, trust_pickle=trust_pickle)
     return loaded
 
 
@@ -285,7 +277,7 @@ def _extract_state_dict(obj: Any) -> Mapping[str, Any] | None:
     return None
 
 
-def apply_weights(model: nn.Module, path: Path, *, trust_pickle: bool = False) -> tuple[str, ...]:
+def apply_weights(model: nn.Module, path: Path, *, trust_pickle: bool = False) -> None:
     """Load a state dict from ``path`` (weights_only unless trusted) and apply it strictly."""
     import pickle
 
@@ -327,4 +319,3 @@ def apply_weights(model: nn.Module, path: Path, *, trust_pickle: bool = False) -
         problems.append("unexpected keys: " + ", ".join(result.unexpected_keys[:20]))
     if problems:
         raise LoadError(f"weights {path} do not match the model; " + "; ".join(problems))
-    return (f"loaded {len(state)} tensors from {path}",)

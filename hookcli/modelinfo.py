@@ -71,17 +71,3 @@ def totals(model: nn.Module) -> dict[str, int]:
         "buffers": sum(b.numel() for b in buffers),
         "buffer_bytes": sum(b.numel() * b.element_size() for b in buffers),
     }
-
-
-def owned_tensors(model: nn.Module) -> dict[int, list[nn.Parameter]]:
-    """id(module) -> parameters it owns first (a tied tensor goes to its first owner)."""
-    seen: set[int] = set()
-    out: dict[int, list[nn.Parameter]] = {}
-    for m in model.modules():
-        mine = []
-        for p in m.parameters(recurse=False):
-            if id(p) not in seen:
-                seen.add(id(p))
-                mine.append(p)
-        out[id(m)] = mine
-    return out

@@ -6,7 +6,7 @@ No torch import here: this module is on the ``--help`` path.
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -108,14 +108,3 @@ class OutputOptions:
     output: Path | None = None
     depth: int | None = None
     debug: bool = False
-
-
-@dataclass(frozen=True)
-class CheckOptions:
-    """CI gates: --fail-on, --max-grad-norm, --min-grad-norm, --dead-threshold."""
-
-    fail_on: tuple[str, ...] = ()
-    max_grad_norm: float | None = None
-    min_grad_norm: float | None = None
-    dead_threshold: float | None = None
-    extra: dict[str, object] = field(default_factory=dict)

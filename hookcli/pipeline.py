@@ -135,7 +135,6 @@ class RunOutcome:
     records: tuple[CallRecord, ...]
     probes: tuple[Probe, ...]
     error: RunError | None
-    output: Any = None
     loss: float | None = None
 
 
@@ -149,7 +148,6 @@ def run_session(
     always_call: bool = False,
     loss_fn: Callable[[Any], torch.Tensor] | None = None,
     steps: int = 1,
-    keep_output: bool = False,
     after_run: Callable[[HookSession], None] | None = None,
     only: Sequence[nn.Module] | None = None,
 ) -> RunOutcome:
@@ -196,7 +194,6 @@ def run_session(
         records=records,
         probes=tuple(probes),
         error=error,
-        output=output if keep_output else None,
         loss=loss_value,
     )
 

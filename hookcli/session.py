@@ -25,7 +25,7 @@ from torch.utils.hooks import RemovableHandle
 from hookcli.errors import ResourceError, RunError, first_line
 from hookcli.modelinfo import depth_of, module_names
 from hookcli.options import HookKind, Mode
-from hookcli.structures import dtypes_of, shapes_of
+from hookcli.structures import shapes_of
 
 
 class Frame:
@@ -36,13 +36,10 @@ class Frame:
         "depth",
         "done",
         "failed",
-        "in_tree",
         "index",
-        "input_dtypes",
         "input_shapes",
         "module_id",
         "name",
-        "output_dtypes",
         "output_shapes",
         "type",
     )
@@ -54,11 +51,8 @@ class Frame:
         self.type = type(module).__name__
         self.depth = depth
         self.call = call
-        self.in_tree = not name.startswith("[")
         self.input_shapes: tuple[tuple[int, ...], ...] = ()
-        self.input_dtypes: tuple[str, ...] = ()
         self.output_shapes: tuple[tuple[int, ...], ...] = ()
-        self.output_dtypes: tuple[str, ...] = ()
         self.done = False
         self.failed = False
 
@@ -74,9 +68,7 @@ class CallRecord:
     call: int
     module_id: int
     input_shapes: tuple[tuple[int, ...], ...]
-    input_dtypes: tuple[str, ...]
     output_shapes: tuple[tuple[int, ...], ...]
-    output_dtypes: tuple[str, ...]
     done: bool
     failed: bool
 
@@ -325,7 +317,6 @@ class HookSession:
     def _pre_hook(self, module: nn.Module, args: Any, kwargs: Any = None) -> None:
         frame = self._frame_for(module)
         frame.input_shapes = shapes_of(args, kwargs)
-        frame.input_dtypes = dtypes_of(args, kwargs)
         self._stack.append(frame)
         for p in self._fwd_pre:
             p.on_forward_pre(frame, module, args, kwargs)
@@ -351,7 +342,6 @@ class HookSession:
                 self.failure = frame
         else:
             frame.output_shapes = shapes_of(output)
-            frame.output_dtypes = dtypes_of(output)
             frame.done = True
             if self.backward_needed and torch.is_grad_enabled():
                 self._bw_pending.setdefault(frame.module_id, []).append(frame)
@@ -472,9 +462,7 @@ class HookSession:
                 call=f.call,
                 module_id=f.module_id,
                 input_shapes=f.input_shapes,
-                input_dtypes=f.input_dtypes,
                 output_shapes=f.output_shapes,
-                output_dtypes=f.output_dtypes,
                 done=f.done,
                 failed=f.failed,
             )

@@ -50,13 +50,3 @@ def iter_tensors(obj: Any, _depth: int = 0) -> Iterator[torch.Tensor]:
 def shapes_of(*objs: Any) -> tuple[tuple[int, ...], ...]:
     """Shapes of every tensor in ``objs``."""
     return tuple(tuple(t.shape) for obj in objs for t in iter_tensors(obj))
-
-
-def dtypes_of(*objs: Any) -> tuple[str, ...]:
-    """dtype names of every tensor in ``objs``."""
-    return tuple(str(t.dtype).removeprefix("torch.") for obj in objs for t in iter_tensors(obj))
-
-
-def floating_tensors(obj: Any) -> list[torch.Tensor]:
-    """The floating-point tensors in ``obj``."""
-    return [t for t in iter_tensors(obj) if t.is_floating_point() or t.is_complex()]
