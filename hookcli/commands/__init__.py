@@ -19,6 +19,9 @@ _ORDER = (
     "trace",
     "stats",
     "features",
+    "cost",
+    "ablate",
+    "diff",
     "models",
 )
 
