@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from hookcli.modelinfo import depth_of
 from hookcli.options import HookKind
 from hookcli.render import Column, fmt_int, fmt_shapes
 from hookcli.report import Row, shapes_list
@@ -22,56 +23,111 @@ def layer_rows(
     depth: int | None = None,
     kinds: Iterable[HookKind] = (HookKind.PRE, HookKind.FORWARD),
     probes: Sequence[Probe] = (),
+    containers: bool = True,
 ) -> tuple[tuple[Row, ...], int]:
     """Rows for the calls at depth <= ``depth``, and the params no shown row holds.
+
+    A module that was never called but whose descendants ran (``ModuleList``,
+    ``ModuleDict``, a plain holder) gets a row of its own, ``called: false``,
+    just before its first descendant's call, with its subtree's figures.
 
     The table-only ``shown_params`` column counts each parameter tensor once: a
     row's own tensors, or its whole subtree where ``depth`` hides the children,
     and a tied tensor at the first row that holds it; so the column sums to the
-    total, less the tensors of modules that never ran (returned as the second value).
+    total, less the tensors of modules none of whose forward ran (returned as
+    the second value). ``containers=False`` where only some modules were hooked.
     """
     from hookcli.modelinfo import all_param_counts, totals
 
     kinds = frozenset(kinds)
     counts = all_param_counts(model)
-    modules = {id(m): m for m in model.modules()}
+    by_name = dict(model.named_modules())
+    modules = {id(m): m for m in by_name.values()}
+    called = {rec.name for rec in records} if containers else set(by_name)
+    opened: set[str] = set()
     seen: set[int] = set()
     rows: list[Row] = []
-    for rec in records:
-        if depth is not None and rec.depth > depth:
-            continue
-        pc = counts.get(rec.module_id)
-        data: dict[str, Any] = {
-            "name": rec.name,
-            "type": rec.type,
-            "depth": rec.depth,
-            "call": rec.call,
-        }
-        if HookKind.PRE in kinds:
-            data["input_shapes"] = shapes_list(rec.input_shapes)
-        if HookKind.FORWARD in kinds:
-            data["output_shapes"] = shapes_list(rec.output_shapes)
-        data["params"] = pc.params if pc else 0
-        data["own_params"] = pc.own_params if pc else 0
-        data["trainable_params"] = pc.trainable_params if pc else 0
-        for probe in probes:
-            data.update(probe.columns(rec))
+
+    def add(data: dict[str, Any], module: nn.Module | None, row_depth: int, mark: str) -> None:
         shown = trainable = 0
-        module = modules.get(rec.module_id)
         if module is not None:
-            cut = depth is not None and rec.depth == depth
-            tensors = module.parameters(recurse=cut)
-            for p in tensors:
+            cut = depth is not None and row_depth == depth
+            for p in module.parameters(recurse=cut):
                 if id(p) not in seen:
                     seen.add(id(p))
                     shown += p.numel()
                     trainable += p.numel() if p.requires_grad else 0
         display: dict[str, Any] = {"shown_params": shown, "shown_trainable": trainable}
-        if rec.failed:
-            display["mark"] = "<- failed here"
+        if mark:
+            display["mark"] = mark
         rows.append(Row.of(data, display))
+
+    def counts_of(module_id: int) -> dict[str, int]:
+        pc = counts.get(module_id)
+        return {
+            "params": pc.params if pc else 0,
+            "own_params": pc.own_params if pc else 0,
+            "trainable_params": pc.trainable_params if pc else 0,
+        }
+
+    for rec in records:
+        for name in _uncalled_ancestors(rec.name, called, opened, by_name):
+            opened.add(name)
+            container = by_name[name]
+            cdepth = depth_of(name)
+            if depth is not None and cdepth > depth:
+                continue
+            data: dict[str, Any] = {
+                "name": name,
+                "type": type(container).__name__,
+                "depth": cdepth,
+                "call": 0,
+                "called": False,
+            }
+            if HookKind.PRE in kinds:
+                data["input_shapes"] = None
+            if HookKind.FORWARD in kinds:
+                data["output_shapes"] = None
+            data.update(counts_of(id(container)))
+            for probe in probes:
+                data.update(probe.container_columns(container))
+            add(data, container, cdepth, "(not called)")
+        if depth is not None and rec.depth > depth:
+            continue
+        data = {
+            "name": rec.name,
+            "type": rec.type,
+            "depth": rec.depth,
+            "call": rec.call,
+            "called": True,
+        }
+        if HookKind.PRE in kinds:
+            data["input_shapes"] = shapes_list(rec.input_shapes)
+        if HookKind.FORWARD in kinds:
+            data["output_shapes"] = shapes_list(rec.output_shapes)
+        data.update(counts_of(rec.module_id))
+        for probe in probes:
+            data.update(probe.columns(rec))
+        add(data, modules.get(rec.module_id), rec.depth, "<- failed here" if rec.failed else "")
     unshown = totals(model)["params"] - sum(r.display["shown_params"] for r in rows)
     return tuple(rows), unshown
+
+
+def _uncalled_ancestors(
+    name: str, called: set[str], opened: set[str], by_name: dict[str, nn.Module]
+) -> list[str]:
+    """Ancestors of ``name`` that never ran and have no row yet, outermost first."""
+    if name not in by_name or not name:
+        return []  # the root, or a module outside the model's tree ("[Type]")
+    out = []
+    parent = name
+    while parent:
+        parent = parent.rpartition(".")[0]
+        if parent in opened or parent in called:
+            break  # its ancestors were handled when it was
+        out.append(parent)
+    out.reverse()
+    return out
 
 
 def shape_columns(kinds: Iterable[HookKind]) -> list[Column]:

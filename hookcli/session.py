@@ -109,6 +109,10 @@ class Probe:
         """Extra columns of one row."""
         return {}
 
+    def container_columns(self, module: nn.Module) -> dict[str, Any]:
+        """Extra columns of a module never called whose descendants ran (its subtree)."""
+        return {}
+
     def totals(self) -> dict[str, Any]:
         """Extra totals."""
         return {}

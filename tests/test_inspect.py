@@ -66,6 +66,7 @@ def test_resnet18_json_schema_and_totals():
         "type",
         "depth",
         "call",
+        "called",
         "input_shapes",
         "output_shapes",
         "params",

@@ -189,7 +189,7 @@ def assert_stats(row: dict[str, Any], ref: dict[str, Any] | None, prefix: str = 
 
 
 def by_call(report: dict[str, Any]) -> dict[tuple[str, int], dict[str, Any]]:
-    return {(r["name"], r["call"]): r for r in report["layers"]}
+    return {(r["name"], r["call"]): r for r in report["layers"] if r["called"]}
 
 
 def seeded_resnet18() -> tuple[nn.Module, tuple[torch.Tensor, ...]]:

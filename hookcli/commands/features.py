@@ -237,7 +237,7 @@ def command(
     probe = FeatureProbe()
     records, error = _run(prepared, probe, [m for _, m in selected], ropts.mode)
     kinds = (HookKind.PRE, HookKind.FORWARD)
-    rows, _ = layer_rows(records, prepared.model, kinds=kinds, probes=[probe])
+    rows, _ = layer_rows(records, prepared.model, kinds=kinds, probes=[probe], containers=False)
     tensors = probe.tensors()
     total_bytes = sum(t.numel() * t.element_size() for t in tensors.values())
 

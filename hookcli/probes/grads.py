@@ -218,6 +218,7 @@ class GradProbe(Probe):
         self.findings: GradFindings | None = None
         self._session: HookSession | None = None
         self._params: list[tuple[str, nn.Parameter]] = []
+        self._by_param: dict[int, ParamGrad] = {}
         self._pstat: dict[int, _Stat] = {}
         self._pcounts: dict[int, torch.Tensor] = {}
         self._pfired: dict[int, int] = {}
@@ -383,6 +384,7 @@ class GradProbe(Probe):
                 )
             )
         by_id = {id(p): params[i] for i, (_, p) in enumerate(self._params)}
+        self._by_param = by_id
         modules: dict[int, ModuleGrad] = {}
         module_params: dict[int, tuple[str, ...]] = {}
         for mname, m in session.model.named_modules():
@@ -458,6 +460,22 @@ class GradProbe(Probe):
         if self.output_hooks:
             out["output_grad_norm"] = call.output_grad_norm
         return out
+
+    def container_columns(self, module: nn.Module) -> dict[str, Any]:
+        """The joint grad and weight norms of the subtree's trainable parameters."""
+        if self.findings is None or HookKind.TENSOR not in self.kinds:
+            return {}
+        own = [self._by_param[id(p)] for p in module.parameters() if id(p) in self._by_param]
+        own = [pg for pg in own if pg.requires_grad]
+        grads = [pg.grad_norm for pg in own if pg.grad_norm is not None]
+        grad_norm = _l2(grads) if grads else None
+        weight_norm = _l2([pg.weight_norm for pg in own]) if own else None
+        return {
+            "grad_norm": grad_norm,
+            "weight_norm": weight_norm,
+            "grad_weight_ratio": ratio(grad_norm, weight_norm),
+            "unused_params": [pg.name for pg in own if pg.unused],
+        }
 
     def totals(self) -> dict[str, Any]:
         f = self.findings
