@@ -19,8 +19,9 @@ from hookcli.options import (
 )
 
 MODEL_HELP = (
-    "A torchvision name (resnet18), pkg.module:attr, pkg.module.attr or path/to/file.py:attr; "
-    "attr is an nn.Module class, a factory, or an instance."
+    "A torchvision name (resnet18), pkg.module:attr, pkg.module.attr or path/to/file.py:attr "
+    "(attr: an nn.Module class, a factory, or an instance), hf:NAME[:HEAD] (a transformers "
+    "model type, config folder or cached Hub id; -k sets config attributes) or timm:NAME."
 )
 
 ModelArg = Annotated[str, typer.Argument(metavar="MODEL", help=MODEL_HELP, show_default=False)]
@@ -40,8 +41,9 @@ WeightsOpt = Annotated[
     typer.Option(
         "--weights",
         metavar="PATH",
-        help="A state dict (torch.load weights_only=True; a dict holding it under 'state_dict' "
-        "or 'model' is accepted), applied strictly.",
+        help="A checkpoint applied strictly: a torch.save state dict (weights_only), a "
+        ".safetensors file, a sharded *.index.json, or a folder holding one. On meta: keys "
+        "and shapes are checked, no values loaded.",
         show_default=False,
     ),
 ]

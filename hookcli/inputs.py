@@ -148,10 +148,14 @@ def dtype_name(dtype: torch.dtype) -> str:
     return str(dtype).removeprefix("torch.")
 
 
-def _draw(spec: InputSpec, g: torch.Generator, default_float: str) -> torch.Tensor:
+def _draw(
+    spec: InputSpec, g: torch.Generator, default_float: str, device: torch.device | None = None
+) -> torch.Tensor:
     import torch
 
     dtype = spec.dtype or default_float
+    if device is not None and device.type == "meta":  # no values: nothing is drawn
+        return torch.empty(spec.dims, dtype=torch_dtype(dtype), device=device)
     if dtype in FLOAT_DTYPES:
         return torch.randn(spec.dims, generator=g, dtype=torch_dtype(dtype))
     values = torch.randint(spec.low, spec.high, spec.dims, generator=g)
@@ -264,8 +268,16 @@ def build_inputs(
     device: str = "cpu",
     family: str | None = None,
     torchvision_name: str | None = None,
+    defaults: Sequence[str] = (),
+    defaults_source: str = "",
 ) -> Inputs:
-    """Draw the inputs: ``--input`` specs, else ``example_input_array``, else family defaults."""
+    """Draw the inputs: ``--input`` specs, else ``example_input_array``, else the defaults
+    of the model's source (``hf:``/``timm:`` config, torchvision family).
+
+    On meta, inputs are created on meta (no values, nothing allocated); elsewhere they
+    are drawn on the CPU from the seeded generator and moved, so every device sees
+    the same values.
+    """
     import torch
 
     if batch_size is not None and batch_size < 1:
@@ -286,14 +298,18 @@ def build_inputs(
         example = getattr(model, "example_input_array", None)
         if example is not None:
             return _from_example(example, names, g, batch_size, dev, float_dtype)
-        specs_or_none = default_specs(family, torchvision_name)
+        specs_or_none = (
+            [parse_spec(t) for t in defaults]
+            if defaults
+            else default_specs(family, torchvision_name)
+        )
         if specs_or_none is None:
             raise UsageError(
                 "no input known for this model: pass --input (e.g. -i 1x3x224x224), "
                 "or give the model an example_input_array attribute"
             )
         specs = specs_or_none
-        source = f"torchvision {family} default"
+        source = defaults_source if defaults else f"torchvision {family} default"
 
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
@@ -303,9 +319,9 @@ def build_inputs(
         default_float = dtype or "float32"
         if spec.as_list:
             item = replace(spec, dims=spec.dims[1:], as_list=False)
-            value: Any = [_draw(item, g, default_float) for _ in range(spec.dims[0])]
+            value: Any = [_draw(item, g, default_float, dev) for _ in range(spec.dims[0])]
         else:
-            value = _draw(spec, g, default_float)
+            value = _draw(spec, g, default_float, dev)
         value = _move(value, dev, None)
         if spec.name is not None:
             if spec.name in kwargs:

@@ -1,12 +1,16 @@
-"""MODEL string -> ``nn.Module``: torchvision names, ``pkg.mod:attr``, ``file.py:attr``.
+"""MODEL string -> ``nn.Module``: torchvision names, ``pkg.mod:attr``, ``file.py:attr``,
+``hf:NAME`` and ``timm:NAME``.
 
-See CLI.md "MODEL" and "Seeding". torchvision is imported only when the MODEL is
-a bare name (no ``:``, no ``.``), which is how a torchvision name is written.
+torchvision is imported only when the MODEL is a bare name (no ``:``, no ``.``),
+which is how a torchvision name is written; transformers and timm only for their
+prefixes. Every model is built where it will run (``build_on``): on meta no
+parameter memory is ever allocated.
 """
 
 from __future__ import annotations
 
 import ast
+import contextlib
 import difflib
 import importlib
 import importlib.util
@@ -14,7 +18,7 @@ import inspect
 import os
 import sys
 import warnings
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -23,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from hookcli.errors import LoadError, UsageError, first_line
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
 # torchvision submodules that name a model family; anything else is classification.
@@ -37,6 +42,9 @@ class LoadedModel:
     spec: str
     family: str | None = None  # torchvision family, None for user models
     torchvision_name: str | None = None
+    # SPEC texts (``[NAME=][DTYPE:]DIMS[:LOW..HIGH]``) when the source knows the inputs
+    default_inputs: tuple[str, ...] = ()
+    input_source: str = ""  # where default_inputs came from, for the report
 
 
 def parse_kwargs(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
@@ -214,6 +222,85 @@ def _instantiate(obj: Any, kwargs: dict[str, Any], spec: str, seed: int) -> nn.M
     return built
 
 
+# prefix -> builder(name, kwargs, seed) for the MODEL sources that need an extra
+PREFIXES: dict[str, Callable[[str, dict[str, Any], int], LoadedModel]] = {}
+
+
+def _prefixed(prefix: str) -> Callable[[str, dict[str, Any], int], LoadedModel]:
+    if not PREFIXES:
+        from hookcli.sources import hf, timm_models
+
+        PREFIXES.update({"hf": hf.build, "timm": timm_models.build})
+    return PREFIXES[prefix]
+
+
+def _to_meta(module: nn.Module, name: str, param: Any) -> Any:
+    """Parameter-registration hook: every parameter lands on meta as it is registered."""
+    if param is None or param.is_meta or type(param).__name__.startswith("Uninitialized"):
+        return None  # already there (a tied weight keeps its identity), or lazy
+    from torch import nn
+
+    return nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
+
+
+@contextlib.contextmanager
+def build_on(device: torch.device | None) -> Iterator[None]:
+    """Construct modules where the run happens.
+
+    On meta, a global parameter-registration hook moves each parameter to meta the
+    moment a module registers it, so no parameter memory is ever held (buffers stay
+    where the module's own code made them, so ``__init__`` code reading them works,
+    and move with the model afterwards). On CUDA and other devices, torch's device
+    context makes every factory call allocate there.
+    """
+    if device is None or device.type == "cpu":
+        yield
+        return
+    if device.type == "meta":
+        from torch.nn.modules import module as module_mod
+
+        handle = module_mod.register_module_parameter_registration_hook(_to_meta)
+        try:
+            yield
+        finally:
+            handle.remove()
+        return
+    with device:
+        yield
+
+
+def _load(spec: str, kw: dict[str, Any], seed: int) -> LoadedModel:
+    prefix, sep, rest = spec.partition(":")
+    if sep and prefix in ("hf", "timm"):
+        if not rest.strip():
+            raise UsageError(f"MODEL {spec!r} names no model after '{prefix}:'")
+        return _prefixed(prefix)(rest.strip(), kw, seed)
+    if is_torchvision_name(spec):
+        return _build_torchvision(spec, kw, seed)
+    if ":" in spec:
+        left, attr = spec.rsplit(":", 1)
+        if not attr:
+            raise UsageError(f"MODEL {spec!r} names no attribute after ':'")
+        _seed(seed)
+        if left.endswith(".py") or "/" in left or os.sep in left:
+            module = _import_file(Path(left))
+            where = left
+        else:
+            module = _import_module(left)
+            where = f"module {left!r}"
+    elif spec.endswith(".py"):
+        module = _import_file(Path(spec))
+        cands = _module_candidates(module)
+        hint = f" (candidates: {', '.join(cands)})" if cands else ""
+        raise UsageError(f"name the model inside the file: {spec}:ATTR{hint}")
+    else:
+        _seed(seed)
+        module, attr = _split_dotted(spec)
+        where = f"module {module.__name__!r}"
+    obj = _resolve_attr(module, attr, where)
+    return LoadedModel(module=_instantiate(obj, kw, spec, seed), spec=spec)
+
+
 def load_model(
     spec: str,
     kwargs: Mapping[str, Any] | None = None,
@@ -221,101 +308,33 @@ def load_model(
     seed: int = 0,
     weights: Path | None = None,
     trust_pickle: bool = False,
+    device: torch.device | None = None,
 ) -> LoadedModel:
-    """Build the model a MODEL string names, seeded with ``torch.manual_seed(seed)``."""
+    """Build the model a MODEL string names on ``device``, seeded with ``torch.manual_seed``.
+
+    A model whose own construction code needs tensor values cannot be built on
+    meta; it is built on the CPU instead and moved (a note on stderr says so).
+    """
     kw = dict(kwargs or {})
     spec = spec.strip()
     if not spec:
         raise UsageError("MODEL is empty: give a torchvision name, pkg.module:attr or file.py:attr")
-    if is_torchvision_name(spec):
-        loaded = _build_torchvision(spec, kw, seed)
-    else:
-        if ":" in spec:
-            left, attr = spec.rsplit(":", 1)
-            if not attr:
-                raise UsageError(f"MODEL {spec!r} names no attribute after ':'")
-            if left.endswith(".py") or "/" in left or os.sep in left:
-                _seed(seed)
-                module = _import_file(Path(left))
-                where = left
-            else:
-                _seed(seed)
-                module = _import_module(left)
-                where = f"module {left!r}"
-        elif spec.endswith(".py"):
-            module = _import_file(Path(spec))
-            cands = _module_candidates(module)
-            hint = f" (candidates: {', '.join(cands)})" if cands else ""
-            raise UsageError(f"name the model inside the file: {spec}:ATTR{hint}")
-        else:
-            _seed(seed)
-            module, attr = _split_dotted(spec)
-            where = f"module {module.__name__!r}"
-        obj = _resolve_attr(module, attr, where)
-        built = _instantiate(obj, kw, spec, seed)
-        loaded = LoadedModel(module=built, spec=spec)
+    try:
+        with build_on(device):
+            loaded = _load(spec, kw, seed)
+    except LoadError as err:
+        cause = err.__cause__
+        if cause is None or device is None or device.type != "meta" or "meta" not in str(cause):
+            raise
+        print(
+            f"hookcli: note: {spec} cannot be built on meta ({first_line(cause)}); "
+            "building it on cpu, then moving it to meta",
+            file=sys.stderr,
+            flush=True,
+        )
+        loaded = _load(spec, kw, seed)
     if weights is not None:
+        from hookcli.weights import apply_weights
+
         apply_weights(loaded.module, weights, trust_pickle=trust_pickle)
     return loaded
-
-
-def _extract_state_dict(obj: Any) -> Mapping[str, Any] | None:
-    import torch
-    from torch import nn
-
-    if isinstance(obj, nn.Module):
-        return obj.state_dict()
-    if isinstance(obj, Mapping):
-        for key in ("state_dict", "model"):
-            inner = obj.get(key)
-            if isinstance(inner, nn.Module):
-                return inner.state_dict()
-            if isinstance(inner, Mapping):
-                return inner
-        if all(isinstance(v, torch.Tensor) for v in obj.values()):
-            return obj
-    return None
-
-
-def apply_weights(model: nn.Module, path: Path, *, trust_pickle: bool = False) -> None:
-    """Load a state dict from ``path`` (weights_only unless trusted) and apply it strictly."""
-    import pickle
-
-    import torch
-
-    if not path.is_file():
-        raise LoadError(f"weights file not found: {path}")
-    try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as err:
-        if "unsupported global" not in str(err).lower():  # not a pickled object: unreadable
-            raise LoadError(f"cannot read weights {path}: {first_line(err)}") from err
-        if not trust_pickle:
-            raise LoadError(
-                f"{path} is not a plain state dict (it holds pickled objects); "
-                "pass --trust-pickle to unpickle it if you trust the file"
-            ) from err
-        try:
-            obj = torch.load(path, map_location="cpu", weights_only=False)
-        except Exception as err2:
-            raise LoadError(f"cannot read weights {path}: {first_line(err2)}") from err2
-    except Exception as err:
-        raise LoadError(f"cannot read weights {path}: {first_line(err)}") from err
-    state = _extract_state_dict(obj)
-    if state is None:
-        raise LoadError(
-            f"{path} holds a {type(obj).__name__}, not a state dict "
-            "(expected a dict of tensors, or one under 'state_dict' or 'model')"
-        )
-    try:
-        result = model.load_state_dict(state, strict=False)
-    except RuntimeError as err:
-        msg = " ".join(str(err).split())
-        raise LoadError(f"weights {path} do not fit the model: {msg[:400]}") from err
-    problems = []
-    if result.missing_keys:
-        problems.append("missing keys: " + ", ".join(result.missing_keys[:20]))
-    if result.unexpected_keys:
-        problems.append("unexpected keys: " + ", ".join(result.unexpected_keys[:20]))
-    if problems:
-        raise LoadError(f"weights {path} do not match the model; " + "; ".join(problems))

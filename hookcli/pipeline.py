@@ -49,14 +49,19 @@ class Prepared:
         return tuple(i.to_dict() for i in self.inputs.infos) if self.inputs else ()
 
 
-def build_model(opts: ModelOptions) -> LoadedModel:
-    """MODEL -> LoadedModel (exit 3 on failure)."""
+def build_model(opts: ModelOptions, device: torch.device | None = None) -> LoadedModel:
+    """MODEL -> LoadedModel built on ``device`` (exit 3 on failure)."""
     from hookcli.loading import load_model, parse_kwargs
 
     kwargs = parse_kwargs(opts.kwargs)
     try:
         return load_model(
-            opts.spec, kwargs, seed=opts.seed, weights=opts.weights, trust_pickle=opts.trust_pickle
+            opts.spec,
+            kwargs,
+            seed=opts.seed,
+            weights=opts.weights,
+            trust_pickle=opts.trust_pickle,
+            device=device,
         )
     finally:
         _resume_gc()
@@ -90,7 +95,7 @@ def prepare(
     for text in run_opts.inputs:
         parse_spec(text)  # a malformed spec is exit 2 before the model is built
     if loaded is None:
-        loaded = build_model(model_opts)
+        loaded = build_model(model_opts, device)
     model = loaded.module
     try:
         if run_opts.dtype is not None:
@@ -111,6 +116,8 @@ def prepare(
             device=run_opts.device,
             family=loaded.family,
             torchvision_name=loaded.torchvision_name,
+            defaults=loaded.default_inputs,
+            defaults_source=loaded.input_source,
         )
     settings = {
         "device": str(device),
@@ -187,6 +194,12 @@ def run_session(
         except RunError as err:
             error = err
         session.finish()
+        if session.meta_assumed:
+            progress(
+                f"hookcli: note: on meta, {session.meta_assumed} data-dependent boolean "
+                "check(s) in the model (such as 'is the mask all ones?') were taken as true; "
+                "run on cpu for the model's exact control flow"
+            )
         if after_run is not None:
             after_run(session)
         records = session.records

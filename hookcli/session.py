@@ -20,12 +20,13 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.modules import module as module_mod
+from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.hooks import RemovableHandle
 
 from hookcli.errors import ResourceError, RunError, first_line
 from hookcli.modelinfo import depth_of, module_names
 from hookcli.options import HookKind, Mode
-from hookcli.structures import shapes_of
+from hookcli.structures import iter_tensors, shapes_of
 
 
 class Frame:
@@ -141,6 +142,44 @@ def _aliasing_hook_forward(ctx: Any, *args: torch.Tensor) -> tuple[torch.Tensor,
     return outs
 
 
+_SCALAR_OPS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default)
+_OP_WORDS = {"aten::_local_scalar_dense": "Tensor.item()", "aten::is_nonzero": "bool(Tensor)"}
+
+
+class _MetaRun(TorchDispatchMode):
+    """A forward on meta: remember the op that ran last, so a failure can name it, and
+    take data-dependent boolean checks (``mask.all()`` used as a bool) as true.
+
+    Such checks are how libraries test for the common case (transformers: "is the
+    attention mask all ones?", which it is for the inputs hookcli draws); a numeric
+    ``.item()`` or a data-dependent shape (``nonzero``) still fails, and is reported.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last: Any = None
+        self.assumed = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.last = func
+        if func in _SCALAR_OPS and args[0].is_meta and args[0].dtype == torch.bool:
+            self.assumed += 1
+            return True
+        return func(*args, **(kwargs or {}))
+
+    def op_name(self) -> str:
+        if self.last is None:
+            return "an op"
+        name = self.last.name().split(".")[0]  # aten::nonzero.default -> aten::nonzero
+        return _OP_WORDS.get(name, name)
+
+
+def _on_meta(model: nn.Module, args: Any, kwargs: Any) -> bool:
+    for t in iter_tensors((args, kwargs)):
+        return bool(t.is_meta)
+    return any(p.is_meta for p in model.parameters())
+
+
 class HookSession:
     """Context manager: attach hooks, run forward (and backward), restore the model."""
 
@@ -176,6 +215,7 @@ class HookSession:
         self._bw_pending: dict[int, list[Frame]] = {}
         self._bw_open: dict[int, list[Frame]] = {}
         self._bw_order: list[Frame] = []
+        self.meta_assumed = 0  # boolean checks taken as true on meta (_MetaRun)
         self._handles: list[RemovableHandle] = []
         self._restore: list[Callable[[], None]] = []
         self._fwd_pre = [
@@ -408,14 +448,22 @@ class HookSession:
 
     def forward(self, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> Any:
         """Run the model once; a failure raises RunError naming the module."""
+        meta = _MetaRun() if _on_meta(self.model, args, kwargs) else None
         try:
-            with self._grad_context():
+            with self._grad_context(), meta or contextlib.nullcontext():
                 return self.model(*args, **(kwargs or {}))
         except KeyboardInterrupt:
             raise
         except Exception as err:
             if _is_oom(err):
                 raise ResourceError(f"out of memory during forward: {first_line(err)}") from err
+            reason = first_line(err)
+            if meta is not None:
+                short = reason.split(". ")[0][:160]
+                reason = (
+                    f"{meta.op_name()} needs tensor values, which meta tensors do not have "
+                    f"({short}); run with --device cpu"
+                )
             where = self.failure or (self._stack[-1] if self._stack else None)
             if where is not None:
                 where.failed = True
@@ -423,10 +471,13 @@ class HookSession:
                 label = where.name or "(root)"
                 msg = (
                     f"forward failed in {label} ({where.type}) with input shapes "
-                    f"{_fmt_shapes(where.input_shapes)}: {first_line(err)}"
+                    f"{_fmt_shapes(where.input_shapes)}: {reason}"
                 )
                 raise RunError(msg, module=where.name) from err
-            raise RunError(f"forward failed: {first_line(err)}") from err
+            raise RunError(f"forward failed: {reason}") from err
+        finally:
+            if meta is not None:
+                self.meta_assumed += meta.assumed
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward from a scalar loss; a failure raises RunError naming the module."""

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from hookcli.errors import LoadError, UsageError
-from hookcli.loading import apply_weights, load_model, parse_kwargs
+from hookcli.loading import load_model, parse_kwargs
+from hookcli.weights import apply_weights
 from sample_models import LeNet
 
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -120,7 +121,9 @@ def test_weights_shape_mismatch_and_garbage(tmp_path):
     sd = LeNet(num_classes=3).state_dict()
     path = tmp_path / "mismatch.pt"
     torch.save(sd, path)
-    with pytest.raises(LoadError, match="do not fit"):
+    with pytest.raises(
+        LoadError, match=r"shape mismatches \(2\): fc3.weight \[3, 84\] \(model \[10, 84\]\)"
+    ):
         apply_weights(LeNet(), path)
     junk = tmp_path / "junk.pt"
     junk.write_bytes(b"not a checkpoint")

@@ -15,49 +15,69 @@ FilterOpt = Annotated[
     typer.Option(
         "--filter",
         metavar="PATTERN",
-        help="Keep names matching a glob (resnet*) or containing the text.",
+        help="Keep names matching a glob, matched whole: resnet*, *llama*, 'timm:vit_*'.",
         show_default=False,
     ),
 ]
 
 
 def _matches(name: str, pattern: str | None) -> bool:
-    if not pattern:
-        return True
-    if any(c in pattern for c in "*?["):
-        return fnmatch.fnmatch(name, pattern)
-    return pattern.lower() in name.lower()
+    """A glob, matched whole and case-insensitively: ``lenet`` is lenet alone."""
+    return not pattern or fnmatch.fnmatchcase(name.lower(), pattern.lower())
+
+
+SourceOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--source",
+        metavar="SOURCE",
+        help="Only these sources: torchvision, hf, timm, samples. Repeatable. "
+        "Default: every installed one.",
+        show_default=False,
+    ),
+]
+SOURCES = ("torchvision", "hf", "timm", "samples")
 
 
 def command(
     filter: FilterOpt = None,
+    source: SourceOpt = None,
     format: FormatOpt = Format.TABLE,
     output: OutputOpt = None,
     debug: DebugOpt = False,
 ) -> int:
-    """The model names it can build: the torchvision registry and sample_models."""
-    import torchvision.models as tvm
+    """The model names it can build: torchvision, hf: and timm: (where installed), samples."""
+    import importlib.util
 
-    from hookcli.loading import TORCHVISION_FAMILIES, torchvision_names
+    from hookcli.errors import UsageError
     from hookcli.options import OutputOptions
     from hookcli.pipeline import emit
     from hookcli.render import Column
     from hookcli.report import Report, Row
-    from sample_models import SAMPLES
 
-    family_of: dict[str, str] = {}
-    for fam in TORCHVISION_FAMILIES:
-        for n in tvm.list_models(module=getattr(tvm, fam)):
-            family_of[n] = fam
+    wanted = tuple(source or SOURCES)
+    for s in wanted:
+        if s not in SOURCES:
+            raise UsageError(f"unknown --source {s!r}: choose from {', '.join(SOURCES)}")
+    found: list[tuple[str, str, str]] = []  # (name, source, family)
+    if "torchvision" in wanted:
+        found += _torchvision()
+    if "hf" in wanted and importlib.util.find_spec("transformers") is not None:
+        from hookcli.sources import hf
+
+        found += [(f"hf:{n}", "transformers", "hf") for n in hf.names()]
+    if "timm" in wanted and importlib.util.find_spec("timm") is not None:
+        from hookcli.sources import timm_models
+
+        found += [(f"timm:{n}", "timm", "timm") for n in timm_models.names()]
+    if "samples" in wanted:
+        from sample_models import SAMPLES
+
+        found += [(spec, "sample_models", "sample") for spec in SAMPLES]
     rows = [
-        Row.of({"name": n, "source": "torchvision", "family": family_of.get(n, "classification")})
-        for n in torchvision_names()
+        Row.of({"name": n, "source": src, "family": fam})
+        for n, src, fam in found
         if _matches(n, filter)
-    ]
-    rows += [
-        Row.of({"name": spec, "source": "sample_models", "family": "sample"})
-        for spec in SAMPLES
-        if _matches(spec, filter)
     ]
     report = Report(
         command=NAME,
@@ -70,3 +90,15 @@ def command(
     cols = [Column("name", "Model"), Column("family", "Family"), Column("source", "Source")]
     out = OutputOptions(format=format, output=output, debug=debug)
     return emit(report, out, cols, [("Models", str(len(rows)))])
+
+
+def _torchvision() -> list[tuple[str, str, str]]:
+    import torchvision.models as tvm
+
+    from hookcli.loading import TORCHVISION_FAMILIES, torchvision_names
+
+    family_of: dict[str, str] = {}
+    for fam in TORCHVISION_FAMILIES:
+        for n in tvm.list_models(module=getattr(tvm, fam)):
+            family_of[n] = fam
+    return [(n, "torchvision", family_of.get(n, "classification")) for n in torchvision_names()]

@@ -1,0 +1,261 @@
+"""``--weights PATH``: read a checkpoint and apply it to the model, strictly.
+
+A checkpoint is one of:
+
+- a ``torch.save`` file of a state dict (read with ``weights_only=True``; a dict
+  holding it under ``state_dict`` or ``model`` is accepted);
+- a ``.safetensors`` file;
+- a sharded checkpoint: an ``*.index.json`` whose ``weight_map`` names the shard
+  of every tensor (``.safetensors`` or ``torch.save`` shards beside it);
+- a folder holding one of these under its usual Hugging Face name.
+
+"Strictly" means every key of the model's state dict is in the checkpoint with
+the same shape, and the checkpoint has no other key. A key left out because it
+is tied to one that is there (``lm_head.weight`` sharing ``embed_tokens.weight``,
+which safetensors stores once) is not missing.
+
+On meta the tensors hold no values: the checkpoint's keys and shapes are
+checked just as strictly (safetensors headers are read, never the data), and
+nothing is loaded.
+"""
+
+from __future__ import annotations
+
+import json
+import pickle
+import struct
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hookcli.errors import LoadError, first_line
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+# The names transformers saves under, most specific first.
+_FOLDER_FILES = (
+    "model.safetensors.index.json",
+    "model.safetensors",
+    "pytorch_model.bin.index.json",
+    "pytorch_model.bin",
+)
+_SAFETENSORS_DTYPES = {
+    "F64": "float64",
+    "F32": "float32",
+    "F16": "float16",
+    "BF16": "bfloat16",
+    "I64": "int64",
+    "I32": "int32",
+    "I16": "int16",
+    "I8": "int8",
+    "U8": "uint8",
+    "BOOL": "bool",
+    "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2",
+}
+
+
+def resolve_checkpoint(path: Path) -> Path:
+    """A folder -> the checkpoint file inside it; a file is returned as it is."""
+    if path.is_dir():
+        for name in _FOLDER_FILES:
+            if (path / name).is_file():
+                return path / name
+        found = sorted(path.glob("*.safetensors")) + sorted(path.glob("*.index.json"))
+        if len(found) == 1:
+            return found[0]
+        what = "several checkpoints" if found else "no checkpoint"
+        raise LoadError(
+            f"--weights {path} is a folder with {what}: name the file "
+            "(.safetensors, .index.json, or a torch.save file)"
+        )
+    if not path.exists():
+        raise LoadError(f"weights file not found: {path}")
+    return path
+
+
+def read_checkpoint(path: Path, *, trust_pickle: bool = False, meta: bool = False) -> dict:
+    """Every tensor of the checkpoint at ``path`` by key (on meta: shapes and dtypes only)."""
+    path = resolve_checkpoint(path)
+    if path.name.endswith(".index.json"):
+        return _read_sharded(path, trust_pickle=trust_pickle, meta=meta)
+    if _is_safetensors(path):
+        return _read_safetensors(path, meta=meta)
+    return _read_torch(path, trust_pickle=trust_pickle, meta=meta)
+
+
+def _is_safetensors(path: Path) -> bool:
+    if path.suffix == ".safetensors":
+        return True
+    try:
+        with path.open("rb") as f:
+            head = f.read(9)
+    except OSError:
+        return False
+    # an 8-byte little-endian header length, then the JSON header
+    return len(head) == 9 and head[8:9] == b"{" and path.suffix not in (".pt", ".pth", ".bin")
+
+
+def _read_sharded(index: Path, *, trust_pickle: bool, meta: bool) -> dict:
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        shards = sorted(set(weight_map.values()))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        raise LoadError(
+            f"cannot read weights index {index}: not a sharded-checkpoint index "
+            f"(expected a JSON object with a 'weight_map'): {first_line(err)}"
+        ) from err
+    state: dict[str, Any] = {}
+    for shard in shards:
+        shard_path = index.parent / shard
+        if not shard_path.is_file():
+            raise LoadError(f"weights index {index} names shard {shard}, which is not there")
+        part = read_checkpoint(shard_path, trust_pickle=trust_pickle, meta=meta)
+        wanted = {k for k, v in weight_map.items() if v == shard}
+        state.update({k: v for k, v in part.items() if k in wanted})
+    absent = sorted(set(weight_map) - set(state))
+    if absent:
+        raise LoadError(
+            f"weights index {index} maps {len(absent)} key(s) to shards that do not hold them: "
+            + ", ".join(absent[:10])
+        )
+    return state
+
+
+def _safetensors_header(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            (size,) = struct.unpack("<Q", f.read(8))
+            if size > 100_000_000:
+                raise ValueError(f"header of {size} bytes")
+            header = json.loads(f.read(size))
+        if not isinstance(header, dict):
+            raise ValueError("the header is not a JSON object")
+    except (OSError, ValueError, struct.error) as err:
+        raise LoadError(f"cannot read weights {path}: not a safetensors file ({err})") from err
+    header.pop("__metadata__", None)
+    return header
+
+
+def _read_safetensors(path: Path, *, meta: bool) -> dict:
+    import torch
+
+    if meta:
+        out = {}
+        for key, info in _safetensors_header(path).items():
+            name = _SAFETENSORS_DTYPES.get(str(info.get("dtype")), "float32")
+            dtype = getattr(torch, name, torch.float32)
+            out[key] = torch.empty(info.get("shape", []), dtype=dtype, device="meta")
+        return out
+    try:
+        from safetensors.torch import load_file
+    except ImportError as err:
+        raise LoadError(
+            f"reading {path} needs safetensors: pip install 'hookcli[safetensors]'"
+        ) from err
+    _safetensors_header(path)  # a clear message for a file that is not safetensors at all
+    try:
+        return dict(load_file(str(path), device="cpu"))
+    except Exception as err:
+        raise LoadError(f"cannot read weights {path}: {first_line(err)}") from err
+
+
+def _read_torch(path: Path, *, trust_pickle: bool, meta: bool) -> dict:
+    import torch
+
+    where = "meta" if meta else "cpu"
+    try:
+        obj = torch.load(path, map_location=where, weights_only=True)
+    except pickle.UnpicklingError as err:
+        if "unsupported global" not in str(err).lower():  # not a pickled object: unreadable
+            raise LoadError(f"cannot read weights {path}: {first_line(err)}") from err
+        if not trust_pickle:
+            raise LoadError(
+                f"{path} is not a plain state dict (it holds pickled objects); "
+                "pass --trust-pickle to unpickle it if you trust the file"
+            ) from err
+        try:
+            obj = torch.load(path, map_location=where, weights_only=False)
+        except Exception as err2:
+            raise LoadError(f"cannot read weights {path}: {first_line(err2)}") from err2
+    except Exception as err:
+        raise LoadError(f"cannot read weights {path}: {first_line(err)}") from err
+    state = _extract_state_dict(obj)
+    if state is None:
+        raise LoadError(
+            f"{path} holds a {type(obj).__name__}, not a state dict "
+            "(expected a dict of tensors, or one under 'state_dict' or 'model')"
+        )
+    return dict(state)
+
+
+def _extract_state_dict(obj: Any) -> Mapping[str, Any] | None:
+    import torch
+    from torch import nn
+
+    if isinstance(obj, nn.Module):
+        return obj.state_dict()
+    if isinstance(obj, Mapping):
+        for key in ("state_dict", "model"):
+            inner = obj.get(key)
+            if isinstance(inner, nn.Module):
+                return inner.state_dict()
+            if isinstance(inner, Mapping):
+                return inner
+        if all(isinstance(v, torch.Tensor) for v in obj.values()):
+            return obj
+    return None
+
+
+def check_fit(model: nn.Module, state: Mapping[str, torch.Tensor], path: Path) -> None:
+    """Raise LoadError naming every missing, unexpected or wrongly shaped key."""
+    expected = model.state_dict(keep_vars=True)
+    groups: dict[int, list[str]] = {}
+    for key, tensor in expected.items():
+        groups.setdefault(id(tensor), []).append(key)
+    missing = [
+        k
+        for k, t in expected.items()
+        if k not in state and not any(other in state for other in groups[id(t)])
+    ]
+    unexpected = [k for k in state if k not in expected]
+    shapes = [
+        f"{k} {list(state[k].shape)} (model {list(expected[k].shape)})"
+        for k in state
+        if k in expected and tuple(state[k].shape) != tuple(expected[k].shape)
+    ]
+    problems = []
+    if missing:
+        problems.append(f"missing keys ({len(missing)}): " + ", ".join(missing[:20]))
+    if unexpected:
+        problems.append(f"unexpected keys ({len(unexpected)}): " + ", ".join(unexpected[:20]))
+    if shapes:
+        problems.append(f"shape mismatches ({len(shapes)}): " + ", ".join(shapes[:10]))
+    if problems:
+        raise LoadError(f"weights {path} do not match the model; " + "; ".join(problems))
+
+
+def apply_weights(model: nn.Module, path: Path, *, trust_pickle: bool = False) -> None:
+    """Read the checkpoint at ``path`` and load it into ``model``, strictly.
+
+    A model on meta is only checked (keys and shapes): meta tensors hold no values.
+    """
+    meta = any(t.is_meta for t in model.state_dict().values())
+    state = read_checkpoint(path, trust_pickle=trust_pickle, meta=meta)
+    check_fit(model, state, path)
+    if meta:
+        print(
+            f"hookcli: note: --weights {path} matches the model (keys and shapes); "
+            "on meta no values are loaded",
+            file=sys.stderr,
+            flush=True,
+        )
+        return
+    try:
+        model.load_state_dict(state, strict=False)
+    except RuntimeError as err:
+        msg = " ".join(str(err).split())
+        raise LoadError(f"weights {path} do not fit the model: {msg[:400]}") from err
