@@ -501,14 +501,23 @@ class _Buffers:
                 for name, buf in m._buffers.items():
                     if buf is not None:
                         self.saved.append((m, name, buf, buf.detach().clone()))
+        self._originals = [original for _, _, original, _ in self.saved]
+        self._copies = [copy for _, _, _, copy in self.saved]
 
     def restore(self) -> None:
         import torch
 
-        with torch.no_grad():
-            for m, name, original, copy in self.saved:
+        for m, name, original, _ in self.saved:
+            if m._buffers.get(name) is not original:
                 m._buffers[name] = original
-                original.copy_(copy)
+        if not self.saved:
+            return
+        with torch.no_grad():
+            try:
+                torch._foreach_copy_(self._originals, self._copies)  # one call, not one per buffer
+            except (RuntimeError, AttributeError, TypeError):
+                for original, copy in zip(self._originals, self._copies, strict=True):
+                    original.copy_(copy)
 
 
 def _rng_devices(device: torch.device) -> list[int]:
@@ -517,6 +526,20 @@ def _rng_devices(device: torch.device) -> list[int]:
     if device.type != "cuda":
         return []
     return [device.index if device.index is not None else torch.cuda.current_device()]
+
+
+def _seed(seed: int, device: torch.device) -> None:
+    """Seed the global generators a forward on ``device`` draws from.
+
+    Not ``torch.manual_seed``: without CUDA initialized it queues a lazy CUDA seed and
+    records a stack trace each call, a cost per pass for nothing on the CPU.
+    """
+    import torch
+
+    torch.random.default_generator.manual_seed(seed)
+    if device.type == "cuda":
+        with torch.cuda.device(device):
+            torch.cuda.manual_seed(seed)
 
 
 def run_ablations(
@@ -561,7 +584,7 @@ def run_ablations(
 
         def reset() -> None:
             buffers.restore()
-            torch.manual_seed(seed)  # the same dropout masks in every pass (train mode)
+            _seed(seed, device)  # the same dropout masks in every pass (train mode)
             if grads is not None:
                 grads.clear()
 
