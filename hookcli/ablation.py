@@ -565,6 +565,7 @@ def run_ablations(
     """
     import torch
 
+    from hookcli.errors import RunError
     from hookcli.losses import reduce_output
     from hookcli.session import HookSession
 
@@ -659,8 +660,6 @@ def run_ablations(
                             _ablating_hook(op, grad_op, counter, generators, handles)
                         )
                     )
-                from hookcli.errors import RunError
-
                 try:
                     output, _ = run()
                 except RunError as err:

@@ -49,6 +49,23 @@ class Guard(nn.Module):
         return x
 
 
+class CtrlC(nn.Module):
+    """Presses Ctrl-C (KeyboardInterrupt) in the pass where ``a`` is zeroed, in train mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(4, 4)
+        self.bn = nn.BatchNorm1d(4)
+        self.b = nn.Linear(4, 3)
+        self.example_input_array = torch.randn(3, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.a(x)
+        if not bool(h.any()):
+            raise KeyboardInterrupt
+        return self.b(self.bn(h))
+
+
 class Spare(nn.Module):
     """``spare`` runs but its output is thrown away: ablating it does nothing."""
 
@@ -97,6 +114,7 @@ def tiny_gpt2() -> nn.Module:
     return AutoModelForCausalLM.from_config(config)
 
 
+CTRL_C = CtrlC()
 BN_MLP = BNMLP()  # an instance: the CLI uses it as it is, so the test can look at it after
 RESNET = torchvision.models.resnet18(weights=None, num_classes=10).eval()
 
@@ -486,6 +504,19 @@ def test_a_pass_that_raises_is_reported_and_exits_4():
     assert second["name"] == "b" and second["error"] is None and second["rel_l2"] == 1
     assert "ablating" not in result.stderr or "a" in result.stderr
     assert "Traceback" not in result.stderr and "all-zero input" in result.stderr
+
+
+def test_ctrl_c_during_an_ablation_restores_the_model_and_exits_130():
+    model = CTRL_C.train()
+    before, hooks = state_snapshot(model), global_hook_counts()
+    result = invoke(
+        "ablate", "tests.test_ablate:CTRL_C", "-l", "b", "-l", "a", "--mode", "train",
+        "--grad-op", "scale:2", "--op", "zero",
+    )  # fmt: skip
+    assert result.exit_code == 130 and "interrupted" in result.stderr
+    assert result.stdout == ""
+    assert_same_state(before, state_snapshot(model))
+    assert_no_hooks(model, hooks)
 
 
 def test_clean_pass_failure_names_the_module_and_leaves_no_hooks():

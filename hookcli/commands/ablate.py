@@ -309,11 +309,11 @@ def _run(
         notes=tuple(notes),
         error=_failure_line(failed),
     )
-    kinds = {run.clean.kind}
+    logits = run.clean.kind in (CLASSIFIER, LANGUAGE_MODEL)
     code = emit(
         report,
         out,
-        _columns(op is not None, grad_op is not None, bool(kinds & {CLASSIFIER, LANGUAGE_MODEL})),
+        _columns(op is not None, grad_op is not None, logits),
         _totals_lines(run, key, passes),
     )
     if failed:
