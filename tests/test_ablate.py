@@ -312,6 +312,15 @@ def test_hugging_face_model_output_logits_are_compared(monkeypatch):
 
         ablated = run_with(model, ids, [(model.get_submodule(name), zero)])
         assert_metrics(row, reference(clean, ablated))
+    # the base model returns a ModelOutput: rebuilt with its hidden state halved; the
+    # logits (lm_head has no bias) halve with it: rel_l2 0.5, the ranking unchanged
+    halved = invoke_json(
+        "ablate", "tests.test_ablate:tiny_gpt2", "-i", "int64:2x6:0..100", "-l", "transformer",
+        "--op", "scale:0.5",
+    )  # fmt: skip
+    (row,) = halved["ablations"]
+    assert row["rel_l2"] == pytest.approx(0.5, rel=1e-5) and row["top1_agreement"] == 1
+    assert row["cosine"] == pytest.approx(1.0, abs=1e-6)
 
 
 # -- gradient side ----------------------------------------------------------------------------------
