@@ -267,7 +267,7 @@ def write_baseline(report: Report, path: Path) -> None:
 
 def compare_baseline(report: Report, ci: CIOptions) -> DiffResult:
     """Diff the report against the saved baseline and print the differences on stderr."""
-    from hookcli.diff import diff_reports, load_report, table_columns, table_totals, to_report
+    from hookcli.diff import diff_reports, load_report, table_columns, to_report
     from hookcli.render import render_table
 
     assert ci.baseline is not None
@@ -280,7 +280,7 @@ def compare_baseline(report: Report, ci: CIOptions) -> DiffResult:
         _note(f"baseline {label}: same within tolerance")
     else:
         diff_report = to_report(result, label, "this run")
-        text = render_table(diff_report, table_columns(), table_totals(result))
+        text = render_table(diff_report, table_columns(), ())
         sys.stderr.write(f"hookcli: baseline {label} differs:\n{text}")
         sys.stderr.flush()
     return result

@@ -625,8 +625,8 @@ def detail(result: DiffResult) -> str:
 
 def to_report(result: DiffResult, old_label: str, new_label: str) -> Report:
     """The diff as a Report (command ``diff``): one row per difference, and a ``same`` check."""
-    rows = tuple(Row.of(d.to_dict()) for d in result.differences)
-    items = tuple(dict.fromkeys(d.label for d in result.differences))
+    rows = tuple(Row.of(d.to_dict(), {"key_cell": _key_cell(d)}) for d in result.differences)
+    items = tuple(dict.fromkeys(d.item or d.where for d in result.differences))
     check = CheckResult("same", result.same, detail(result), () if result.same else items)
     tol = result.tolerance
     settings: dict[str, Any] = {
@@ -660,6 +660,13 @@ def to_report(result: DiffResult, old_label: str, new_label: str) -> Report:
     )
 
 
+def _key_cell(d: Difference) -> str:
+    """The Key cell: the key, with '(added)'/'(removed)' where it is not a plain change."""
+    if d.change == "changed":
+        return d.key
+    return f"{d.key} ({d.change})" if d.key else f"({d.change})"
+
+
 def table_columns() -> list[Any]:
     """The diff table: only the differing rows, old and new side by side."""
     from hookcli.render import Column
@@ -667,16 +674,11 @@ def table_columns() -> list[Any]:
     return [
         Column("where", "Where"),
         Column("item", "Item", lambda v: v or "-"),
-        Column("key", "Key", lambda v: v or "-"),
-        Column("change", "Change"),
+        Column("key_cell", "Key"),
         Column("old", "Old", fmt_value, "right"),
         Column("new", "New", fmt_value, "right"),
         Column("rel_diff", "Rel diff", fmt_rel, "right"),
     ]
-
-
-def table_totals(result: DiffResult) -> list[tuple[str, str]]:
-    return [("Differences", detail(result))]
 
 
 def iter_messages(result: DiffResult) -> Iterator[tuple[str, str]]:

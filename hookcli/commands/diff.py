@@ -98,7 +98,6 @@ def command(
         load_report,
         parse_keys,
         table_columns,
-        table_totals,
         to_report,
     )
     from hookcli.errors import UsageError
@@ -121,7 +120,7 @@ def command(
     )
     report = to_report(result, _label(old), _label(new))
     out = output_options(format, output, None, debug, ci_options(None, False, annotate, junit))
-    write_text(render(report, format, table_columns(), table_totals(result)), out)
+    write_text(render(report, format, table_columns(), ()), out)
     return conclude(report, out, result)
 
 
