@@ -13,6 +13,10 @@ are ``hookcli.report``. Importing hookcli does not import torch.
 
 __version__ = "0.1.0"
 
+# The submodule hookcli.diff is loaded first, so that the name below is the API
+# function: a later `import hookcli.diff` finds the module in sys.modules and
+# does not rebind the attribute (`from hookcli.diff import ...` works as usual).
+from hookcli import diff as _diff_module  # noqa: F401
 from hookcli.api import diff, grads, inspect, stats
 from hookcli.report import Report
 

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from hookcli.checks.grads import GradGates
     from hookcli.pipeline import Prepared
     from hookcli.probes.grads import GradFindings
+    from hookcli.render import Column
     from hookcli.report import CheckResult, Row
     from hookcli.session import CallRecord
 
@@ -89,6 +90,8 @@ def untouched(tensors: Sequence[Any] = ()) -> Iterator[None]:
     cpu_state = torch.get_rng_state()
     cuda_states = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     grads = [(t, t.grad) for t in tensors if isinstance(t, torch.Tensor) and t.requires_grad]
+    for t, _ in grads:
+        t.grad = None  # backward would accumulate into the caller's tensor in place
     try:
         yield
     finally:
@@ -233,7 +236,7 @@ def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
         outcome.records, prepared.model, depth=plan.depth, kinds=kinds, probes=probes
     )
     model_totals = dict(totals(prepared.model))
-    extra_cols = []
+    extra_cols: list[Column] = []
     for p in probes:
         model_totals.update(p.totals())
         extra_cols.extend(getattr(p, "table_columns", ()))
@@ -722,8 +725,9 @@ def stats(
             outputs is zero (implies ``fail_on="dead"``).
 
     Returns:
-        The ``Report``; rows add ``mean``, ``std``, ``min``, ``max``, ``abs_mean``,
-        ``zero_frac``, ``nan_count``, ``inf_count`` (``grad_*`` with backward).
+        The ``Report``; rows add ``mean``, ``std``, ``min``, ``max``, ``mean_abs``,
+        ``zero_fraction``, ``nan``, ``inf`` of the outputs (``grad_*`` with backward);
+        ``report.notes`` names the first module producing NaN/Inf.
     """
     plan = plan_stats(hooks, backward, loss, fail_on, dead_threshold, depth, global_hooks)
     return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_stats(p, plan))

@@ -45,7 +45,7 @@ def workflow_command(level: str, title: str, message: str) -> str:
     return f"::{level} title={_escape_property(title)}::{_escape_data(message)}"
 
 
-def annotations(report: Report, diff: DiffResult | None = None) -> list[str]:
+def annotation_lines(report: Report, diff: DiffResult | None = None) -> list[str]:
     """One ``::error`` line per failed check, per difference and for a failed run."""
     from hookcli.diff import iter_messages
 
@@ -181,8 +181,8 @@ def junit_xml(suites: Iterable[Suite]) -> str:
                 tag = "error" if c.error else "failure"
                 sub = ET.SubElement(tc, tag, message=_xml_text(c.failure), type=tag)
                 sub.text = _xml_text(c.text)
-    for k, v in totals.items():
-        root.set(k, str(v))
+    for key, count in totals.items():
+        root.set(key, str(count))
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
 
@@ -312,7 +312,7 @@ def conclude(report: Report, out: OutputOptions, diff: DiffResult | None = None)
         else:
             diff = compare_baseline(report, ci)
     if annotate_on(ci.annotate):
-        for line in annotations(report, diff):
+        for line in annotation_lines(report, diff):
             print(line, file=sys.stderr)
         sys.stderr.flush()
     if ci.junit is not None:

@@ -74,14 +74,28 @@ def test_baseline_usage_errors(args: tuple[str, ...], message: str) -> None:
 
 def test_baseline_of_another_command_is_exit_2(tmp_path: Path) -> None:
     base = tmp_path / "b.json"
-    assert invoke("inspect", "sample_models:LeNet", "--baseline", str(base), "--update-baseline").exit_code == 0
+    assert (
+        invoke(
+            "inspect", "sample_models:LeNet", "--baseline", str(base), "--update-baseline"
+        ).exit_code
+        == 0
+    )
     result = invoke(*LENET, "--baseline", str(base))
     assert result.exit_code == 2
     assert "different commands" in result.stderr
 
 
 def test_every_model_command_has_the_ci_options() -> None:
-    for command in ("inspect", "grads", "stats", "buffers", "params", "registrations", "trace", "features"):
+    for command in (
+        "inspect",
+        "grads",
+        "stats",
+        "buffers",
+        "params",
+        "registrations",
+        "trace",
+        "features",
+    ):
         text = invoke(command, "--help").stdout
         for option in ("--baseline", "--update-baseline", "--annotate", "--junit", "--rtol"):
             assert option in text, (command, option)
@@ -89,7 +103,13 @@ def test_every_model_command_has_the_ci_options() -> None:
 
 def test_failed_run_neither_writes_nor_compares(tmp_path: Path) -> None:
     base = tmp_path / "b.json"
-    result = invoke("grads", "tests/fixtures/broken.py:RaisesInMiddle", "--baseline", str(base), "--update-baseline")
+    result = invoke(
+        "grads",
+        "tests/fixtures/broken.py:RaisesInMiddle",
+        "--baseline",
+        str(base),
+        "--update-baseline",
+    )
     assert result.exit_code == 4
     assert not base.exists()
     assert "not written: the run failed" in result.stderr
@@ -143,7 +163,9 @@ def test_run_error_is_annotated() -> None:
     result = invoke("grads", "tests/fixtures/broken.py:RaisesInMiddle", "--annotate", "github")
     assert result.exit_code == 4
     lines = annotation_lines(result.stderr)
-    assert lines and lines[0].startswith("::error title=hookcli grads%3A run failed::forward failed")
+    assert lines and lines[0].startswith(
+        "::error title=hookcli grads%3A run failed::forward failed"
+    )
 
 
 # -- step summary --------------------------------------------------------------------------
@@ -163,7 +185,9 @@ def test_step_summary_appends_markdown(tmp_path: Path) -> None:
 def test_step_summary_has_the_baseline_diff(tmp_path: Path) -> None:
     base, summary = tmp_path / "b.json", tmp_path / "s.md"
     assert invoke(*LENET, "--baseline", str(base), "--update-baseline").exit_code == 0
-    result = invoke(*LENET, "--baseline", str(base), "--seed", "2", env={"GITHUB_STEP_SUMMARY": str(summary)})
+    result = invoke(
+        *LENET, "--baseline", str(base), "--seed", "2", env={"GITHUB_STEP_SUMMARY": str(summary)}
+    )
     assert result.exit_code == 1
     text = summary.read_text()
     assert f"**Baseline `{base}`**" in text
@@ -212,7 +236,9 @@ def check_counts(root: ET.Element) -> None:
 
 def test_junit_checks(tmp_path: Path) -> None:
     path = tmp_path / "out" / "grads.xml"
-    result = invoke("grads", "sample_models:UnusedBranch", "--fail-on", "unused,nan", "--junit", str(path))
+    result = invoke(
+        "grads", "sample_models:UnusedBranch", "--fail-on", "unused,nan", "--junit", str(path)
+    )
     assert result.exit_code == 1
     root = ET.parse(path).getroot()
     assert root.tag == "testsuites"

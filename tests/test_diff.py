@@ -37,7 +37,9 @@ def write(path: Path, report: dict[str, Any]) -> str:
     return str(path)
 
 
-def diff_json(tmp_path: Path, old: dict[str, Any], new: dict[str, Any], *opts: str) -> tuple[int, dict[str, Any]]:
+def diff_json(
+    tmp_path: Path, old: dict[str, Any], new: dict[str, Any], *opts: str
+) -> tuple[int, dict[str, Any]]:
     a, b = write(tmp_path / "old.json", old), write(tmp_path / "new.json", new)
     result = invoke("diff", a, b, "--format", "json", *opts)
     assert result.exit_code in (0, 1), result.stderr
@@ -265,7 +267,9 @@ def test_stdin(tmp_path: Path, grads_report: dict[str, Any]) -> None:
     assert json.loads(result.stdout)["settings"]["old"] == "stdin"
 
 
-def test_unusable_inputs_exit_2(tmp_path: Path, grads_report: dict[str, Any], inspect_report: dict[str, Any]) -> None:
+def test_unusable_inputs_exit_2(
+    tmp_path: Path, grads_report: dict[str, Any], inspect_report: dict[str, Any]
+) -> None:
     good = write(tmp_path / "good.json", grads_report)
     (tmp_path / "bad.json").write_text("{not json", encoding="utf-8")
     (tmp_path / "other.json").write_text('{"a": 1}', encoding="utf-8")
