@@ -75,7 +75,7 @@ def _value(param: Any, value: Any, base: Path, where: str) -> Any:
         value = ",".join(value)
     if isinstance(value, (dict, list)):
         raise UsageError(f"{where}: expected a single value")
-    if type(param.type).__name__ == "Path" and isinstance(value, str):
+    if type(param.type).__name__ in ("Path", "TyperPath") and isinstance(value, str):
         return str(base / value)
     return value
 
