@@ -207,13 +207,10 @@ def summary_markdown(report: Report, diff: DiffResult | None = None, baseline: s
 
 def _diff_markdown(diff_report: Report, head: str) -> str:
     """The verdict, the summary lines, then the table of differences (when any)."""
-    from hookcli.render import render_markdown
+    from hookcli.diff import render_markdown
 
-    notes = "\n".join(f"- {n}" for n in diff_report.notes)
-    text = head + diff_report.checks[0].detail + "\n\n" + notes + "\n"
-    if not diff_report.checks[0].passed:
-        text += "\n" + render_markdown(diff_report).split("\n", 2)[2]  # without its header line
-    return text
+    body = render_markdown(diff_report).split("\n", 2)[2]  # without its header line
+    return head + diff_report.checks[0].detail + "\n\n" + body
 
 
 def fit_summary(text: str, budget: int) -> str:

@@ -681,6 +681,15 @@ def table_columns() -> list[Any]:
     ]
 
 
+def render_markdown(report: Report) -> str:
+    """The diff report as Markdown: the header, the summary lines, the differences."""
+    from hookcli.render import render_markdown as plain
+
+    head, _, rest = plain(report).partition("\n")
+    notes = "".join(f"- {n}\n" for n in report.notes)
+    return f"{head}\n\n{notes}{rest}"
+
+
 def iter_messages(result: DiffResult) -> Iterator[tuple[str, str]]:
     """(title, message) per difference, for CI annotations."""
     for d in result.differences:

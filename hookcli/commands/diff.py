@@ -97,6 +97,7 @@ def command(
         diff_reports,
         load_report,
         parse_keys,
+        render_markdown,
         table_columns,
         to_report,
     )
@@ -120,7 +121,11 @@ def command(
     )
     report = to_report(result, _label(old), _label(new))
     out = output_options(format, output, None, debug, ci_options(None, False, annotate, junit))
-    write_text(render(report, format, table_columns(), ()), out)
+    if format is Format.MARKDOWN:
+        text = render_markdown(report)  # with the summary lines, as the table has them
+    else:
+        text = render(report, format, table_columns(), ())
+    write_text(text, out)
     return conclude(report, out, result)
 
 
