@@ -290,9 +290,10 @@ class _Differ:
         a, b = _as_number(old), _as_number(new)
         if a is not None and b is not None and kind != STRUCTURE:
             same, diff, rel = compare_numbers(a, b, self.tol)
-            stats = self.stats.setdefault(key.split(".", 1)[0].split("[", 1)[0], KeyStats())
+            top = key.split(".", 1)[0].split("[", 1)[0]
+            stats = self.stats.setdefault(top, KeyStats())
             stats.compared += 1
-            at = f"{item} {key}".strip() if item else key
+            at = (item or where) + ("" if key == top else f" {key}")
             if diff > stats.max_abs or (math.isnan(diff) and not math.isnan(stats.max_abs)):
                 stats.max_abs, stats.max_abs_at = diff, at
             if rel > stats.max_rel or (math.isnan(rel) and not math.isnan(stats.max_rel)):
@@ -615,10 +616,14 @@ def detail(result: DiffResult) -> str:
     if result.same:
         return "the reports are the same within tolerance"
     parts = []
-    for kind, word in ((SETTING, "settings"), (STRUCTURE, "structural"), (VALUE, "values")):
+    for kind, one, many in (
+        (SETTING, "setting", "settings"),
+        (STRUCTURE, "structural", "structural"),
+        (VALUE, "value", "values"),
+    ):
         n = result.count(kind)
         if n:
-            parts.append(f"{n} {word}")
+            parts.append(f"{n} {one if n == 1 else many}")
     n = len(result.differences)
     return f"{n} difference{'s' if n != 1 else ''} ({', '.join(parts)})"
 
