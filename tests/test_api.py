@@ -209,3 +209,15 @@ def test_import_hookcli_does_not_import_torch() -> None:
     code = "import sys, hookcli; assert 'torch' not in sys.modules; print(hookcli.grads.__name__)"
     out = subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True)
     assert out.stdout.strip() == "grads"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_cuda_model_rng_left_as_found() -> None:
+    model = BNMLP().cuda()
+    x = torch.randn(4, 16, device="cuda")
+    states = torch.cuda.get_rng_state_all()
+    report = hookcli.grads(model, x)
+    assert report.settings["device"] == "cuda:0"
+    assert all(
+        torch.equal(a, b) for a, b in zip(states, torch.cuda.get_rng_state_all(), strict=True)
+    )
