@@ -55,8 +55,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if args.threads:
         torch.set_num_threads(args.threads)
 
+    from hookcli.api import GRADS_KINDS as DEFAULT_KINDS
     from hookcli.checks.grads import FAIL_ON, GradGates, run_checks
-    from hookcli.commands.grads import DEFAULT_KINDS
     from hookcli.layers import layer_rows, shape_columns
     from hookcli.losses import reduce_output
     from hookcli.options import Mode, ModelOptions, RunOptions

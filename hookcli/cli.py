@@ -38,12 +38,19 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
+    ctx: typer.Context,
     version: Annotated[
         bool | None,
         typer.Option("--version", "-V", callback=_version, is_eager=True, help="Show the version."),
     ] = None,
 ) -> None:
     """hookcli: a command-line inspector for PyTorch models."""
+    from hookcli.config import apply
+
+    try:
+        apply(ctx)  # [tool.hookcli] defaults; options on the command line win
+    except HookcliError as err:
+        raise typer.Exit(_fail(err.message, err.exit_code)) from None
 
 
 def _fail(message: str, code: int) -> int:

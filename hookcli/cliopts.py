@@ -10,6 +10,8 @@ from typing import Annotated
 import typer
 
 from hookcli.options import (
+    Annotate,
+    CIOptions,
     Format,
     LossKind,
     Mode,
@@ -153,6 +155,64 @@ FailOnOpt = Annotated[
 ]
 
 
+BaselineOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--baseline",
+        metavar="FILE",
+        help="After the run, diff the report against FILE (a saved --format json report); "
+        "exit 1 when they differ beyond --rtol/--atol. The diff goes to stderr.",
+        show_default=False,
+    ),
+]
+UpdateBaselineOpt = Annotated[
+    bool,
+    typer.Option(
+        "--update-baseline",
+        help="Write the report to the --baseline FILE instead of comparing.",
+    ),
+]
+AnnotateOpt = Annotated[
+    Annotate | None,
+    typer.Option(
+        "--annotate",
+        help="Print failed checks and baseline differences as CI annotations on stderr "
+        "(github: ::error workflow commands; on by itself when GITHUB_ACTIONS=true).",
+        show_default=False,
+    ),
+]
+JunitOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--junit",
+        metavar="FILE",
+        help="Write the checks and baseline diff as JUnit XML test cases to FILE.",
+        show_default=False,
+    ),
+]
+RtolOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--rtol",
+        metavar="X",
+        min=0.0,
+        help="Relative tolerance of the comparison (default: torch.testing.assert_close's "
+        "for the report's dtype; integers exact).",
+        show_default=False,
+    ),
+]
+AtolOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--atol",
+        metavar="X",
+        min=0.0,
+        help="Absolute tolerance of the comparison (default: assert_close's for the dtype).",
+        show_default=False,
+    ),
+]
+
+
 def model_options(
     model: str,
     kwargs: list[str] | None,
@@ -191,10 +251,39 @@ def run_options(
 
 
 def output_options(
-    fmt: Format, output: Path | None, depth: int | None, debug: bool
+    fmt: Format,
+    output: Path | None,
+    depth: int | None,
+    debug: bool,
+    ci: CIOptions | None = None,
 ) -> OutputOptions:
     """The output part of the options."""
-    return OutputOptions(format=fmt, output=output, depth=depth, debug=debug)
+    return OutputOptions(format=fmt, output=output, depth=depth, debug=debug, ci=ci or CIOptions())
+
+
+def ci_options(
+    baseline: Path | None,
+    update_baseline: bool,
+    annotate: Annotate | None,
+    junit: Path | None,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> CIOptions:
+    """The CI part of the options, checked before any work (exit 2)."""
+    from hookcli.errors import UsageError
+
+    if update_baseline and baseline is None:
+        raise UsageError("--update-baseline needs --baseline FILE (the file to write)")
+    if baseline is not None and not update_baseline and not baseline.is_file():
+        raise UsageError(f"--baseline {baseline}: no such file; create it with --update-baseline")
+    return CIOptions(
+        baseline=baseline,
+        update_baseline=update_baseline,
+        annotate=annotate,
+        junit=junit,
+        rtol=rtol,
+        atol=atol,
+    )
 
 
 def parse_fail_on(text: str | None, allowed: tuple[str, ...]) -> tuple[str, ...]:
@@ -217,6 +306,9 @@ def parse_fail_on(text: str | None, allowed: tuple[str, ...]) -> tuple[str, ...]
 
 
 __all__ = [
+    "AnnotateOpt",
+    "AtolOpt",
+    "BaselineOpt",
     "BatchOpt",
     "DebugOpt",
     "DepthOpt",
@@ -227,14 +319,18 @@ __all__ = [
     "GlobalHooksOpt",
     "HooksOpt",
     "InputOpt",
+    "JunitOpt",
     "KwargsOpt",
     "LossOpt",
     "ModeOpt",
     "ModelArg",
     "OutputOpt",
+    "RtolOpt",
     "SeedOpt",
     "TrustPickleOpt",
+    "UpdateBaselineOpt",
     "WeightsOpt",
+    "ci_options",
     "model_options",
     "output_options",
     "parse_fail_on",

@@ -26,6 +26,13 @@ class Mode(str, enum.Enum):
     EVAL = "eval"
 
 
+class Annotate(str, enum.Enum):
+    """CI annotation style (``--annotate``); github is on by itself under GitHub Actions."""
+
+    GITHUB = "github"
+    NONE = "none"
+
+
 class HookKind(str, enum.Enum):
     """Per-module hook kinds a command can attach (``--hooks``)."""
 
@@ -101,6 +108,18 @@ class RunOptions:
 
 
 @dataclass(frozen=True)
+class CIOptions:
+    """--baseline, --update-baseline, --annotate, --junit and the baseline tolerances."""
+
+    baseline: Path | None = None
+    update_baseline: bool = False
+    annotate: Annotate | None = None  # None: github when GITHUB_ACTIONS=true
+    junit: Path | None = None
+    rtol: float | None = None
+    atol: float | None = None
+
+
+@dataclass(frozen=True)
 class OutputOptions:
     """Where and how the report goes."""
 
@@ -108,3 +127,4 @@ class OutputOptions:
     output: Path | None = None
     depth: int | None = None
     debug: bool = False
+    ci: CIOptions = CIOptions()

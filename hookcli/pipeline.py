@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookcli.errors import EXIT_CHECK_FAILED, EXIT_OK, RunError, UsageError
+from hookcli.errors import RunError, UsageError
 from hookcli.options import Mode, ModelOptions, OutputOptions, RunOptions
 
 if TYPE_CHECKING:
@@ -217,11 +217,25 @@ def emit(
     columns: Sequence[Column] = (),
     totals: Sequence[tuple[str, str]] = (),
 ) -> int:
-    """Render the report and write it to stdout or ``--output``; 1 if a check failed."""
+    """Render the report and write it to stdout or ``--output``; 1 if a check failed.
+
+    ``columns`` and ``totals`` default to the report's own table layout.
+    """
     from hookcli.render import render
 
-    write_text(render(report, out.format, columns, totals), out)
-    return EXIT_CHECK_FAILED if report.failed_checks else EXIT_OK
+    text = render(report, out.format, columns or report.columns, totals or report.table_totals)
+    write_text(text, out)
+    return conclude(report, out)
+
+
+def conclude(report: Report, out: OutputOptions) -> int:
+    """After the report is written: --baseline, --annotate, --junit, the step summary.
+
+    The exit status: 1 if a check failed or the baseline differs, else 0.
+    """
+    from hookcli.ci import conclude as ci_conclude
+
+    return ci_conclude(report, out)
 
 
 def write_text(text: str, out: OutputOptions) -> None:

@@ -7,7 +7,10 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from hookcli.render import Column
 
 SCHEMA = "hookcli.report/1"
 
@@ -50,6 +53,13 @@ class Row:
             return self.display[key]
         return self.data.get(key, default)
 
+    def __getitem__(self, key: str) -> Any:
+        """``row["grad_norm"]``: a JSON key of the row."""
+        return self.data[key]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.data)
+
 
 @dataclass(frozen=True)
 class Report:
@@ -66,10 +76,25 @@ class Report:
     primary: str = "layers"  # the list CSV/Markdown carry
     notes: tuple[str, ...] = ()  # extra header lines of the table
     error: str | None = None
+    # How the table shows it: its columns and totals lines (not part of the JSON).
+    columns: tuple[Column, ...] = field(default=(), compare=False, repr=False)
+    table_totals: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
 
     @property
     def failed_checks(self) -> tuple[CheckResult, ...]:
         return tuple(c for c in self.checks if not c.passed)
+
+    @property
+    def passed(self) -> bool:
+        """Every check passed and the model ran to the end."""
+        return not self.failed_checks and self.error is None
+
+    def render(self, format: str = "table") -> str:
+        """The report as the CLI prints it: table, json, csv or markdown."""
+        from hookcli.options import Format
+        from hookcli.render import render
+
+        return render(self, Format(format), self.columns, self.table_totals)
 
     def rows(self, name: str | None = None) -> tuple[Row, ...]:
         """The rows of ``layers`` or of a command list."""

@@ -14,7 +14,15 @@ from typer.testing import CliRunner
 
 from hookcli.cli import app
 
-ENV = {"COLUMNS": "120", "NO_COLOR": "1", "TERM": "dumb"}
+# The GitHub Actions variables are unset so the suite's output is the same in CI.
+ENV: dict[str, str | None] = {
+    "COLUMNS": "120",
+    "NO_COLOR": "1",
+    "TERM": "dumb",
+    "GITHUB_ACTIONS": None,
+    "GITHUB_STEP_SUMMARY": None,
+    "HOOKCLI_NO_CONFIG": "1",
+}
 
 GLOBAL_HOOK_DICTS = (
     "_global_forward_pre_hooks",

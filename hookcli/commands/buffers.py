@@ -5,6 +5,9 @@ from typing import Annotated, Any
 import typer
 
 from hookcli.cliopts import (
+    AnnotateOpt,
+    AtolOpt,
+    BaselineOpt,
     BatchOpt,
     DebugOpt,
     DepthOpt,
@@ -12,13 +15,17 @@ from hookcli.cliopts import (
     DtypeOpt,
     FormatOpt,
     InputOpt,
+    JunitOpt,
     KwargsOpt,
     ModelArg,
     ModeOpt,
     OutputOpt,
+    RtolOpt,
     SeedOpt,
     TrustPickleOpt,
+    UpdateBaselineOpt,
     WeightsOpt,
+    ci_options,
     model_options,
     output_options,
     run_options,
@@ -72,6 +79,12 @@ def command(
     depth: DepthOpt = None,
     format: FormatOpt = Format.TABLE,
     output: OutputOpt = None,
+    baseline: BaselineOpt = None,
+    update_baseline: UpdateBaselineOpt = False,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
+    annotate: AnnotateOpt = None,
+    junit: JunitOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
 ) -> int:
@@ -84,7 +97,13 @@ def command(
 
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.TRAIN)
-    out = output_options(format, output, depth, debug)
+    out = output_options(
+        format,
+        output,
+        depth,
+        debug,
+        ci_options(baseline, update_baseline, annotate, junit, rtol, atol),
+    )
 
     prepared = prepare(mopts, ropts)
     probe = BufferProbe()

@@ -9,19 +9,26 @@ from typing import IO, TYPE_CHECKING, Annotated, Any
 import typer
 
 from hookcli.cliopts import (
+    AnnotateOpt,
+    AtolOpt,
+    BaselineOpt,
     BatchOpt,
     DebugOpt,
     DeviceOpt,
     DtypeOpt,
     FormatOpt,
     InputOpt,
+    JunitOpt,
     KwargsOpt,
     ModelArg,
     ModeOpt,
     OutputOpt,
+    RtolOpt,
     SeedOpt,
     TrustPickleOpt,
+    UpdateBaselineOpt,
     WeightsOpt,
+    ci_options,
     model_options,
     output_options,
     run_options,
@@ -206,6 +213,12 @@ def command(
     mode: ModeOpt = None,
     format: FormatOpt = Format.TABLE,
     output: OutputOpt = None,
+    baseline: BaselineOpt = None,
+    update_baseline: UpdateBaselineOpt = False,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
+    annotate: AnnotateOpt = None,
+    junit: JunitOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
 ) -> int:
@@ -225,7 +238,13 @@ def command(
         require_matplotlib()
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL)
-    outopts = output_options(format, output, None, debug)
+    outopts = output_options(
+        format,
+        output,
+        None,
+        debug,
+        ci_options(baseline, update_baseline, annotate, junit, rtol, atol),
+    )
 
     from hookcli.probes.features import FeatureProbe, select_modules
 

@@ -1,6 +1,9 @@
 """``hookcli inspect MODEL``: the per-layer table of shapes and parameters."""
 
 from hookcli.cliopts import (
+    AnnotateOpt,
+    AtolOpt,
+    BaselineOpt,
     BatchOpt,
     DebugOpt,
     DepthOpt,
@@ -10,21 +13,24 @@ from hookcli.cliopts import (
     GlobalHooksOpt,
     HooksOpt,
     InputOpt,
+    JunitOpt,
     KwargsOpt,
     ModelArg,
     ModeOpt,
     OutputOpt,
+    RtolOpt,
     SeedOpt,
     TrustPickleOpt,
+    UpdateBaselineOpt,
     WeightsOpt,
+    ci_options,
     model_options,
     output_options,
     run_options,
 )
-from hookcli.options import Format, HookKind, Mode, parse_hook_kinds
+from hookcli.options import Format, Mode
 
 NAME = "inspect"
-DEFAULT_KINDS = (HookKind.PRE, HookKind.FORWARD)
 
 
 def command(
@@ -42,48 +48,27 @@ def command(
     global_hooks: GlobalHooksOpt = False,
     format: FormatOpt = Format.TABLE,
     output: OutputOpt = None,
+    baseline: BaselineOpt = None,
+    update_baseline: UpdateBaselineOpt = False,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
+    annotate: AnnotateOpt = None,
+    junit: JunitOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
 ) -> int:
     """Per-layer table: name, type, input and output shapes, params, trainable; totals."""
-    from hookcli.layers import PARAM_COLUMNS, layer_rows, param_totals, shape_columns
-    from hookcli.modelinfo import totals
-    from hookcli.pipeline import emit, prepare, run_session
-    from hookcli.probes import backward_probes
-    from hookcli.render import Column
-    from hookcli.report import Report
+    from hookcli.api import plan_inspect, run_inspect
+    from hookcli.pipeline import emit, prepare
 
-    kinds = parse_hook_kinds(hooks) or DEFAULT_KINDS
+    plan = plan_inspect(hooks, depth, global_hooks)
+    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, global_hooks)
-    out = output_options(format, output, depth, debug)
+    out = output_options(format, output, depth, debug, ci)
 
-    prepared = prepare(mopts, ropts)
-    probes = backward_probes(kinds)
-    outcome = run_session(prepared, probes, mode=ropts.mode, global_hooks=ropts.global_hooks)
-    rows, unshown = layer_rows(
-        outcome.records, prepared.model, depth=out.depth, kinds=kinds, probes=probes
-    )
-    model_totals = dict(totals(prepared.model))
-    extra_cols: list[Column] = []
-    for p in probes:
-        model_totals.update(p.totals())
-        extra_cols.extend(getattr(p, "table_columns", ()))
-    report = Report(
-        command=NAME,
-        model=prepared.model_info(),
-        settings=prepared.settings,
-        inputs=prepared.input_dicts(),
-        layers=rows,
-        totals=model_totals,
-        error=outcome.error.message if outcome.error else None,
-    )
-    code = emit(
-        report,
-        out,
-        [*shape_columns(kinds), *extra_cols, *PARAM_COLUMNS],
-        param_totals(model_totals, unshown),
-    )
-    if outcome.error is not None:
-        raise outcome.error
+    report, error = run_inspect(prepare(mopts, ropts), plan)
+    code = emit(report, out)
+    if error is not None:
+        raise error
     return code

@@ -5,17 +5,24 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from hookcli.cliopts import (
+    AnnotateOpt,
+    AtolOpt,
+    BaselineOpt,
     DebugOpt,
     DepthOpt,
     DeviceOpt,
     DtypeOpt,
     FormatOpt,
+    JunitOpt,
     KwargsOpt,
     ModelArg,
     OutputOpt,
+    RtolOpt,
     SeedOpt,
     TrustPickleOpt,
+    UpdateBaselineOpt,
     WeightsOpt,
+    ci_options,
     model_options,
     output_options,
     run_options,
@@ -85,6 +92,12 @@ def command(
     depth: DepthOpt = None,
     format: FormatOpt = Format.TABLE,
     output: OutputOpt = None,
+    baseline: BaselineOpt = None,
+    update_baseline: UpdateBaselineOpt = False,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
+    annotate: AnnotateOpt = None,
+    junit: JunitOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
 ) -> int:
@@ -96,7 +109,13 @@ def command(
 
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(None, None, device, dtype, None, Mode.EVAL)
-    out = output_options(format, output, depth, debug)
+    out = output_options(
+        format,
+        output,
+        depth,
+        debug,
+        ci_options(baseline, update_baseline, annotate, junit, rtol, atol),
+    )
 
     prepared = prepare(mopts, ropts, need_inputs=False)
     module = prepared.model

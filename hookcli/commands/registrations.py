@@ -3,15 +3,22 @@
 from typing import Any
 
 from hookcli.cliopts import (
+    AnnotateOpt,
+    AtolOpt,
+    BaselineOpt,
     DebugOpt,
     DepthOpt,
     FormatOpt,
+    JunitOpt,
     KwargsOpt,
     ModelArg,
     OutputOpt,
+    RtolOpt,
     SeedOpt,
     TrustPickleOpt,
+    UpdateBaselineOpt,
     WeightsOpt,
+    ci_options,
     model_options,
     output_options,
 )
@@ -46,6 +53,12 @@ def command(
     depth: DepthOpt = None,
     format: FormatOpt = Format.TABLE,
     output: OutputOpt = None,
+    baseline: BaselineOpt = None,
+    update_baseline: UpdateBaselineOpt = False,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
+    annotate: AnnotateOpt = None,
+    junit: JunitOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
 ) -> int:
@@ -60,7 +73,13 @@ def command(
     from hookcli.report import Report, Row
 
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    out = output_options(format, output, depth, debug)
+    out = output_options(
+        format,
+        output,
+        depth,
+        debug,
+        ci_options(baseline, update_baseline, annotate, junit, rtol, atol),
+    )
     if is_torchvision_name(mopts.spec.strip()):
         # Import torchvision before the hooks go in: only the model's own build is recorded.
         import torchvision.models  # noqa: F401

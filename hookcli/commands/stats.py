@@ -1,10 +1,13 @@
 """``hookcli stats MODEL``: activation statistics per module call, and the first NaN/Inf."""
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from hookcli.cliopts import (
+    AnnotateOpt,
+    AtolOpt,
+    BaselineOpt,
     BatchOpt,
     DebugOpt,
     DepthOpt,
@@ -14,22 +17,23 @@ from hookcli.cliopts import (
     GlobalHooksOpt,
     HooksOpt,
     InputOpt,
+    JunitOpt,
     KwargsOpt,
     LossOpt,
     ModelArg,
     ModeOpt,
     OutputOpt,
+    RtolOpt,
     SeedOpt,
     TrustPickleOpt,
+    UpdateBaselineOpt,
     WeightsOpt,
+    ci_options,
     model_options,
     output_options,
     run_options,
 )
-from hookcli.options import Format, HookKind, LossKind, Mode, parse_hook_kinds
-
-if TYPE_CHECKING:
-    from hookcli.probes.stats import StatsProbe
+from hookcli.options import Format, LossKind, Mode
 
 NAME = "stats"
 
@@ -62,13 +66,6 @@ DeadThresholdOpt = Annotated[
 ]
 
 
-def _kinds(hooks: str | None, backward: bool) -> tuple[HookKind, ...]:
-    given = parse_hook_kinds(hooks)
-    if given is not None:
-        return given
-    return (HookKind.FORWARD, HookKind.BACKWARD_PRE) if backward else (HookKind.FORWARD,)
-
-
 def command(
     model: ModelArg,
     kwargs: KwargsOpt = None,
@@ -88,115 +85,28 @@ def command(
     depth: DepthOpt = None,
     format: FormatOpt = Format.TABLE,
     output: OutputOpt = None,
+    baseline: BaselineOpt = None,
+    update_baseline: UpdateBaselineOpt = False,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
+    annotate: AnnotateOpt = None,
+    junit: JunitOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
 ) -> int:
     """Per-layer activation statistics (mean, std, min, max, mean |x|, zeros, NaN, Inf);
     the first module producing NaN/Inf; checks nan, inf, dead."""
-    from functools import partial
+    from hookcli.api import plan_stats, run_stats
+    from hookcli.pipeline import emit, prepare
 
-    from hookcli.checks import layer_label
-    from hookcli.checks.stats import STATS_CHECKS, CallStats, stats_checks
-    from hookcli.cliopts import parse_fail_on
-    from hookcli.errors import UsageError
-    from hookcli.layers import layer_rows, shape_columns
-    from hookcli.pipeline import emit, prepare, run_session
-    from hookcli.report import Report
-
-    kinds = _kinds(hooks, backward)
-    checks = parse_fail_on(fail_on, STATS_CHECKS)
-    if dead_threshold is not None:
-        if not 0 < dead_threshold <= 1:
-            raise UsageError(f"--dead-threshold must be in (0, 1], got {dead_threshold:g}")
-        if "dead" not in checks:
-            checks = (*checks, "dead")
-    if "dead" in checks and HookKind.FORWARD not in kinds:
-        raise UsageError("--fail-on dead needs the forward statistics: add forward to --hooks")
-    stat_kinds = [k for k in kinds if k is not HookKind.PRE]
-    if checks and not stat_kinds:
-        raise UsageError(
-            f"--fail-on {','.join(checks)} needs statistics: add forward (or a backward kind) "
-            "to --hooks"
-        )
+    plan = plan_stats(hooks, backward, loss, fail_on, dead_threshold, depth, global_hooks)
+    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, global_hooks)
-    out = output_options(format, output, depth, debug)
+    out = output_options(format, output, depth, debug, ci)
 
-    prepared = prepare(mopts, ropts)
-    if prepared.settings["device"] == "meta":
-        raise UsageError("stats needs values: --device meta holds shapes only")
-
-    from hookcli.losses import reduce_output
-    from hookcli.probes.stats import StatsProbe
-
-    probe = StatsProbe(kinds)
-    run_backward = backward or any(k.is_backward for k in kinds)
-    outcome = run_session(
-        prepared,
-        [probe],
-        mode=ropts.mode,
-        global_hooks=ropts.global_hooks,
-        backward=run_backward,
-        loss_fn=partial(reduce_output, kind=loss.value),
-    )
-    rows, _ = layer_rows(
-        outcome.records, prepared.model, depth=out.depth, kinds=kinds, probes=[probe]
-    )
-    calls = [
-        CallStats(
-            label=layer_label(r.name, r.call),
-            output=probe.forward_stats(r.index),
-            grads=probe.grad_stats(r),
-        )
-        for r in outcome.records
-    ]
-    origin = probe.origin.label if probe.origin else None
-    results = stats_checks(
-        calls,
-        checks,
-        origin=origin,
-        dead_threshold=dead_threshold,
-        with_grads=run_backward,
-    )
-    totals = dict(probe.totals())
-    if outcome.loss is not None:
-        totals["loss"] = outcome.loss
-    report = Report(
-        command=NAME,
-        model=prepared.model_info(),
-        settings=prepared.settings,
-        inputs=prepared.input_dicts(),
-        layers=rows,
-        totals=totals,
-        checks=results,
-        notes=_notes(probe, outcome.loss, loss.value),
-        error=outcome.error.message if outcome.error else None,
-    )
-    code = emit(report, out, [*shape_columns(kinds), *probe.table_columns])
-    if outcome.error is not None:
-        raise outcome.error
+    report, error = run_stats(prepare(mopts, ropts), plan)
+    code = emit(report, out)
+    if error is not None:
+        raise error
     return code
-
-
-def _notes(probe: "StatsProbe", loss: float | None, loss_kind: str) -> tuple[str, ...]:
-    """Header lines of the table: the NaN/Inf origin and the loss."""
-    from hookcli.render import fmt_float
-
-    notes: list[str] = []
-    if HookKind.FORWARD in probe.kinds:
-        if probe.origin is not None:
-            notes.append(
-                f"NaN/Inf origin: {probe.origin.label} ({probe.origin.type}), the first module "
-                f"to output NaN/Inf from finite inputs; {probe.nonfinite_calls} call(s) "
-                "output NaN/Inf"
-            )
-        elif probe.nonfinite_calls:
-            notes.append(
-                f"NaN/Inf in {probe.nonfinite_calls} call(s), but no module turned finite "
-                "inputs into them (do the model's inputs hold NaN/Inf?)"
-            )
-        else:
-            notes.append("NaN/Inf origin: none (no module output holds NaN or Inf)")
-    if loss is not None:
-        notes.append(f"loss ({loss_kind} of the outputs): {fmt_float(loss)}")
-    return tuple(notes)
