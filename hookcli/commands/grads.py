@@ -28,6 +28,7 @@ from hookcli.cliopts import (
     parse_fail_on,
     run_options,
 )
+from hookcli.ddpopts import BackendOpt, DdpOpt, DesyncTolOpt, DistTimeoutOpt
 from hookcli.options import Format, HookKind, LossKind, Mode, parse_hook_kinds
 
 if TYPE_CHECKING:
@@ -86,7 +87,7 @@ GradsFailOnOpt = Annotated[
         "--fail-on",
         metavar="CHECKS",
         help="Comma-separated checks that fail the run (exit 1): nan, inf, unused, zero-grad, "
-        "dead.",
+        "dead; with --ddp also desync.",
         show_default=False,
     ),
 ]
@@ -120,6 +121,10 @@ def command(
     output: OutputOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
+    ddp: DdpOpt = False,
+    backend: BackendOpt = None,
+    desync_tol: DesyncTolOpt = 0.0,
+    dist_timeout: DistTimeoutOpt = 600.0,
 ) -> int:
     """Per-layer gradient flow: grad norms of parameters, grad_output, grad_input; checks."""
     from hookcli.checks.grads import FAIL_ON, NEED_PARAM_GRADS, GradGates
@@ -127,7 +132,10 @@ def command(
 
     explicit_kinds = parse_hook_kinds(hooks)
     kinds = explicit_kinds or DEFAULT_KINDS
-    gates = GradGates(parse_fail_on(fail_on, FAIL_ON), max_grad_norm, min_grad_norm)
+    gates = GradGates(parse_fail_on(fail_on, (*FAIL_ON, "desync")), max_grad_norm, min_grad_norm)
+    if not ddp and (backend is not None or "desync" in gates.fail_on):
+        what = "--backend" if backend is not None else "--fail-on desync"
+        raise UsageError(f"{what} needs --ddp (under torchrun or srun)")
     if HookKind.TENSOR not in kinds:
         needs = [f"--fail-on {n}" for n in gates.fail_on if n in NEED_PARAM_GRADS]
         needs += ["--max-grad-norm"] if max_grad_norm is not None else []
@@ -150,6 +158,19 @@ def command(
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.TRAIN, global_hooks)
     out = output_options(format, output, depth, debug)
+    if ddp:
+        from hookcli.ddp import check_ddp_options, run_grads
+        from hookcli.distributed import launch
+
+        check_ddp_options(kinds, global_hooks, per_param=per_param, plot=plot)
+        return launch(
+            lambda ctx: run_grads(
+                ctx, mopts, ropts, out, kinds, explicit_kinds is not None, loss, gates, desync_tol
+            ),
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+        )
     return _run(mopts, ropts, out, kinds, explicit_kinds is not None, loss, per_param, gates, plot)
 
 
