@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import HookcliError, UsageError
-from hookcli.options import Format, HookKind, LossKind
+from hookcli.options import HookKind, LossKind
 
 if TYPE_CHECKING:
     import torch
@@ -25,7 +25,7 @@ if TYPE_CHECKING:
 
     from hookcli.checks.grads import GradGates
     from hookcli.distributed import DistContext
-    from hookcli.options import ModelOptions, Mode, OutputOptions, RunOptions
+    from hookcli.options import Mode, ModelOptions, OutputOptions, RunOptions
     from hookcli.pipeline import Prepared
     from hookcli.ranks import Divergence, RankRows
     from hookcli.render import Column
@@ -33,6 +33,26 @@ if TYPE_CHECKING:
     from hookcli.session import CallRecord, Probe
 
 DESYNC = "desync"
+
+
+def launch_command(
+    body: Callable[[DistContext], int],
+    *,
+    ddp: bool,
+    device: str,
+    backend: str | None,
+    timeout_s: float,
+    kinds: Sequence[HookKind],
+    global_hooks: bool,
+    need_tensor: bool = True,
+) -> int:
+    """Check the --ddp options, then run ``body`` on this rank (``distributed.launch``)."""
+    from hookcli.distributed import launch
+
+    if not ddp:
+        raise UsageError("--backend needs --ddp (under torchrun or srun)")
+    check_ddp_options(kinds, global_hooks, need_tensor=need_tensor)
+    return launch(body, device=device, backend=backend, timeout_s=timeout_s)
 
 
 def check_ddp_options(
@@ -174,9 +194,7 @@ def run_ddp_session(
 def _rank_rows(rank: int, rows: Sequence[Row], extra: Callable[[Row], dict[str, Any]]) -> RankRows:
     from hookcli.ranks import RankRows
 
-    return RankRows(
-        rank, tuple(({**dict(r.data), **extra(r)}, dict(r.display)) for r in rows)
-    )
+    return RankRows(rank, tuple(({**dict(r.data), **extra(r)}, dict(r.display)) for r in rows))
 
 
 def _l2(values: Sequence[float | None]) -> float | None:
@@ -294,9 +312,7 @@ def run_grads(
     trainable = [pg.name for pg in findings.params if pg.requires_grad]
     unused_set = set(unused)
     modules = dict(model.named_modules())
-    own = {
-        name: findings.module_params.get(id(m), ()) for name, m in modules.items()
-    }
+    own = {name: findings.module_params.get(id(m), ()) for name, m in modules.items()}
 
     def extra(row: Row) -> dict[str, Any]:
         names = own.get(str(row.data["name"]), ())
@@ -353,7 +369,9 @@ def _report_grads(
     ordered: list[CheckResult] = []
     for name in gates.fail_on:
         if name == "unused":
-            ordered.append(unused_check([r.unused for r in ranks], [r.unused_indices for r in ranks]))
+            ordered.append(
+                unused_check([r.unused for r in ranks], [r.unused_indices for r in ranks])
+            )
         elif name == DESYNC:
             ordered.append(desync_check(divergences, desync_tol))
         elif name in by_name:
@@ -460,9 +478,7 @@ def run_inspect(
         loss_fn=lambda o: reduce_output(o, "sum"),
         compare=False,
     )
-    rows, unshown = layer_rows(
-        run.records, prepared.model, depth=out.depth, kinds=kinds, probes=probes
-    )
+    rows, _ = layer_rows(run.records, prepared.model, depth=out.depth, kinds=kinds, probes=probes)
     mine = RowsRank(ctx.rank, run.loss, _rank_rows(ctx.rank, rows, lambda r: {}))
     gathered = ctx.gather(mine)
     if gathered is None:
@@ -489,6 +505,8 @@ def run_inspect(
         *extra_cols,
         *PARAM_COLUMNS,
     ]
+    shown = sum(int(r.display.get("shown_params", 0)) for r in merged)
+    unshown = max(int(model_totals["params"]) - shown, 0)  # ran on no rank
     return emit(report, out, columns, param_totals(model_totals, unshown))
 
 
@@ -529,9 +547,7 @@ def run_stats(
         loss_fn=lambda o: reduce_output(o, loss_kind.value),
         compare=True,
     )
-    rows, _ = layer_rows(
-        run.records, prepared.model, depth=out.depth, kinds=kinds, probes=[probe]
-    )
+    rows, _ = layer_rows(run.records, prepared.model, depth=out.depth, kinds=kinds, probes=[probe])
     calls = [
         CallStats(
             label=layer_label(r.name, r.call),

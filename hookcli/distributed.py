@@ -18,8 +18,10 @@ leaves one before it exits on an error.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +40,7 @@ T = TypeVar("T")
 
 DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_SLURM_PORT = 29500
+EXIT_TERMINATED = 143
 _STORE_PREFIX = "hookcli/error/"
 
 
@@ -75,7 +78,9 @@ def _int(environ: Mapping[str, str], key: str) -> int:
     try:
         return int(environ[key])
     except ValueError:
-        raise UsageError(f"environment variable {key}={environ[key]!r} is not a whole number")
+        raise UsageError(
+            f"environment variable {key}={environ[key]!r} is not a whole number"
+        ) from None
 
 
 def detect_env(environ: Mapping[str, str] | None = None) -> DistEnv | None:
@@ -134,8 +139,7 @@ class RankFailed(Exception):
     @property
     def line(self) -> str:
         """The one line rank 0 prints."""
-        who = "a rank" if self.rank is None else f"rank {self.rank}"
-        return f"{who} failed: {self.message}"
+        return self.message if self.rank is None else f"rank {self.rank} failed: {self.message}"
 
 
 @dataclass(frozen=True)
@@ -276,14 +280,16 @@ class DistContext:
             if t is not None and base_present[i]:
                 groups.setdefault(_wire_dtype(t), []).append(i)
         out: list[Divergence] = []
-        for i, (name, t) in enumerate(tensors):
+        for i, (name, _) in enumerate(tensors):
             if bool(present[i]) != bool(base_present[i]):
-                why = "no gradient, rank 0 has one" if base_present[i] else "a gradient, rank 0 none"
+                why = (
+                    "no gradient, rank 0 has one" if base_present[i] else "a gradient, rank 0 none"
+                )
                 out.append(Divergence(kind, name, self.rank, math.inf, math.inf, why))
         for dtype, idx in groups.items():
             mine = torch.cat([_flat(tensors[i][1], dtype) for i in idx])
             base = mine if self.is_main else torch.empty_like(mine)
-            self._collective(stage, lambda base=base: dist.broadcast(base, src=0))
+            self._collective(stage, functools.partial(dist.broadcast, base, src=0))
             if self.is_main:
                 continue
             same = (mine == base) | (torch.isnan(mine) & torch.isnan(base))
@@ -394,6 +400,7 @@ def launch(
         raise UsageError(f"--dist-timeout must be positive, got {timeout_s:g}")
     device = rank_device(device, env)
     ctx = init_group(env, backend or default_backend(device), device, timeout_s)
+    previous = _on_sigterm()
     try:
         try:
             code = body(ctx)
@@ -409,17 +416,34 @@ def launch(
     except RankFailed as failed:
         if ctx.is_main:
             print(f"hookcli: error: {failed.line}", file=sys.stderr, flush=True)
-        # Wait for rank 0's line before leaving: torchrun stops the others once one exits.
-        try:
-            ctx.share(failed.code, "reporting the failure")
-        except RankFailed:
-            pass
+        if failed.rank is not None:
+            # Every rank is still there: wait for rank 0's line before leaving, since
+            # torchrun stops the other ranks as soon as one exits.
+            try:
+                ctx.share(failed.code, "reporting the failure")
+            except RankFailed:
+                pass
         return failed.code
     finally:
+        signal.signal(signal.SIGTERM, previous)
         try:
             dist.destroy_process_group()
         except Exception:  # already broken: nothing left to release
             pass
+
+
+def _on_sigterm() -> Any:
+    """SIGTERM (torchrun ending the ranks after one exited) -> RankFailed, exit 143."""
+
+    def handler(signum: int, frame: Any) -> None:
+        raise RankFailed(
+            None,
+            EXIT_TERMINATED,
+            "this rank was stopped by SIGTERM: the launcher ends every rank once one exits "
+            "(its summary names the rank that failed first)",
+        )
+
+    return signal.signal(signal.SIGTERM, handler)
 
 
 # -- pieces the --ddp commands share -------------------------------------------------------
@@ -473,4 +497,5 @@ def wrap_ddp(model: nn.Module, ctx: DistContext) -> nn.Module:
         # step); the tensor hooks still see which parameters got no grad on each rank.
         return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
     except Exception as err:
-        raise RunError(f"DistributedDataParallel could not wrap the model: {first_line(err)}")
+        msg = f"DistributedDataParallel could not wrap the model: {first_line(err)}"
+        raise RunError(msg) from err

@@ -114,9 +114,7 @@ def merge_checks(per_rank: Sequence[Sequence[CheckResult]]) -> tuple[CheckResult
     return tuple(out)
 
 
-def unused_check(
-    unused: Sequence[Sequence[str]], indices: Sequence[Sequence[int]]
-) -> CheckResult:
+def unused_check(unused: Sequence[Sequence[str]], indices: Sequence[Sequence[int]]) -> CheckResult:
     """Parameters with requires_grad that got no gradient on some rank (per rank).
 
     Worded as DDP's own error under ``TORCH_DISTRIBUTED_DEBUG=INFO``: names sorted,
@@ -134,7 +132,9 @@ def unused_check(
         )
         layers.extend(n for n in names if n not in layers)
     if not parts:
-        return CheckResult("unused", True, "every parameter with requires_grad got a gradient on every rank")
+        return CheckResult(
+            "unused", True, "every parameter with requires_grad got a gradient on every rank"
+        )
     n_ranks = sum(1 for names in unused if names)
     head = (
         f"{len(layers)} parameter(s) got no gradient on {n_ranks} rank(s) (DDP without "
@@ -188,8 +188,7 @@ def desync_check(
             )
     grads = len({d.name for d in bad if d.kind == "grad"})
     buffers = len({d.name for d in bad if d.kind == "buffer"})
-    detail = (
-        f"{grads} reduced gradient(s) and {buffers} buffer(s) differ from rank 0's "
-        f"(compared {within}); first: {', '.join(shown)}"
-    )
+    counts = [f"{grads} reduced gradient(s)"] if grads else []
+    counts += [f"{buffers} buffer(s)"] if buffers else []
+    detail = f"{' and '.join(counts)} differ from rank 0's (compared {within}); first: {', '.join(shown)}"
     return CheckResult("desync", False, detail, tuple(names))

@@ -21,6 +21,7 @@ from hookcli.cliopts import (
     output_options,
     run_options,
 )
+from hookcli.ddpopts import BackendOpt, DdpOpt, DistTimeoutOpt
 from hookcli.options import Format, HookKind, Mode, parse_hook_kinds
 
 NAME = "inspect"
@@ -44,6 +45,9 @@ def command(
     output: OutputOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
+    ddp: DdpOpt = False,
+    backend: BackendOpt = None,
+    dist_timeout: DistTimeoutOpt = 600.0,
 ) -> int:
     """Per-layer table: name, type, input and output shapes, params, trainable; totals."""
     from hookcli.layers import PARAM_COLUMNS, layer_rows, param_totals, shape_columns
@@ -57,6 +61,19 @@ def command(
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, global_hooks)
     out = output_options(format, output, depth, debug)
+    if ddp or backend is not None:
+        from hookcli.ddp import launch_command, run_inspect
+
+        return launch_command(
+            lambda ctx: run_inspect(ctx, mopts, ropts, out, kinds),
+            ddp=ddp,
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            kinds=kinds,
+            global_hooks=global_hooks,
+            need_tensor=False,
+        )
 
     prepared = prepare(mopts, ropts)
     probes = backward_probes(kinds)

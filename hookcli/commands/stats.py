@@ -26,6 +26,7 @@ from hookcli.cliopts import (
     output_options,
     run_options,
 )
+from hookcli.ddpopts import BackendOpt, DdpOpt, DesyncTolOpt, DistTimeoutOpt
 from hookcli.options import Format, HookKind, LossKind, Mode, parse_hook_kinds
 
 if TYPE_CHECKING:
@@ -46,7 +47,8 @@ FailOnOpt = Annotated[
         "--fail-on",
         metavar="CHECKS",
         help="Comma-separated checks that fail the run (exit 1): nan, inf (in any module "
-        "output, or gradient with backward kinds), dead (a module whose outputs are all zero).",
+        "output, or gradient with backward kinds), dead (a module whose outputs are all zero); "
+        "with --ddp also desync.",
         show_default=False,
     ),
 ]
@@ -90,6 +92,10 @@ def command(
     output: OutputOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
+    ddp: DdpOpt = False,
+    backend: BackendOpt = None,
+    desync_tol: DesyncTolOpt = 0.0,
+    dist_timeout: DistTimeoutOpt = 600.0,
 ) -> int:
     """Per-layer activation statistics (mean, std, min, max, mean |x|, zeros, NaN, Inf);
     the first module producing NaN/Inf; checks nan, inf, dead."""
@@ -104,7 +110,7 @@ def command(
     from hookcli.report import Report
 
     kinds = _kinds(hooks, backward)
-    checks = parse_fail_on(fail_on, STATS_CHECKS)
+    checks = parse_fail_on(fail_on, (*STATS_CHECKS, "desync") if ddp else STATS_CHECKS)
     if dead_threshold is not None:
         if not 0 < dead_threshold <= 1:
             raise UsageError(f"--dead-threshold must be in (0, 1], got {dead_threshold:g}")
@@ -121,6 +127,22 @@ def command(
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, global_hooks)
     out = output_options(format, output, depth, debug)
+    if ddp or backend is not None:
+        from hookcli.ddp import launch_command, run_stats
+
+        with_grads = backward or any(k.is_backward for k in kinds)
+        return launch_command(
+            lambda ctx: run_stats(
+                ctx, mopts, ropts, out, kinds, loss, checks, dead_threshold, with_grads, desync_tol
+            ),
+            ddp=ddp,
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            kinds=kinds,
+            global_hooks=global_hooks,
+            need_tensor=False,
+        )
 
     prepared = prepare(mopts, ropts)
     if prepared.settings["device"] == "meta":
