@@ -18,6 +18,7 @@ leaves one before it exits on an error.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
@@ -419,17 +420,13 @@ def launch(
         if failed.rank is not None:
             # Every rank is still there: wait for rank 0's line before leaving, since
             # torchrun stops the other ranks as soon as one exits.
-            try:
+            with contextlib.suppress(RankFailed):
                 ctx.share(failed.code, "reporting the failure")
-            except RankFailed:
-                pass
         return failed.code
     finally:
         signal.signal(signal.SIGTERM, previous)
-        try:
+        with contextlib.suppress(Exception):  # already broken: nothing left to release
             dist.destroy_process_group()
-        except Exception:  # already broken: nothing left to release
-            pass
 
 
 def _on_sigterm() -> Any:

@@ -190,5 +190,6 @@ def desync_check(
     buffers = len({d.name for d in bad if d.kind == "buffer"})
     counts = [f"{grads} reduced gradient(s)"] if grads else []
     counts += [f"{buffers} buffer(s)"] if buffers else []
-    detail = f"{' and '.join(counts)} differ from rank 0's (compared {within}); first: {', '.join(shown)}"
+    head = f"{' and '.join(counts)} differ from rank 0's (compared {within})"
+    detail = f"{head}; first: {', '.join(shown)}"
     return CheckResult("desync", False, detail, tuple(names))
