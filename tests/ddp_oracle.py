@@ -45,9 +45,7 @@ def own_norms(model: nn.Module) -> dict[str, float | None]:
         has = [p for p in m.parameters(recurse=False) if p.requires_grad]
         if not has:
             continue
-        out[name] = (
-            math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads)) if grads else None
-        )
+        out[name] = math.sqrt(sum(float(g.double().pow(2).sum()) for g in grads)) if grads else None
     return out
 
 

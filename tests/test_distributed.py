@@ -306,7 +306,7 @@ def test_healthy_model_matches_plain_ddp(tmp_path: Path) -> None:
     report = report_of(run)
     assert spoken(run["ranks"][1]["stderr"]) == []
     rows = rows_by_name(report)
-    for name, norm in ref[0]["local"].items():
+    for name in ref[0]["local"]:
         assert all(
             close(rows[name]["grad_norm_per_rank"][r], ref[r]["local"][name]) for r in (0, 1)
         )
