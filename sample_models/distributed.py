@@ -95,3 +95,26 @@ class _Fragile(nn.Module):
         if current_rank() == self.rank:
             raise ValueError(f"refusing to run on rank {self.rank}")
         return self.fc(x)
+
+
+class NaNOnRank(nn.Module):
+    """``scale`` multiplies by NaN on rank ``rank`` only: NaN grads there before the all-reduce."""
+
+    def __init__(self, rank: int = 1) -> None:
+        super().__init__()
+        self.fc1 = nn.Linear(8, 8)
+        self.scale = _RankScale(rank)
+        self.fc2 = nn.Linear(8, 2)
+        self.example_input_array = torch.randn(4, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.scale(self.fc1(x)))
+
+
+class _RankScale(nn.Module):
+    def __init__(self, rank: int) -> None:
+        super().__init__()
+        self.rank = rank
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * (float("nan") if current_rank() == self.rank else 1.0)

@@ -399,3 +399,20 @@ def test_stats_and_inspect_under_ddp(tmp_path: Path) -> None:
     rows = rows_by_name(report_of(inspect))
     assert rows["branch_a"]["ranks"] == [0] and rows["branch_b"]["ranks"] == [1]
     assert rows["head"]["output_shapes_per_rank"] == [[[4, 2]], [[4, 2]]]
+
+
+@pytest.mark.slow
+def test_nan_on_one_rank_is_reported_for_that_rank(tmp_path: Path) -> None:
+    spec = "sample_models.distributed:NaNOnRank"
+    run = torchrun(tmp_path, "grads", spec, "--ddp", "-f", "json", "--fail-on", "nan,inf")
+    assert run["returncode"] != 0
+    report = report_of(run)
+    nan = check(report, "nan")
+    assert not nan["passed"]
+    assert nan["detail"].startswith("rank 1: ") and "rank 0" not in nan["detail"]
+    assert check(report, "inf")["passed"]
+    rows = rows_by_name(report)
+    # rank 0's local grads are finite, rank 1's are NaN; the all-reduce spreads the NaN
+    g0, g1 = rows["fc1"]["grad_norm_per_rank"]
+    assert math.isfinite(g0) and g1 == "nan"
+    assert rows["fc1"]["reduced_grad_norm"] == "nan"
