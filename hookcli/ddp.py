@@ -262,6 +262,8 @@ class GradsRank:
     grad_norm: float | None  # total, before the all-reduce
     reduced_grad_norm: float | None  # total, after it
     divergences: tuple[Divergence, ...]
+    module_grad_norm: Mapping[str, float | None]  # module -> own params' local grad norm
+    module_unused: Mapping[str, tuple[str, ...]]  # module -> own params with no local grad
 
 
 def run_grads(
@@ -321,6 +323,15 @@ def run_grads(
             "unused_params": [n for n in names if n in unused_set],
         }
 
+    module_grad_norm = {
+        name: findings.modules[id(m)].grad_norm
+        for name, m in modules.items()
+        if id(m) in findings.modules
+    }
+    module_unused = {
+        name: tuple(n for n in names if n in unused_set) for name, names in own.items() if names
+    }
+
     rows, _ = layer_rows(run.records, model, depth=out.depth, kinds=kinds, probes=[probe])
     mine = GradsRank(
         rank=ctx.rank,
@@ -332,6 +343,8 @@ def run_grads(
         grad_norm=findings.total_grad_norm,
         reduced_grad_norm=_l2(list(run.reduced.values())),
         divergences=run.divergences,
+        module_grad_norm=module_grad_norm,
+        module_unused=module_unused,
     )
     gathered = ctx.gather(mine)
     if gathered is None:
@@ -357,12 +370,7 @@ def _report_grads(
     from hookcli.render import Column, fmt_float
     from hookcli.report import Report
 
-    rows = merge_rows(
-        [r.rows for r in ranks],
-        per_rank_keys=("grad_norm", "unused_params"),
-        union_keys=("unused_params",),
-        spread_keys=("grad_norm",),
-    )
+    rows = tuple(_per_module(row, ranks) for row in merge_rows([r.rows for r in ranks]))
     checks = list(merge_checks([r.checks for r in ranks]))
     by_name = {c.name: c for c in checks}
     divergences = [d for r in ranks for d in r.divergences]
@@ -427,6 +435,21 @@ def _report_grads(
         if names:
             table_totals.append((f"No grad on rank {rank}", ", ".join(names)))
     return emit(report, out, columns, table_totals)
+
+
+def _per_module(row: Row, ranks: Sequence[GradsRank]) -> Row:
+    """Each rank's figures for the row's module, also from ranks where it did not run."""
+    from hookcli.report import Row
+
+    name = str(row.data["name"])
+    data = dict(row.data)
+    per_rank = [r.module_grad_norm.get(name) for r in ranks]
+    unused = [list(r.module_unused.get(name, ())) for r in ranks]
+    data["grad_norm_per_rank"] = per_rank
+    data["grad_norm_spread"] = _spread(per_rank)
+    data["unused_params"] = list(dict.fromkeys(n for names in unused for n in names))
+    data["unused_params_per_rank"] = unused
+    return Row.of(data, row.display)
 
 
 def _spread(values: Sequence[float | None]) -> float | None:

@@ -343,6 +343,11 @@ def test_rank_dependent_unused_branch_named_as_ddp_names_it(tmp_path: Path) -> N
         assert f"Parameters which did not receive grad for rank {r}: {names}" in unused["detail"]
     rows = rows_by_name(report)
     assert rows["branch_a"]["ranks"] == [0] and rows["branch_b"]["ranks"] == [1]
+    for branch in ("branch_a", "branch_b"):  # per row, also for the rank it did not run on
+        expected = [
+            sorted(n for n in ref[r]["local_unused"] if n.startswith(branch + ".")) for r in (0, 1)
+        ]
+        assert [sorted(u) for u in rows[branch]["unused_params_per_rank"]] == expected
     for name in ("trunk", "branch_a", "branch_b", "head"):
         for r in (0, 1):
             assert close(rows[name]["grad_norm_per_rank"][r], ref[r]["local"][name])
