@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookcli.errors import HookcliError, UsageError
+from hookcli.errors import HookcliError, RunError, UsageError, first_line
 from hookcli.options import HookKind, LossKind
 
 if TYPE_CHECKING:
@@ -157,6 +157,8 @@ def run_ddp_session(
                     loss = loss_fn(output)
             except HookcliError as err:
                 error = err
+            except Exception as err:  # the loss: tell the others rather than leave them waiting
+                error = RunError(f"the loss could not be computed: {first_line(err)}")
             ctx.sync("forward", error)
             loss_value: float | None = None
             if loss is not None:

@@ -131,11 +131,12 @@ def default_backend(device: str) -> str:
 class RankFailed(Exception):
     """Some rank failed: every rank raises this at the same point (internal)."""
 
-    def __init__(self, rank: int | None, code: int, message: str) -> None:
+    def __init__(self, rank: int | None, code: int, message: str, lost: bool = False) -> None:
         super().__init__(message)
         self.rank = rank
         self.code = code
         self.message = message
+        self.lost = lost  # found by a broken collective: the group is unusable
 
     @property
     def line(self) -> str:
@@ -183,7 +184,7 @@ class DistContext:
             if found is not None:
                 raise found from err
             msg = f"lost contact with the other ranks during {stage}: {first_line(err)}"
-            raise RankFailed(None, EXIT_RUN, msg) from err
+            raise RankFailed(None, EXIT_RUN, msg, lost=True) from err
 
     def sync(self, stage: str, error: BaseException | None = None) -> None:
         """Every rank reports how ``stage`` went; if any failed, every rank raises RankFailed."""
@@ -203,7 +204,7 @@ class DistContext:
         """Run ``fn`` on this rank, then ``sync``: its value once every rank got through."""
         try:
             value = fn()
-        except HookcliError as err:
+        except Exception as err:  # HookcliError, or a bug: the others must not wait for us
             self.sync(stage, err)
             raise AssertionError("unreachable: sync raises after a failure") from err
         self.sync(stage)
@@ -248,7 +249,8 @@ class DistContext:
                 for key in keys:
                     if store.check([key]):
                         code, _, message = store.get(key).decode().partition("\t")
-                        return RankFailed(int(key.rsplit("/", 1)[1]), int(code), message)
+                        rank = int(key.rsplit("/", 1)[1])
+                        return RankFailed(rank, int(code), message, lost=True)
             except Exception:
                 return None
             if time.monotonic() >= deadline:
@@ -405,19 +407,24 @@ def launch(
     try:
         try:
             code = body(ctx)
-        except HookcliError as err:  # outside any step: tell the others, leave the group
-            ctx.leave_message(err.exit_code, err.message)
-            raise
         except RankFailed:
             raise
-        except Exception as err:
-            ctx.leave_message(EXIT_RUN, f"internal error: {first_line(err)}")
-            raise
+        except Exception as err:  # outside any step (rank 0 writing the report)
+            status = _status_of(ctx.rank, err)
+            if not ctx.is_main:
+                ctx.leave_message(status.code, status.message)
+                raise
+            # The others wait for the exit status in the final share; speak first, as
+            # torchrun stops this rank once they have exited.
+            print(f"hookcli: error: {status.message}", file=sys.stderr, flush=True)
+            with contextlib.suppress(RankFailed):
+                ctx.share(status.code)
+            return status.code
         return ctx.share(code)
     except RankFailed as failed:
         if ctx.is_main:
             print(f"hookcli: error: {failed.line}", file=sys.stderr, flush=True)
-        if failed.rank is not None:
+        if not failed.lost:
             # Every rank is still there: wait for rank 0's line before leaving, since
             # torchrun stops the other ranks as soon as one exits.
             with contextlib.suppress(RankFailed):
