@@ -421,3 +421,65 @@ def test_nan_on_one_rank_is_reported_for_that_rank(tmp_path: Path) -> None:
     g0, g1 = rows["fc1"]["grad_norm_per_rank"]
     assert math.isfinite(g0) and g1 == "nan"
     assert rows["fc1"]["reduced_grad_norm"] == "nan"
+
+
+def test_ddp_session_leaves_the_model_as_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One rank, in this process: DDP's reducer and every hook go, state is restored."""
+    import socket
+
+    import torch
+
+    from hookcli.ddp import run_ddp_session
+    from hookcli.distributed import launch
+    from hookcli.inputs import Inputs
+    from hookcli.losses import reduce_output
+    from hookcli.options import HookKind, Mode
+    from hookcli.pipeline import Prepared
+    from hookcli.probes.grads import GradProbe
+    from sample_models.distributed import BatchNormNet
+    from tests.conftest import assert_no_hooks, assert_same_state, state_snapshot
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, value in {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+    }.items():
+        monkeypatch.setenv(key, value)
+    model = BatchNormNet().eval()
+    for p in model.parameters():
+        p.grad = torch.ones_like(p)  # grads from an earlier step must come back
+    before = state_snapshot(model)
+    loaded = type("Loaded", (), {"module": model, "spec": "x", "family": None})()
+    prepared = Prepared(
+        loaded=loaded,  # type: ignore[arg-type]
+        inputs=Inputs((torch.randn(8, 8),), {}, (), "test"),
+        settings={},
+    )
+    seen: dict[str, object] = {}
+
+    def body(ctx: object) -> int:
+        probe = GradProbe(frozenset(HookKind))
+        run = run_ddp_session(
+            ctx,  # type: ignore[arg-type]
+            prepared,
+            [probe],
+            mode=Mode.TRAIN,
+            backward=True,
+            loss_fn=reduce_output,
+            compare=True,
+        )
+        seen["run"] = run
+        return 0
+
+    assert launch(body, device="cpu", backend=None, timeout_s=30) == 0
+    assert not torch.distributed.is_initialized()
+    assert_no_hooks(model)
+    assert_same_state(before, state_snapshot(model))
+    run = seen["run"]
+    assert run.divergences == ()  # type: ignore[attr-defined]
+    assert run.reduced["fc.weight"] is not None  # type: ignore[attr-defined]
