@@ -199,6 +199,8 @@ class DistContext:
         if failed:
             first = failed[0]
             raise RankFailed(first.rank, first.code, first.message)
+        if self.is_main and sys.stderr.isatty():
+            print(f"hookcli: {self.world_size} ranks done: {stage}", file=sys.stderr, flush=True)
 
     def step(self, stage: str, fn: Callable[[], T]) -> T:
         """Run ``fn`` on this rank, then ``sync``: its value once every rank got through."""
