@@ -324,8 +324,12 @@ def plan_grads(
     depth: int | None = None,
     global_hooks: bool = False,
     device: str | None = None,
+    ddp: bool = False,
 ) -> GradsPlan:
-    """Check the options of ``grads`` (UsageError), before any model is built."""
+    """Check the options of ``grads`` (UsageError), before any model is built.
+
+    ``desync`` is a check across ranks: it needs ``ddp`` (the CLI's --ddp).
+    """
     from hookcli.checks.grads import FAIL_ON, NEED_PARAM_GRADS, GradGates
     from hookcli.cliopts import parse_fail_on
 
@@ -334,7 +338,11 @@ def plan_grads(
     for name, bound in (("max_grad_norm", max_grad_norm), ("min_grad_norm", min_grad_norm)):
         if bound is not None and not bound >= 0:
             raise UsageError(f"{name} must be >= 0, got {bound}")
-    gates = GradGates(parse_fail_on(_names(fail_on), FAIL_ON), max_grad_norm, min_grad_norm)
+    gates = GradGates(
+        parse_fail_on(_names(fail_on), (*FAIL_ON, "desync")), max_grad_norm, min_grad_norm
+    )
+    if "desync" in gates.fail_on and not ddp:
+        raise UsageError("--fail-on desync needs --ddp (under torchrun or srun)")
     plot_path = None if plot is None else Path(plot)
     if HookKind.TENSOR not in kinds:
         needs = [f"--fail-on {n}" for n in gates.fail_on if n in NEED_PARAM_GRADS]
@@ -602,8 +610,12 @@ def plan_stats(
     dead_threshold: float | None = None,
     depth: int | None = None,
     global_hooks: bool = False,
+    ddp: bool = False,
 ) -> StatsPlan:
-    """Check the options of ``stats`` (UsageError), before any model is built."""
+    """Check the options of ``stats`` (UsageError), before any model is built.
+
+    ``desync`` is a check across ranks: it needs ``ddp`` (the CLI's --ddp).
+    """
     from hookcli.checks.stats import STATS_CHECKS
     from hookcli.cliopts import parse_fail_on
 
@@ -612,7 +624,7 @@ def plan_stats(
         kinds = given
     else:
         kinds = (HookKind.FORWARD, HookKind.BACKWARD_PRE) if backward else (HookKind.FORWARD,)
-    checks = parse_fail_on(_names(fail_on), STATS_CHECKS)
+    checks = parse_fail_on(_names(fail_on), (*STATS_CHECKS, "desync") if ddp else STATS_CHECKS)
     if dead_threshold is not None:
         if not 0 < dead_threshold <= 1:
             raise UsageError(f"--dead-threshold must be in (0, 1], got {dead_threshold:g}")

@@ -193,8 +193,11 @@ class HookSession:
         backward: bool = False,
         always_call: bool = False,
         only: Collection[nn.Module] | None = None,
+        call: Callable[..., Any] | None = None,
     ) -> None:
         self.model = model
+        # what forward calls: a wrapper around model (DistributedDataParallel), else model
+        self.call = model if call is None else call
         # per-module hooks on these modules alone (features); None: every module
         self.only = None if only is None else {id(m) for m in only}
         self.probes = list(probes)
@@ -451,7 +454,7 @@ class HookSession:
         meta = _MetaRun() if _on_meta(self.model, args, kwargs) else None
         try:
             with self._grad_context(), meta or contextlib.nullcontext():
-                return self.model(*args, **(kwargs or {}))
+                return self.call(*args, **(kwargs or {}))
         except KeyboardInterrupt:
             raise
         except Exception as err:

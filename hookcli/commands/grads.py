@@ -34,6 +34,7 @@ from hookcli.cliopts import (
     output_options,
     run_options,
 )
+from hookcli.ddpopts import BackendOpt, DdpOpt, DesyncTolOpt, DistTimeoutOpt
 from hookcli.options import Format, LossKind, Mode
 
 if TYPE_CHECKING:
@@ -85,7 +86,7 @@ GradsFailOnOpt = Annotated[
         "--fail-on",
         metavar="CHECKS",
         help="Comma-separated checks that fail the run (exit 1): nan, inf, unused, zero-grad, "
-        "dead.",
+        "dead; with --ddp also desync.",
         show_default=False,
     ),
 ]
@@ -120,11 +121,16 @@ def command(
     junit: JunitOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
+    ddp: DdpOpt = False,
+    backend: BackendOpt = None,
+    desync_tol: DesyncTolOpt = 0.0,
+    dist_timeout: DistTimeoutOpt = 600.0,
 ) -> int:
     """Per-layer gradient flow: grad norms of parameters, grad_output, grad_input; checks."""
     import dataclasses
 
     from hookcli.api import plan_grads, run_grads
+    from hookcli.errors import UsageError
     from hookcli.pipeline import prepare
 
     plan = plan_grads(
@@ -138,12 +144,29 @@ def command(
         depth,
         global_hooks,
         device=device,
+        ddp=ddp,
     )
     plan = dataclasses.replace(plan, wide=format in (Format.CSV, Format.MARKDOWN))
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.TRAIN, global_hooks)
     out = output_options(format, output, depth, debug, ci)
+    if backend is not None and not ddp:
+        raise UsageError("--backend needs --ddp (under torchrun or srun)")
+    if ddp:
+        from hookcli.ddp import check_ddp_options
+        from hookcli.ddp import run_grads as run_grads_ddp
+        from hookcli.distributed import launch
+
+        check_ddp_options(plan.kinds, global_hooks, per_param=per_param, plot=plot)
+        return launch(
+            lambda ctx: run_grads_ddp(
+                ctx, mopts, ropts, out, plan.kinds, plan.explicit, plan.loss, plan.gates, desync_tol
+            ),
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+        )
 
     report, error = run_grads(prepare(mopts, ropts), plan)
     code = _emit(report, out)

@@ -28,6 +28,7 @@ from hookcli.cliopts import (
     output_options,
     run_options,
 )
+from hookcli.ddpopts import BackendOpt, DdpOpt, DistTimeoutOpt
 from hookcli.options import Format, Mode
 
 NAME = "inspect"
@@ -56,6 +57,9 @@ def command(
     junit: JunitOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
+    ddp: DdpOpt = False,
+    backend: BackendOpt = None,
+    dist_timeout: DistTimeoutOpt = 600.0,
 ) -> int:
     """Per-layer table: name, type, input and output shapes, params, trainable; totals."""
     from hookcli.api import plan_inspect, run_inspect
@@ -66,6 +70,20 @@ def command(
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, global_hooks)
     out = output_options(format, output, depth, debug, ci)
+    if ddp or backend is not None:
+        from hookcli.ddp import launch_command
+        from hookcli.ddp import run_inspect as run_inspect_ddp
+
+        return launch_command(
+            lambda ctx: run_inspect_ddp(ctx, mopts, ropts, out, plan.kinds),
+            ddp=ddp,
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            kinds=plan.kinds,
+            global_hooks=global_hooks,
+            need_tensor=False,
+        )
 
     report, error = run_inspect(prepare(mopts, ropts), plan)
     code = emit(report, out)

@@ -33,6 +33,7 @@ from hookcli.cliopts import (
     output_options,
     run_options,
 )
+from hookcli.ddpopts import BackendOpt, DdpOpt, DesyncTolOpt, DistTimeoutOpt
 from hookcli.options import Format, LossKind, Mode
 
 NAME = "stats"
@@ -50,7 +51,8 @@ FailOnOpt = Annotated[
         "--fail-on",
         metavar="CHECKS",
         help="Comma-separated checks that fail the run (exit 1): nan, inf (in any module "
-        "output, or gradient with backward kinds), dead (a module whose outputs are all zero).",
+        "output, or gradient with backward kinds), dead (a module whose outputs are all zero); "
+        "with --ddp also desync.",
         show_default=False,
     ),
 ]
@@ -93,17 +95,47 @@ def command(
     junit: JunitOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
+    ddp: DdpOpt = False,
+    backend: BackendOpt = None,
+    desync_tol: DesyncTolOpt = 0.0,
+    dist_timeout: DistTimeoutOpt = 600.0,
 ) -> int:
     """Per-layer activation statistics (mean, std, min, max, mean |x|, zeros, NaN, Inf);
     the first module producing NaN/Inf; checks nan, inf, dead."""
     from hookcli.api import plan_stats, run_stats
     from hookcli.pipeline import emit, prepare
 
-    plan = plan_stats(hooks, backward, loss, fail_on, dead_threshold, depth, global_hooks)
+    plan = plan_stats(hooks, backward, loss, fail_on, dead_threshold, depth, global_hooks, ddp=ddp)
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, global_hooks)
     out = output_options(format, output, depth, debug, ci)
+    if ddp or backend is not None:
+        from hookcli.ddp import launch_command
+        from hookcli.ddp import run_stats as run_stats_ddp
+
+        with_grads = plan.backward or any(k.is_backward for k in plan.kinds)
+        return launch_command(
+            lambda ctx: run_stats_ddp(
+                ctx,
+                mopts,
+                ropts,
+                out,
+                plan.kinds,
+                plan.loss,
+                plan.checks,
+                plan.dead_threshold,
+                with_grads,
+                desync_tol,
+            ),
+            ddp=ddp,
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            kinds=plan.kinds,
+            global_hooks=global_hooks,
+            need_tensor=False,
+        )
 
     report, error = run_stats(prepare(mopts, ropts), plan)
     code = emit(report, out)

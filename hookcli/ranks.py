@@ -1,0 +1,195 @@
+"""Pure functions that merge the per-rank findings of a ``--ddp`` run on rank 0.
+
+No torch here: the inputs are plain values gathered from every rank.
+
+- ``merge_rows``: rank 0's layer rows, then the calls that ran only on other ranks;
+  each row gets ``ranks`` (where the call ran) and ``KEY_per_rank`` arrays;
+- ``merge_checks``: a check run on every rank passes when it passed on all of them;
+- ``unused_check``: parameters that got no gradient on some rank, worded as
+  ``TORCH_DISTRIBUTED_DEBUG=INFO`` words them;
+- ``desync_check``: reduced gradients and buffers that differ from rank 0's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hookcli.checks import layer_label
+from hookcli.report import CheckResult, Row
+
+
+@dataclass(frozen=True)
+class RankRows:
+    """One rank's layer rows: (data, display) pairs, as ``Row`` carries them."""
+
+    rank: int
+    rows: tuple[tuple[Mapping[str, Any], Mapping[str, Any]], ...]
+
+
+def spread(values: Sequence[float | None]) -> float | None:
+    """(max - min) / max over ranks; None when a rank has no value or all are 0."""
+    if not values or any(v is None for v in values):
+        return None
+    vals = [float(v) for v in values if v is not None]
+    if any(math.isnan(v) for v in vals):
+        return math.nan
+    top = max(abs(v) for v in vals)
+    if top == 0:
+        return 0.0
+    if math.isinf(top):
+        return math.nan if all(math.isinf(v) for v in vals) else math.inf
+    return (max(vals) - min(vals)) / top
+
+
+def _label(data: Mapping[str, Any]) -> str:
+    return layer_label(str(data.get("name", "")), int(data.get("call", 0) or 0))
+
+
+def merge_rows(
+    per_rank: Sequence[RankRows],
+    per_rank_keys: Sequence[str] = (),
+    union_keys: Sequence[str] = (),
+    spread_keys: Sequence[str] = (),
+) -> tuple[Row, ...]:
+    """Rank 0's rows, then rows only other ranks ran (in rank order), with per-rank arrays.
+
+    ``KEY_per_rank`` holds each rank's value of KEY for the same call (None where
+    the call did not run on that rank); ``union_keys`` (lists) become the union over
+    ranks, in order; ``KEY_spread`` is ``spread(KEY_per_rank)``.
+    """
+    by_rank = [{_label(d): (d, disp) for d, disp in rr.rows} for rr in per_rank]
+    order: list[tuple[str, int]] = []  # (label, rank it is taken from)
+    seen: set[str] = set()
+    for rr in per_rank:
+        for d, _ in rr.rows:
+            label = _label(d)
+            if label not in seen:
+                seen.add(label)
+                order.append((label, rr.rank))
+    ranks = [rr.rank for rr in per_rank]
+    out: list[Row] = []
+    for label, src in order:
+        data, display = by_rank[ranks.index(src)][label]
+        merged = dict(data)
+        merged["ranks"] = [r for r, rows in zip(ranks, by_rank, strict=True) if label in rows]
+        for key in per_rank_keys:
+            merged[f"{key}_per_rank"] = [
+                rows[label][0].get(key) if label in rows else None for rows in by_rank
+            ]
+        for key in union_keys:
+            union: list[Any] = []
+            for rows in by_rank:
+                for v in (rows[label][0].get(key) or ()) if label in rows else ():
+                    if v not in union:
+                        union.append(v)
+            merged[key] = union
+        for key in spread_keys:
+            merged[f"{key}_spread"] = spread(merged[f"{key}_per_rank"])
+        disp = dict(display)
+        if src != per_rank[0].rank:
+            disp["mark"] = f"(rank {src} only)" if len(merged["ranks"]) == 1 else "(not rank 0)"
+        out.append(Row.of(merged, disp))
+    return tuple(out)
+
+
+def merge_checks(per_rank: Sequence[Sequence[CheckResult]]) -> tuple[CheckResult, ...]:
+    """One check per name: passed on every rank, or the failing ranks' details and layers."""
+    if not per_rank:
+        return ()
+    out: list[CheckResult] = []
+    for i, first in enumerate(per_rank[0]):
+        same = [checks[i] for checks in per_rank if i < len(checks)]
+        failing = [(r, c) for r, c in enumerate(same) if not c.passed]
+        if not failing:
+            out.append(CheckResult(first.name, True, f"{first.detail} (on every rank)"))
+            continue
+        layers: list[str] = []
+        for _, c in failing:
+            layers.extend(x for x in c.layers if x not in layers)
+        detail = "; ".join(f"rank {r}: {c.detail}" for r, c in failing)
+        out.append(CheckResult(first.name, False, detail, tuple(layers)))
+    return tuple(out)
+
+
+def unused_check(unused: Sequence[Sequence[str]], indices: Sequence[Sequence[int]]) -> CheckResult:
+    """Parameters with requires_grad that got no gradient on some rank (per rank).
+
+    Worded as DDP's own error under ``TORCH_DISTRIBUTED_DEBUG=INFO``: names sorted,
+    and their DDP parameter indices (positions among the trainable parameters).
+    """
+    parts: list[str] = []
+    layers: list[str] = []
+    for rank, (names, idx) in enumerate(zip(unused, indices, strict=True)):
+        if not names:
+            continue
+        parts.append(
+            f"Parameters which did not receive grad for rank {rank}: {', '.join(sorted(names))}; "
+            f"Parameter indices which did not receive grad for rank {rank}: "
+            f"{' '.join(str(i) for i in sorted(idx))}"
+        )
+        layers.extend(n for n in names if n not in layers)
+    if not parts:
+        return CheckResult(
+            "unused", True, "every parameter with requires_grad got a gradient on every rank"
+        )
+    n_ranks = sum(1 for names in unused if names)
+    head = (
+        f"{len(layers)} parameter(s) got no gradient on {n_ranks} rank(s) (DDP without "
+        "find_unused_parameters=True would fail or hang on them)"
+    )
+    return CheckResult("unused", False, "; ".join([head, *parts]), tuple(layers))
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """A tensor that differs between ``rank`` and rank 0 (from ``DistContext.compare``)."""
+
+    kind: str  # "grad" (after DDP's all-reduce) or "buffer"
+    name: str
+    rank: int
+    max_abs_diff: float
+    relative: float  # max |x_rank - x_0| / max |x_0|
+    why: str = "values"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "name": self.name,
+            "rank": self.rank,
+            "max_abs_diff": self.max_abs_diff,
+            "relative": self.relative,
+        }
+
+
+def desync_check(
+    found: Sequence[Divergence], tolerance: float, compared: str = "reduced gradients and buffers"
+) -> CheckResult:
+    """Tensors whose relative difference from rank 0's is above ``tolerance`` (0: exact)."""
+    bad = [d for d in found if d.relative > tolerance or d.why != "values"]
+    within = "exactly" if tolerance == 0 else f"within relative {tolerance:g}"
+    if not bad:
+        return CheckResult("desync", True, f"{compared} are equal on every rank ({within})")
+    names: list[str] = []
+    for d in bad:
+        if d.name not in names:
+            names.append(d.name)
+    shown = []
+    for d in bad[:3]:
+        what = "grad of " + d.name if d.kind == "grad" else f"buffer {d.name}"
+        if d.why != "values":
+            shown.append(f"{what} (rank {d.rank}: {d.why})")
+        else:
+            shown.append(
+                f"{what} (rank {d.rank}: max |diff| {d.max_abs_diff:.3g}, "
+                f"relative {d.relative:.3g})"
+            )
+    grads = len({d.name for d in bad if d.kind == "grad"})
+    buffers = len({d.name for d in bad if d.kind == "buffer"})
+    counts = [f"{grads} reduced gradient(s)"] if grads else []
+    counts += [f"{buffers} buffer(s)"] if buffers else []
+    head = f"{' and '.join(counts)} differ from rank 0's (compared {within})"
+    detail = f"{head}; first: {', '.join(shown)}"
+    return CheckResult("desync", False, detail, tuple(names))
