@@ -294,7 +294,7 @@ def test_single_rank_group_matches_plain_backward(tmp_path: Path) -> None:
 # -- two ranks under torchrun, against plain torch.distributed ------------------------------
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 def test_healthy_model_matches_plain_ddp(tmp_path: Path) -> None:
     spec = "sample_models.distributed:HealthyMLP"
     ref = oracle(tmp_path, spec, "--seed", "1")
@@ -324,7 +324,7 @@ def test_healthy_model_matches_plain_ddp(tmp_path: Path) -> None:
     assert all(c["passed"] for c in report["checks"]), report["checks"]
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 def test_rank_dependent_unused_branch_named_as_ddp_names_it(tmp_path: Path) -> None:
     spec = "sample_models.distributed:RankBranch"
     ref = oracle(tmp_path, spec, "--plain-ddp-error")
@@ -356,7 +356,7 @@ def test_rank_dependent_unused_branch_named_as_ddp_names_it(tmp_path: Path) -> N
     assert run["torchrun"].count("exitcode  : 1") >= 1
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 def test_batchnorm_buffers_desync_across_ranks(tmp_path: Path) -> None:
     spec = "sample_models.distributed:BatchNormNet"
     ref = oracle(tmp_path, spec)
@@ -378,7 +378,7 @@ def test_batchnorm_buffers_desync_across_ranks(tmp_path: Path) -> None:
     assert check(report_of(loose), "desync")["passed"]
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 def test_failure_on_one_rank_ends_every_rank_with_one_line(tmp_path: Path) -> None:
     run = torchrun(tmp_path, "grads", "sample_models.distributed:FailsOnRank", "--ddp")
     assert run["returncode"] != 0
@@ -391,7 +391,7 @@ def test_failure_on_one_rank_ends_every_rank_with_one_line(tmp_path: Path) -> No
     assert "exitcode  : 4" in run["torchrun"]
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 def test_stats_and_inspect_under_ddp(tmp_path: Path) -> None:
     spec = "sample_models.distributed:RankBranch"
     ref = oracle(tmp_path, spec)
@@ -406,7 +406,7 @@ def test_stats_and_inspect_under_ddp(tmp_path: Path) -> None:
     assert rows["head"]["output_shapes_per_rank"] == [[[4, 2]], [[4, 2]]]
 
 
-@pytest.mark.slow
+@pytest.mark.distributed
 def test_nan_on_one_rank_is_reported_for_that_rank(tmp_path: Path) -> None:
     spec = "sample_models.distributed:NaNOnRank"
     run = torchrun(tmp_path, "grads", spec, "--ddp", "-f", "json", "--fail-on", "nan,inf")
