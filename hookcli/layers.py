@@ -52,7 +52,10 @@ def layer_rows(
         shown = trainable = 0
         if module is not None:
             cut = depth is not None and row_depth == depth
-            for p in module.parameters(recurse=cut):
+            tensors = module.parameters() if cut else module._parameters.values()
+            for p in tensors:
+                if p is None:
+                    continue
                 if id(p) not in seen:
                     seen.add(id(p))
                     shown += p.numel()

@@ -48,8 +48,49 @@ def param_counts(module: nn.Module) -> ParamCounts:
 
 
 def all_param_counts(model: nn.Module) -> dict[int, ParamCounts]:
-    """id(module) -> ParamCounts for every module of the model."""
+    """id(module) -> ParamCounts for every module of the model.
+
+    One bottom-up pass when no module and no parameter appears twice in the tree
+    (then a subtree's count is its own plus its children's); the exact,
+    deduplicating count per module otherwise.
+    """
+    if _nothing_shared(model):
+        counts: dict[int, ParamCounts] = {}
+        _fill_counts(model, counts)
+        return counts
     return {id(m): param_counts(m) for m in model.modules()}
+
+
+def _nothing_shared(model: nn.Module) -> bool:
+    modules = list(model.modules())
+    if len(modules) != sum(1 for _ in model.named_modules(remove_duplicate=False)):
+        return False
+    seen: set[int] = set()
+    for m in modules:
+        for p in m._parameters.values():
+            if p is not None:
+                if id(p) in seen:
+                    return False
+                seen.add(id(p))
+    return True
+
+
+def _fill_counts(module: nn.Module, counts: dict[int, ParamCounts]) -> ParamCounts:
+    """Counts of ``module`` and (into ``counts``) of every descendant; nothing shared."""
+    own = trainable = 0
+    for p in module._parameters.values():
+        if p is not None:
+            own += p.numel()
+            trainable += p.numel() if p.requires_grad else 0
+    total = own
+    for child in module._modules.values():
+        if child is not None:
+            sub = _fill_counts(child, counts)
+            total += sub.params
+            trainable += sub.trainable_params
+    result = ParamCounts(params=total, own_params=own, trainable_params=trainable)
+    counts[id(module)] = result
+    return result
 
 
 def totals(model: nn.Module) -> dict[str, int]:

@@ -100,7 +100,8 @@ def prepare(
     try:
         if run_opts.dtype is not None:
             model.to(torch_dtype(run_opts.dtype))
-        model.to(device)
+        if not _all_on(model, device):  # .to() walks every module even when nothing moves
+            model.to(device)
     except Exception as err:
         from hookcli.errors import LoadError, first_line
 
@@ -126,6 +127,18 @@ def prepare(
         "seed": model_opts.seed,
     }
     return Prepared(loaded=loaded, inputs=inputs, settings=settings)
+
+
+def _all_on(model: nn.Module, device: torch.device) -> bool:
+    """Every parameter and buffer already on ``device`` (index included where given)."""
+    import itertools
+
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        if t.device.type != device.type or (
+            device.index is not None and t.device.index != device.index
+        ):
+            return False
+    return True
 
 
 def _model_dtype(model: nn.Module) -> str:

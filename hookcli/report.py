@@ -120,27 +120,55 @@ class Report:
 
     def to_json(self) -> str:
         """Indented JSON; arrays of numbers and shapes stay on one line."""
-        return dumps(jsonable(self.to_dict()))
+        return dumps(self.to_dict())
 
 
 def _is_compact(value: Any) -> bool:
-    if isinstance(value, list):
-        return all(not isinstance(v, (dict, list)) or _is_compact(v) for v in value)
-    return not isinstance(value, dict)
+    if isinstance(value, (list, tuple)):
+        return all(not isinstance(v, (Mapping, list, tuple)) or _is_compact(v) for v in value)
+    return not isinstance(value, Mapping)
+
+
+_STR = json.JSONEncoder().encode  # one encoder: json.dumps builds a new one per call
+
+
+def _leaf(value: Any) -> str:
+    """One JSON scalar, or a one-line array of them; non-finite floats as strings."""
+    if isinstance(value, str):
+        return _STR(value)
+    if value is None:
+        return "null"
+    if value is True:
+        return "true"
+    if value is False:
+        return "false"
+    if isinstance(value, int):
+        return int.__repr__(value)
+    if isinstance(value, float):
+        if math.isfinite(value):
+            return float.__repr__(value)
+        return '"nan"' if math.isnan(value) else ('"inf"' if value > 0 else '"-inf"')
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_leaf(v) for v in value) + "]"
+    return _STR(jsonable(value))
 
 
 def dumps(value: Any, level: int = 0) -> str:
-    """JSON text with 2-space indentation, keeping scalar arrays on one line."""
+    """JSON text with 2-space indentation, keeping scalar arrays on one line.
+
+    Tuples are arrays and non-finite floats strings ("nan", "inf"), as ``jsonable``
+    makes them.
+    """
     pad = "  " * (level + 1)
     end = "  " * level
-    if isinstance(value, dict):
+    if isinstance(value, Mapping):
         if not value:
             return "{}"
-        items = [f"{pad}{json.dumps(k)}: {dumps(v, level + 1)}" for k, v in value.items()]
+        items = [f"{pad}{_STR(str(k))}: {dumps(v, level + 1)}" for k, v in value.items()]
         return "{\n" + ",\n".join(items) + "\n" + end + "}"
-    if isinstance(value, list) and value and not _is_compact(value):
+    if isinstance(value, (list, tuple)) and value and not _is_compact(value):
         return "[\n" + ",\n".join(pad + dumps(v, level + 1) for v in value) + "\n" + end + "]"
-    return json.dumps(value, allow_nan=False, separators=(", ", ": "))
+    return _leaf(value)
 
 
 def jsonable(value: Any) -> Any:

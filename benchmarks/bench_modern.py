@@ -1,0 +1,186 @@
+"""Modern models at any size, whole process, as ratios against plain scripts.
+
+1. ``hookcli inspect MODEL --device meta`` for the Llama-2-7B- and 70B-shaped
+   plain-PyTorch decoders (``sample_models.decoder``) against a plain script that
+   builds the same model under ``torch.device("meta")`` and prints torchinfo's
+   summary of it. Targets: time <= 1.0x, peak RSS <= 1.0x.
+2. ``hookcli inspect hf:llama --device meta`` (7B) against a plain script that
+   builds the same transformers model on meta and prints it with its parameter
+   count. torchinfo cannot be the baseline here: its summary of a transformers
+   Llama on meta stops at the first layer (transformers' mask code calls
+   ``.item()``), so the plain script does what can be done without a forward.
+3. More than 5,000 module calls: a 5,000-layer Linear+ReLU MLP (10,001 calls) on
+   the CPU, ``hookcli inspect`` against a plain script that builds it and runs one
+   forward (target <= 1.15x), and ``hf:llama -k num_hidden_layers=400`` on meta
+   (5,204 calls). The per-call overhead is measured in process.
+
+Runs are interleaved (plain, hookcli, plain, ...) and the medians reported; peak
+RSS is the child's VmHWM read from /proc (``ru_maxrss`` would report the parent's).
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
+
+TORCHINFO = """
+import torch, torchinfo
+from sample_models.decoder import {factory}
+with torch.device("meta"):
+    model = {factory}()
+ids = torch.zeros(1, 128, dtype=torch.long, device="meta")
+print(torchinfo.summary(model, input_data=[ids], device="meta", depth=3, verbose=0))
+"""
+HF_PLAIN = """
+import os
+os.environ["HF_HUB_OFFLINE"] = "1"
+import torch
+from transformers import AutoConfig, AutoModel
+config = AutoConfig.for_model("llama", use_cache=False{extra})
+with torch.device("meta"):
+    model = AutoModel.from_config(config)
+print(model)
+print(sum(p.numel() for p in model.parameters()))
+"""
+MLP_PLAIN = """
+import torch
+from benchmarks.deep_mlp import deep_mlp
+torch.manual_seed(0)
+model = deep_mlp().eval()
+x = torch.randn((1, 64), generator=torch.Generator().manual_seed(0))
+with torch.inference_mode():
+    print(model(x).shape)
+"""
+
+
+def _run(argv: list[str]) -> tuple[float, int]:
+    """Wall seconds and peak RSS (bytes) of one child process; stdout discarded."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    with tempfile.TemporaryFile() as out:
+        start = time.perf_counter()
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.PIPE)
+        peak = 0
+        while proc.poll() is None:
+            peak = max(peak, _hwm(proc.pid))
+            time.sleep(0.02)
+        elapsed = time.perf_counter() - start
+        err = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode:
+        raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {err[-500:]}")
+    return elapsed, peak
+
+
+def _hwm(pid: int) -> int:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
+def compare(name: str, plain: list[str], hooked: list[str]) -> dict[str, float]:
+    """Interleaved runs; medians of time, maxima of peak RSS; ratios hooked/plain."""
+    times: dict[str, list[float]] = {"plain": [], "hookcli": []}
+    peaks: dict[str, list[int]] = {"plain": [], "hookcli": []}
+    _run(plain)  # warm the page cache
+    for _ in range(REPEATS):
+        for key, argv in (("plain", plain), ("hookcli", hooked)):
+            t, rss = _run(argv)
+            times[key].append(t)
+            peaks[key].append(rss)
+    tp, th = statistics.median(times["plain"]), statistics.median(times["hookcli"])
+    rp, rh = statistics.median(peaks["plain"]), statistics.median(peaks["hookcli"])
+    print(
+        f"{name:<44} plain {tp:6.2f} s {rp / 2**30:5.2f} GiB | hookcli {th:6.2f} s "
+        f"{rh / 2**30:5.2f} GiB | time x{th / tp:.2f}, RSS x{rh / rp:.2f}",
+        flush=True,
+    )
+    return {"time": th / tp, "rss": rh / rp}
+
+
+def per_call_overhead(repeats: int = 5) -> None:
+    """In process: (hooked - bare) / calls for the 5,000-layer MLP."""
+    import torch
+
+    from hookcli.layers import layer_rows
+    from hookcli.options import Mode
+    from hookcli.pipeline import Prepared, run_session
+
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.deep_mlp import deep_mlp
+    from hookcli.inputs import Inputs
+    from hookcli.loading import LoadedModel
+
+    torch.set_num_threads(1)
+    model = deep_mlp().eval()
+    x = torch.randn(1, 64)
+    prepared = Prepared(LoadedModel(model, "deep_mlp"), Inputs((x,), {}, (), "bench"), {})
+
+    def bare() -> None:
+        with torch.inference_mode():
+            model(x)
+
+    calls = 0
+
+    def hooked() -> None:
+        nonlocal calls
+        outcome = run_session(prepared, [], mode=Mode.EVAL)
+        calls = len(outcome.records)
+        layer_rows(outcome.records, model)
+
+    bare()
+    hooked()
+    tb, th = [], []
+    for _ in range(repeats):
+        for fn, acc in ((bare, tb), (hooked, th)):
+            start = time.perf_counter()
+            fn()
+            acc.append(time.perf_counter() - start)
+    b, h = statistics.median(tb), statistics.median(th)
+    print(
+        f"per call (in process, 1 thread, {calls} calls): bare {b * 1e6 / calls:.1f} us, "
+        f"hookcli {h * 1e6 / calls:.1f} us, overhead {(h - b) * 1e6 / calls:.1f} us "
+        f"(x{h / b:.2f} including the rows)",
+        flush=True,
+    )
+
+
+def main() -> None:
+    py = sys.executable
+    hook = [py, "-m", "hookcli", "inspect"]
+    for factory in ("llama_7b", "llama_70b"):
+        compare(
+            f"{factory} (file model) on meta vs torchinfo",
+            [py, "-c", TORCHINFO.format(factory=factory)],
+            [*hook, f"sample_models.decoder:{factory}", "--device", "meta", "-d", "3"],
+        )
+    compare(
+        "hf:llama (7B) on meta vs build + print",
+        [py, "-c", HF_PLAIN.format(extra="")],
+        [*hook, "hf:llama", "--device", "meta", "-d", "3"],
+    )
+    compare(
+        "hf:llama 400 layers (5,204 calls) on meta",
+        [py, "-c", HF_PLAIN.format(extra=", num_hidden_layers=400")],
+        [*hook, "hf:llama", "-k", "num_hidden_layers=400", "--device", "meta", "-f", "json"],
+    )
+    compare(
+        "5,000-layer MLP (10,001 calls) on cpu",
+        [py, "-c", MLP_PLAIN],
+        [*hook, "benchmarks.deep_mlp:deep_mlp", "-i", "1x64", "-f", "json"],
+    )
+    per_call_overhead()
+
+
+if __name__ == "__main__":
+    main()
