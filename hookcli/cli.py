@@ -22,7 +22,7 @@ app = typer.Typer(
     "gradient flow, buffers, activations, hook order. Reports go to stdout; exit codes are "
     "stable for CI (0 ok, 1 check failed, 2 usage, 3 model not built, 4 model raised, "
     "5 resource limit).",
-    add_completion=False,
+    add_completion=True,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -89,7 +89,9 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
         if code:
             raise typer.Exit(code)
 
-    app.command(name, help=help_text or fn.__doc__)(wrapper)
+    from hookcli.helpfmt import PanelCommand
+
+    app.command(name, help=help_text or fn.__doc__, cls=PanelCommand)(wrapper)
 
 
 def _register() -> None:

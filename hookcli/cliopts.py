@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from hookcli.helpfmt import complete_model
 from hookcli.options import (
     Annotate,
     CIOptions,
@@ -26,7 +27,12 @@ MODEL_HELP = (
     "model type, config folder or cached Hub id; -k sets config attributes) or timm:NAME."
 )
 
-ModelArg = Annotated[str, typer.Argument(metavar="MODEL", help=MODEL_HELP, show_default=False)]
+ModelArg = Annotated[
+    str,
+    typer.Argument(
+        metavar="MODEL", help=MODEL_HELP, show_default=False, autocompletion=complete_model
+    ),
+]
 KwargsOpt = Annotated[
     list[str] | None,
     typer.Option(
