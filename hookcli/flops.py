@@ -43,7 +43,9 @@ def _mv_flop(mat_shape: Sequence[int], vec_shape: Sequence[int], *_: Any, **__: 
     return 2 * _prod(mat_shape)
 
 
-def _addmv_flop(_self: Any, mat_shape: Sequence[int], vec_shape: Sequence[int], *_: Any, **__: Any) -> int:
+def _addmv_flop(
+    _self: Any, mat_shape: Sequence[int], vec_shape: Sequence[int], *_: Any, **__: Any
+) -> int:
     return 2 * _prod(mat_shape)
 
 
@@ -73,12 +75,16 @@ def _rnn_macs(steps_times_batch: int, weights: Sequence[torch.Tensor | None]) ->
     return steps_times_batch * sum(w.numel() for w in weights if w is not None and w.dim() == 2)
 
 
-def _mkldnn_rnn_flop(inp: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, *_: Any, **__: Any) -> int:
+def _mkldnn_rnn_flop(
+    inp: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, *_: Any, **__: Any
+) -> int:
     """One LSTM/GRU layer and direction on CPU (input [T, B, I] or batch first)."""
     return 2 * _rnn_macs(inp.numel() // inp.shape[-1], (w_ih, w_hh))
 
 
-def _mkldnn_rnn_backward_flop(inp: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, *_: Any, **__: Any) -> int:
+def _mkldnn_rnn_backward_flop(
+    inp: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, *_: Any, **__: Any
+) -> int:
     # grads w.r.t. inputs and w.r.t. weights: twice the forward, as for mm
     return 2 * _mkldnn_rnn_flop(inp, w_ih, w_hh)
 
@@ -88,7 +94,9 @@ def _cudnn_rnn_flop(inp: torch.Tensor, weights: Sequence[torch.Tensor], *_: Any,
     return 2 * _rnn_macs(inp.numel() // inp.shape[-1], weights)
 
 
-def _cudnn_rnn_backward_flop(inp: torch.Tensor, weights: Sequence[torch.Tensor], *_: Any, **__: Any) -> int:
+def _cudnn_rnn_backward_flop(
+    inp: torch.Tensor, weights: Sequence[torch.Tensor], *_: Any, **__: Any
+) -> int:
     return 2 * _cudnn_rnn_flop(inp, weights)
 
 
@@ -110,7 +118,9 @@ def _native_mha_flop(
     return 2 * macs
 
 
-def _encoder_layer_flop(src: Sequence[int], embed_dim: int, num_heads: int, *args: Any, **kwargs: Any) -> int:
+def _encoder_layer_flop(
+    src: Sequence[int], embed_dim: int, num_heads: int, *args: Any, **kwargs: Any
+) -> int:
     """nn.TransformerEncoderLayer's fast path: attention block plus the two FFN linears."""
     ffn1 = args[11] if len(args) > 11 else kwargs["ffn_weight_1"]
     e, ff = int(embed_dim), int(ffn1[0])
@@ -128,7 +138,37 @@ def _sdpa_overrideable_backward_flop(g: Any, q: Any, k: Any, v: Any, *_: Any, **
     return int(sdpa_backward_flop_count(g, q, k, v))
 
 
-def _raw(fn: Formula) -> Formula:
+def _shape(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return x.shape
+    if isinstance(x, (list, tuple)) and any(isinstance(i, torch.Tensor) for i in x):
+        return type(x)(i.shape if isinstance(i, torch.Tensor) else i for i in x)
+    return x
+
+
+def _fast_shapes(fn: Callable[..., Any]) -> Formula:
+    """Like torch's ``shape_wrapper``, one level deep: ops take tensors or lists of them,
+    and a pytree walk per op call cost more than the formula itself."""
+
+    def f(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
+        return fn(
+            *[_shape(a) for a in args],
+            out_shape=_shape(out_val),
+            **{k: _shape(v) for k, v in kwargs.items()},
+        )
+
+    return f
+
+
+def _unwrapped(fn: Formula) -> Formula:
+    """A registered formula with torch's pytree shape wrapper swapped for the fast one."""
+    inner = getattr(fn, "__wrapped__", None)
+    if inner is not None and fn.__code__ is shape_wrapper(lambda: 0).__code__:
+        return _fast_shapes(inner)
+    return fn
+
+
+def _raw(fn: Callable[..., Any]) -> Formula:
     """A formula that receives tensors (like torch's ``get_raw=True``)."""
 
     def f(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
@@ -138,7 +178,7 @@ def _raw(fn: Formula) -> Formula:
 
 
 def _extra() -> dict[Any, Formula]:
-    shaped = {
+    shaped: dict[str, Callable[..., Any]] = {
         "mv": _mv_flop,
         "addmv": _addmv_flop,
         "dot": _dot_flop,
@@ -154,7 +194,7 @@ def _extra() -> dict[Any, Formula]:
             _sdpa_overrideable_backward_flop
         ),
     }
-    raw = {
+    raw: dict[str, Callable[..., Any]] = {
         "mkldnn_rnn_layer": _mkldnn_rnn_flop,
         "mkldnn_rnn_layer_backward": _mkldnn_rnn_backward_flop,
         "_cudnn_rnn": _cudnn_rnn_flop,
@@ -164,7 +204,7 @@ def _extra() -> dict[Any, Formula]:
     out: dict[Any, Formula] = {}
     for name, fn in shaped.items():
         if hasattr(aten, name):
-            out[getattr(aten, name)] = shape_wrapper(fn)
+            out[getattr(aten, name)] = _fast_shapes(fn)
     for name, fn in raw.items():
         if hasattr(aten, name):
             out[getattr(aten, name)] = _raw(fn)
@@ -182,40 +222,43 @@ def _conv_backward_flop(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
     groups, mask = int(args[9]), list(args[10])
     grad_input = [*args[:10], [mask[0], False, False], *args[11:]]
     grad_weight = [*args[:10], [False, mask[1], False], *args[11:]]
-    return int(base(*grad_input, out_val=out_val)) + int(base(*grad_weight, out_val=out_val)) // groups
+    return (
+        int(base(*grad_input, out_val=out_val)) + int(base(*grad_weight, out_val=out_val)) // groups
+    )
 
 
 # torch's formulas win where both exist (they are the reference figures), except
 # where hookcli corrects one.
 FORMULAS: dict[Any, Formula] = {
     **_extra(),
-    **flop_registry,
+    **{k: _unwrapped(v) for k, v in flop_registry.items()},
     aten.convolution_backward: _conv_backward_flop,
 }
 
 # Ops that move, view, create or fill data: no arithmetic, 0 FLOPs by nature.
-_ZERO_NAMES = """
+_ZERO_TEXT = """
 view _unsafe_view reshape _reshape_alias view_as t transpose transpose_ permute expand expand_as
 squeeze squeeze_ unsqueeze unsqueeze_ select slice narrow split split_with_sizes unsafe_split
-unsafe_split_with_sizes chunk unsafe_chunk unbind flatten unflatten as_strided as_strided_
-alias detach detach_ lift_fresh lift_fresh_copy clone contiguous copy_ _to_copy to _copy_from
-_copy_from_and_resize cat stack hstack vstack zeros ones empty empty_like empty_strided zeros_like
-ones_like full full_like new_zeros new_empty new_empty_strided new_ones new_full scalar_tensor
-arange linspace fill_ zero_ fill index_select gather embedding index _unsafe_index index_put_
-index_put _index_put_impl_ scatter scatter_ masked_fill masked_fill_ masked_scatter_
+unsafe_split_with_sizes chunk unsafe_chunk unbind flatten unflatten as_strided as_strided_ alias
+detach detach_ lift_fresh lift_fresh_copy clone contiguous copy_ _to_copy to _copy_from
+_copy_from_and_resize cat stack hstack vstack zeros ones empty empty_like empty_strided
+zeros_like ones_like full full_like new_zeros new_empty new_empty_strided new_ones new_full
+scalar_tensor arange linspace fill_ zero_ fill index_select gather embedding index _unsafe_index
+index_put_ index_put _index_put_impl_ scatter scatter_ masked_fill masked_fill_ masked_scatter_
 masked_select where constant_pad_nd pad reflection_pad1d reflection_pad2d reflection_pad3d
 replication_pad1d replication_pad2d replication_pad3d repeat repeat_interleave roll flip tril
 triu tril_ triu_ diagonal diag_embed movedim swapaxes unfold im2col pixel_shuffle
 pixel_unshuffle channel_shuffle native_channel_shuffle _reshape_copy view_as_real
-view_as_complex real imag _local_scalar_dense item set_ resize_ resize_as_ _neg_view _conj
-conj resolve_conj resolve_neg bernoulli bernoulli_ rand rand_like randn randn_like randint
+view_as_complex real imag _local_scalar_dense item set_ resize_ resize_as_ _neg_view _conj conj
+resolve_conj resolve_neg bernoulli bernoulli_ rand rand_like randn randn_like randint
 randint_like randperm normal normal_ uniform_ exponential_ multinomial select_scatter
 slice_scatter diagonal_scatter as_strided_scatter _has_compatible_shallow_copy_type is_same_size
 is_nonzero _assert_async _assert_tensor_metadata _functional_assert_async sym_constrain_range
 _unsafe_index_put nonzero _unique2 unique_dim unique_consecutive sort_stable sym_is_contiguous
-is_contiguous is_strides_like_format is_non_overlapping_and_dense size sym_size stride sym_stride
-storage_offset sym_storage_offset numel sym_numel dim
-""".split()
+is_contiguous is_strides_like_format is_non_overlapping_and_dense size sym_size stride
+sym_stride storage_offset sym_storage_offset numel sym_numel dim
+"""
+_ZERO_NAMES = _ZERO_TEXT.split()
 ZERO_FLOP_OPS = frozenset(getattr(aten, n) for n in _ZERO_NAMES if hasattr(aten, n))
 
 

@@ -1,4 +1,4 @@
-"""Sizes and counts as people write them: ``24GiB`` and ``500MB`` in, ``1.50 GiB`` and ``4.09 G`` out.
+"""Sizes and counts as people write them: ``24GiB``, ``500MB`` in; ``1.50 GiB``, ``4.09 G`` out.
 
 No torch import: option values are parsed before the model is built.
 """
@@ -37,7 +37,7 @@ _COUNT_UNITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12, "p": 10*
 
 
 def parse_size(text: str, option: str = "--max-memory") -> int:
-    """``24GiB`` -> 25769803776 bytes; units B, kB/MB/GB/TB (1000), KiB/MiB/GiB/TiB or K/M/G/T (1024)."""
+    """``24GiB`` -> 25769803776 bytes: kB/MB/GB/TB are powers of 1000, KiB.. or K/M/G/T of 1024."""
     m = _SIZE.match(text)
     unit = m.group(3).lower() if m else ""
     if m is None or unit not in _UNITS:
@@ -47,7 +47,7 @@ def parse_size(text: str, option: str = "--max-memory") -> int:
             "powers of 1024)"
         )
     value = float(m.group(1)) * (10 ** int(m.group(2)) if m.group(2) else 1)
-    return int(round(value * _UNITS[unit]))
+    return round(value * _UNITS[unit])
 
 
 def parse_count(text: str, option: str = "--max-flops") -> int:
@@ -61,7 +61,7 @@ def parse_count(text: str, option: str = "--max-flops") -> int:
             "(suffixes k, M, G, T, P, E are powers of 1000)"
         )
     value = float(m.group(1)) * (10 ** int(m.group(2)) if m.group(2) else 1)
-    return int(round(value * _COUNT_UNITS[unit]))
+    return round(value * _COUNT_UNITS[unit])
 
 
 def fmt_size(n: Any) -> str:
@@ -80,7 +80,14 @@ def fmt_count(n: Any) -> str:
     if n is None:
         return "-"
     n = int(n)
-    for unit, scale in (("E", 10**18), ("P", 10**15), ("T", 10**12), ("G", 10**9), ("M", 10**6), ("k", 10**3)):
+    for unit, scale in (
+        ("E", 10**18),
+        ("P", 10**15),
+        ("T", 10**12),
+        ("G", 10**9),
+        ("M", 10**6),
+        ("k", 10**3),
+    ):
         if abs(n) >= scale:
             return f"{n / scale:.2f} {unit}"
     return str(n)

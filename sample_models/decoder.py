@@ -101,6 +101,8 @@ class Decoder(nn.Module):
         half = dim // heads // 2
         inv = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32) / half))
         angles = torch.outer(torch.arange(4096, dtype=torch.float32), inv)
+        self.cos: torch.Tensor
+        self.sin: torch.Tensor
         self.register_buffer("cos", torch.cat((angles, angles), -1).cos(), persistent=False)
         self.register_buffer("sin", torch.cat((angles, angles), -1).sin(), persistent=False)
         self.example_input_array = torch.randint(0, vocab, (1, seq), device="cpu")

@@ -279,7 +279,10 @@ def test_output_param_buffer_bytes_per_row():
 
 
 # -- memory: totals -------------------------------------------------------------------
-@pytest.mark.parametrize(("optimizer", "copies"), [("adam", 2), ("adamw", 2), ("sgd", 0), ("sgd-momentum", 1), ("none", 0)])
+@pytest.mark.parametrize(
+    ("optimizer", "copies"),
+    [("adam", 2), ("adamw", 2), ("sgd", 0), ("sgd-momentum", 1), ("none", 0)],
+)
 def test_training_step_total(optimizer, copies):
     from sample_models import BNMLP
 
@@ -327,9 +330,9 @@ def test_inference_peak_frees_like_inference():
 def test_never_called_container_sums_its_calls():
     """A ModuleList row (called: false) sums its blocks' calls; own figures are zero."""
     from hookcli.commands.cost import measure
+    from hookcli.loading import LoadedModel
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare
-    from hookcli.loading import LoadedModel
     from tests.fixtures.cost_models import Holder
 
     model = Holder()
@@ -365,8 +368,16 @@ def test_max_memory_exit_5_over_and_0_under():
 
 def test_max_memory_7b_on_meta_in_gib():
     res = invoke(
-        "cost", "sample_models.decoder:llama_7b", "--device", "meta", "-k", "seq=16",
-        "--max-memory", "24GiB", "-d", "0",
+        "cost",
+        "sample_models.decoder:llama_7b",
+        "--device",
+        "meta",
+        "-k",
+        "seq=16",
+        "--max-memory",
+        "24GiB",
+        "-d",
+        "0",
     )
     assert res.exit_code == 5, res.stderr  # 25 GiB of float32 weights alone
     assert "train total" in res.stderr
@@ -448,12 +459,14 @@ def test_resnet18_meta_equals_cpu_and_closed_total():
     # independent count: conv and linear MACs from each module's own output shape
     model = torchvision.models.resnet18(weights=None)
     macs = 0
+
     def hook(m, a, out):
         nonlocal macs
         if isinstance(m, nn.Conv2d):
             macs += out.numel() * m.in_channels // m.groups * m.kernel_size[0] * m.kernel_size[1]
         elif isinstance(m, nn.Linear):
             macs += out.numel() * m.in_features
+
     handles = [m.register_forward_hook(hook) for m in model.modules()]
     with torch.no_grad():
         model(torch.randn(1, 3, 224, 224))

@@ -43,7 +43,9 @@ def params_on_meta() -> Iterator[None]:
         if value is not None:
             self._parameters[name] = nn.Parameter(value.to("meta"), value.requires_grad)
 
-    def buffer(self: nn.Module, name: str, value: torch.Tensor | None, persistent: bool = True) -> None:
+    def buffer(
+        self: nn.Module, name: str, value: torch.Tensor | None, persistent: bool = True
+    ) -> None:
         register_buffer(self, name, None if value is None else value.to("meta"), persistent)
 
     nn.Module.register_parameter = param  # type: ignore[method-assign]

@@ -210,9 +210,7 @@ def measure(
     return probe, records, error
 
 
-def memory_totals(
-    model: "nn.Module", probe: "CostProbe", optimizer: Optimizer
-) -> dict[str, int]:
+def memory_totals(model: "nn.Module", probe: "CostProbe", optimizer: Optimizer) -> dict[str, int]:
     """The memory totals in bytes: components, a training step, inference."""
     from hookcli.modelinfo import totals
 
@@ -237,15 +235,28 @@ def memory_totals(
 
 def _subtree_bytes(model: "nn.Module") -> dict[int, tuple[int, int]]:
     """id(module) -> (param bytes, buffer bytes) of its subtree, each tensor once."""
-    out = {}
-    for m in model.modules():
-        ps = {id(p): p for p in m.parameters()}
-        bs = {id(b): b for b in m.buffers()}
-        out[id(m)] = (
-            sum(p.numel() * p.element_size() for p in ps.values()),
-            sum(b.numel() * b.element_size() for b in bs.values()),
-        )
-    return out
+    import torch
+
+    memo: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
+
+    def sizes(tensors: "Any") -> dict[int, int]:
+        return {id(t): t.numel() * t.element_size() for t in tensors if t is not None}
+
+    def walk(m: "nn.Module") -> tuple[dict[int, int], dict[int, int]]:
+        # children first, merged upward: linear in the tree, tied tensors counted once
+        if id(m) not in memo:
+            ps, bs = sizes(m._parameters.values()), sizes(m._buffers.values())
+            for child in m._modules.values():
+                if child is not None:
+                    cp, cb = walk(child)
+                    ps.update(cp)
+                    bs.update(cb)
+            memo[id(m)] = (ps, bs)
+        return memo[id(m)]
+
+    with torch.no_grad():
+        walk(model)
+    return {k: (sum(p.values()), sum(b.values())) for k, (p, b) in memo.items()}
 
 
 class _CostColumns:
@@ -360,7 +371,7 @@ def _report(
     backward: bool,
 ) -> int:
     from hookcli.errors import ResourceError
-    from hookcli.layers import layer_rows, shape_columns
+    from hookcli.layers import layer_rows
     from hookcli.modelinfo import totals as model_totals
     from hookcli.options import HookKind
     from hookcli.pipeline import emit
@@ -393,7 +404,12 @@ def _report(
         lists={"uncounted_ops": _uncounted_rows(probe)},
         error=error.message if error else None,
     )
-    code = emit(report, out, _table_columns(kinds, probe.backward_ran), _table_totals(totals, probe, optimizer))
+    code = emit(
+        report,
+        out,
+        _table_columns(kinds, probe.backward_ran),
+        _table_totals(totals, probe, optimizer),
+    )
     if error is not None:
         raise error
     for c in checks:

@@ -22,6 +22,7 @@ the call that created it, and backward ops are counted on the node that runs the
 from __future__ import annotations
 
 import contextlib
+import functools
 import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -103,7 +104,7 @@ class StorageLedger:
         if st is not None:
             self.static.add(st._cdata)
 
-    def _freed(self, key: int, serial: int) -> None:
+    def _forget(self, key: int, serial: int, _ref: Any) -> None:
         entry = self.live.get(key)
         if self.open and entry is not None and entry[0] == serial:
             del self.live[key]
@@ -118,7 +119,7 @@ class StorageLedger:
         if entry is None:
             self.serial += 1
             serial, nbytes = self.serial, st.nbytes()
-            ref = weakref.ref(st, lambda _r, k=key, s=serial: self._freed(k, s))
+            ref = weakref.ref(st, functools.partial(self._forget, key, serial))
             self.live[key] = (serial, nbytes if counted else 0, ref)
             if counted:
                 self.live_bytes += nbytes
@@ -130,6 +131,23 @@ class StorageLedger:
         """Stop following frees (the measured pass is over)."""
         self.open = False
         self.live.clear()
+
+
+_COMPOSITE: dict[Any, bool] = {}
+
+
+def _decomposable(func: Any) -> bool:
+    """Whether an op has a CompositeImplicitAutograd kernel (cached: asked per op call)."""
+    known = _COMPOSITE.get(func)
+    if known is None:
+        try:
+            known = torch._C._dispatch_has_kernel_for_dispatch_key(
+                func.name(), torch._C.DispatchKey.CompositeImplicitAutograd
+            )
+        except (AttributeError, RuntimeError):
+            known = hasattr(func, "decompose")
+        _COMPOSITE[func] = known
+    return known
 
 
 class _CountingMode(TorchDispatchMode):
@@ -144,7 +162,7 @@ class _CountingMode(TorchDispatchMode):
         kwargs = kwargs or {}
         packet = func._overloadpacket
         formula = FORMULAS.get(packet)
-        if formula is None and packet not in ZERO_FLOP_OPS and hasattr(func, "decompose"):
+        if formula is None and packet not in ZERO_FLOP_OPS and _decomposable(func):
             # a CompositeImplicit op reaching here whole (linear, softmax under
             # inference mode): count the ops it is made of, as autograd would run them
             with self:
@@ -409,9 +427,7 @@ class CostProbe(Probe):
 
     def uncounted_ops(self) -> list[Uncounted]:
         """Uncounted ops, forward first, then by calls (most first)."""
-        return sorted(
-            self.uncounted.values(), key=lambda u: (u.phase != FORWARD, -u.calls, u.op)
-        )
+        return sorted(self.uncounted.values(), key=lambda u: (u.phase != FORWARD, -u.calls, u.op))
 
     def record_cost(self, rec: CallRecord, modules: dict[int, nn.Module]) -> CallCost | None:
         """The figures of a layer row: its measured call, or its subtree for a container row."""
