@@ -112,8 +112,8 @@ def resnet50_cpu(batch: int, repeats: int = 5) -> dict[str, float]:
     return _median_times({"bare": bare, "cost": lambda: _cost_rows(prepared)}, repeats)
 
 
-def cuda_training_peaks() -> list[tuple[str, int, int, int | None]]:
-    """(model, hookcli estimate, measured peak, torchinfo estimate) on CUDA."""
+def cuda_training_peaks() -> list[tuple[str, dict[str, int], int, int | None]]:
+    """(model, hookcli totals, measured peak, torchinfo estimate) on CUDA."""
     import torch
     import torchvision
 
@@ -135,7 +135,7 @@ def cuda_training_peaks() -> list[tuple[str, int, int, int | None]]:
     return out
 
 
-def cost_estimate(build: Callable[[], Any], spec: str) -> int:
+def cost_estimate(build: Callable[[], Any], spec: str) -> dict[str, int]:
     from hookcli.commands.cost import Optimizer, measure, memory_totals
     from hookcli.loading import LoadedModel
     from hookcli.options import Mode, ModelOptions, RunOptions
@@ -146,9 +146,9 @@ def cost_estimate(build: Callable[[], Any], spec: str) -> int:
         RunOptions(inputs=(spec,), device="cuda"),
         loaded=LoadedModel(build(), "m"),
     )
-    probe, _, error = measure(prepared, mode=Mode.TRAIN)
+    probe, _, error = measure(prepared, mode=Mode.TRAIN, backward=True)
     assert error is None
-    return memory_totals(prepared.model, probe, Optimizer.ADAM)["train_step_bytes"]
+    return memory_totals(prepared.model, probe, Optimizer.ADAM)
 
 
 def _input(spec: str) -> Any:
@@ -225,11 +225,13 @@ def main() -> None:
         print("CUDA training-step comparison: skipped (no CUDA device)")
         return
     gib = 2**30
-    for label, est, peak, ti in cuda_training_peaks():
+    for label, t, peak, ti in cuda_training_peaks():
+        est, live = t["train_step_bytes"], t["train_peak_bytes"]
         extra = "" if ti is None else f", torchinfo estimate {ti / gib:.2f} GiB"
         print(
-            f"{label}: hookcli train step {est / gib:.2f} GiB, measured peak "
-            f"{peak / gib:.2f} GiB ({(est - peak) / peak:+.1%}){extra}",
+            f"{label}: measured Adam-step peak {peak / gib:.2f} GiB; hookcli train step "
+            f"{est / gib:.2f} GiB ({(est - peak) / peak:+.1%}), training peak "
+            f"{live / gib:.2f} GiB ({(live - peak) / peak:+.1%}){extra}",
             flush=True,
         )
 

@@ -531,3 +531,26 @@ def test_functional_ops_attributed_to_the_calling_module():
     assert probe.call_cost(root.index).own_flops == 2 * 2 * 4 * 4
     assert probe.call_cost(inner.index).own_flops == 2 * 2 * 4 * 3
     assert probe.call_cost(root.index).flops == 2 * 2 * 4 * 7
+
+
+def test_training_peak_with_backward_bounds():
+    from sample_models import BNMLP
+
+    report = invoke_json("cost", "sample_models.basic:BNMLP", "--mode", "train", "--backward")
+    t = report["totals"]
+    model = BNMLP()
+    grads = sum(p.numel() * 4 for p in model.parameters())
+    # at the end of backward every grad is alive; at its start every saved tensor
+    assert t["train_peak_activation_bytes"] >= max(grads, t["saved_bytes"])
+    # and never more than everything the run created: saved, grads, outputs, temporaries
+    assert (
+        t["train_peak_activation_bytes"]
+        <= t["saved_bytes"] + grads + 20 * t["peak_activation_bytes"]
+    )
+    assert t["train_peak_bytes"] == (
+        t["param_bytes"]
+        + t["buffer_bytes"]
+        + t["optimizer_state_bytes"]
+        + t["train_peak_activation_bytes"]
+    )
+    assert "train_peak_bytes" not in invoke_json("cost", "sample_models.basic:BNMLP")["totals"]

@@ -196,7 +196,7 @@ def measure(
                 _progress("forward and backward (counting backward FLOPs)")
                 for p in model.parameters():
                     p.grad = None  # the session puts the user's grads back
-                with probe.mapping_nodes():
+                with probe.mapping_nodes([args, kwargs]):
                     output = session.forward(args, kwargs)
                 loss = reduce_output(output, "sum")
                 with probe.counting_backward():
@@ -220,7 +220,7 @@ def memory_totals(model: "nn.Module", probe: "CostProbe", optimizer: Optimizer) 
     state = STATE_COPIES[optimizer] * grad_bytes
     saved = probe.total_saved_bytes()
     peak = probe.ledger.peak_bytes
-    return {
+    out = {
         "param_bytes": t["param_bytes"],
         "buffer_bytes": t["buffer_bytes"],
         "grad_bytes": grad_bytes,
@@ -231,6 +231,13 @@ def memory_totals(model: "nn.Module", probe: "CostProbe", optimizer: Optimizer) 
         "train_step_bytes": t["param_bytes"] + t["buffer_bytes"] + grad_bytes + state + saved,
         "inference_bytes": t["param_bytes"] + t["buffer_bytes"] + peak,
     }
+    if probe.backward_ran:
+        # measured over the second forward and the backward: activations, saved
+        # tensors, activation gradients and parameter grads alive at once
+        live = probe.train_ledger.peak_bytes
+        out["train_peak_activation_bytes"] = live
+        out["train_peak_bytes"] = t["param_bytes"] + t["buffer_bytes"] + state + live
+    return out
 
 
 def _subtree_bytes(model: "nn.Module") -> dict[int, tuple[int, int]]:
@@ -460,6 +467,15 @@ def _table_totals(
             f"+ saved activations {fmt_size(t['saved_bytes'])}",
         )
     )
+    if "train_peak_bytes" in t:
+        out.append(
+            (
+                "Training peak",
+                f"{fmt_size(t['train_peak_bytes'])} = params + buffers + {optimizer.value} state "
+                f"+ peak live tensors in forward and backward (activations, saved, grads) "
+                f"{fmt_size(t['train_peak_activation_bytes'])}",
+            )
+        )
     out.append(
         (
             "Inference",

@@ -37,6 +37,7 @@ from hookcli.session import CallRecord, Frame, Probe
 from hookcli.structures import iter_tensors
 
 FORWARD, BACKWARD = "forward", "backward"
+REPLAY = "replay"  # the second forward, before backward: storages followed, nothing counted
 
 
 @dataclass
@@ -196,6 +197,7 @@ class CostProbe(Probe):
     def __init__(self, model: nn.Module) -> None:
         self.model = model
         self.ledger = StorageLedger()
+        self.train_ledger = StorageLedger()  # the second forward and the backward
         self._stack: list[int] = []  # measured-pass frame indices of the calls under way
         self.parent: list[int] = []
         self.module_ids: list[int] = []
@@ -214,18 +216,24 @@ class CostProbe(Probe):
         self.input_bytes = 0
 
     # -- the passes -----------------------------------------------------------------
-    @contextlib.contextmanager
-    def measuring(self, inputs: Sequence[Any]) -> Iterator[None]:
-        """The measured pass: count ops, book saved tensors, follow storages."""
-        seen: set[int] = set()
+    def _open(self, ledger: StorageLedger, inputs: Sequence[Any]) -> int:
+        """Parameters and buffers static, inputs live: the bytes of the inputs."""
         for t in (*self.model.parameters(), *self.model.buffers()):
-            self.ledger.add_static(t)
+            ledger.add_static(t)
+        seen: set[int] = set()
+        total = 0
         for t in iter_tensors(list(inputs)):
             st = _storage(t)
             if st is not None and st._cdata not in seen:
                 seen.add(st._cdata)
-                tracked = self.ledger.track(st)
-                self.input_bytes += tracked[1] if tracked else 0
+                tracked = ledger.track(st)
+                total += tracked[1] if tracked else 0
+        return total
+
+    @contextlib.contextmanager
+    def measuring(self, inputs: Sequence[Any]) -> Iterator[None]:
+        """The measured pass: count ops, book saved tensors, follow storages."""
+        self.input_bytes = self._open(self.ledger, inputs)
         try:
             with (
                 torch.autograd.graph.saved_tensors_hooks(self._pack, _no_unpack),
@@ -237,15 +245,17 @@ class CostProbe(Probe):
             self.ledger.close()
 
     @contextlib.contextmanager
-    def mapping_nodes(self) -> Iterator[None]:
-        """The second forward: book each autograd node on the call that created it."""
+    def mapping_nodes(self, inputs: Sequence[Any]) -> Iterator[None]:
+        """The second forward: book each autograd node on the call that created it,
+        and follow storages (kept for backward now) into the training peak."""
         assert self.measured_calls is not None
         self._second_offset = -1
+        self._open(self.train_ledger, inputs)
         hook_cm = getattr(torch.autograd.graph, "node_creation_hook", None)
-        if hook_cm is None:  # older torch: backward ops all go to the root row
-            yield
-            return
-        with hook_cm(self._on_node):
+        with contextlib.ExitStack() as stack:
+            if hook_cm is not None:  # else (older torch) backward ops go unattributed
+                stack.enter_context(hook_cm(self._on_node))
+            stack.enter_context(_CountingMode(self, REPLAY))
             yield
 
     @contextlib.contextmanager
@@ -257,6 +267,7 @@ class CostProbe(Probe):
                 yield
         finally:
             self._nodes.clear()
+            self.train_ledger.close()
 
     # -- hooks ---------------------------------------------------------------------
     def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
@@ -320,6 +331,12 @@ class CostProbe(Probe):
                 if st is not None:
                     self.ledger.track(st)
         else:
+            for t in _outputs(out):
+                st = _storage(t)
+                if st is not None:
+                    self.train_ledger.track(st)
+            if phase == REPLAY:
+                return
             node = torch._C._current_autograd_node()
             entry = self._nodes.get(id(node)) if node is not None else None
             if entry is None:
