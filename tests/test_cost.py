@@ -554,3 +554,19 @@ def test_training_peak_with_backward_bounds():
         + t["train_peak_activation_bytes"]
     )
     assert "train_peak_bytes" not in invoke_json("cost", "sample_models.basic:BNMLP")["totals"]
+
+
+def test_meta_attention_memory_equals_cpu():
+    """On meta, SDPA runs as CPU's fused kernel: no [seq, seq] matrices saved."""
+    spec = "sample_models.decoder:tiny_decoder"
+    cpu = invoke_json("cost", spec, "--backward")["totals"]
+    meta = invoke_json("cost", spec, "--backward", "--device", "meta")["totals"]
+    for key in ("flops", "backward_flops", "saved_bytes", "peak_activation_bytes"):
+        assert cpu[key] == meta[key], key
+    att = invoke_json("cost", f"{CM}:Attention", "--device", "meta")
+    b, h, s, d = 2, 4, 11, 8
+    # q (saved by the mul, for the scale's grad) and q * scale, k, v, the output, and a
+    # float32 log-sum-exp per query: no 9 x 11 attention matrix
+    sq = 9
+    expected = 4 * (2 * b * h * sq * d + 2 * b * h * s * d + b * h * sq * d + b * h * sq)
+    assert att["totals"]["saved_bytes"] == expected

@@ -184,7 +184,7 @@ def measure(
     assert prepared.inputs is not None
     args, kwargs = prepared.inputs.args, dict(prepared.inputs.kwargs)
     model = prepared.model
-    probe = CostProbe(model)
+    probe = CostProbe(model, fused_attention=prepared.settings.get("device") == "meta")
     error: RunError | None = None
     with GradSession(model, [probe], mode=mode, global_hooks=global_hooks) as session:
         try:

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookcli.flops import FORMULAS, ZERO_FLOP_OPS, op_name
@@ -141,9 +142,11 @@ def _decomposable(func: Any) -> bool:
     """Whether an op has a CompositeImplicitAutograd kernel (cached: asked per op call)."""
     known = _COMPOSITE.get(func)
     if known is None:
+        key = torch._C.DispatchKey.CompositeImplicitAutograd
         try:
-            known = torch._C._dispatch_has_kernel_for_dispatch_key(
-                func.name(), torch._C.DispatchKey.CompositeImplicitAutograd
+            # the two cases OpOverload.decompose handles: a Python kernel, a C++ one
+            known = key in getattr(func, "py_kernels", {}) or (
+                torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
             )
         except (AttributeError, RuntimeError):
             known = hasattr(func, "decompose")
@@ -175,6 +178,52 @@ class _CountingMode(TorchDispatchMode):
         return out
 
 
+def _fused_sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor | None:
+    """SDPA through the fused flash kernel, as CPU and CUDA run it; None where it cannot."""
+    if not (query.is_meta and query.dim() == 4 and key.dim() == 4 and value.dim() == 4):
+        return None
+    if key.shape[1] != query.shape[1] or value.shape[1] != query.shape[1]:
+        return None  # grouped-query heads: left to PyTorch
+    if attn_mask is not None and (is_causal or attn_mask.dtype == torch.bool):
+        return None
+    try:
+        op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        out: torch.Tensor = op(
+            query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+        )[0]
+        return out
+    except (RuntimeError, TypeError, AttributeError):
+        return None
+
+
+class _FusedAttentionOnMeta(TorchFunctionMode):
+    """On meta, run F.scaled_dot_product_attention as a fused kernel.
+
+    The meta device has no fused attention and falls back to the math
+    decomposition, which keeps the [seq, seq] attention matrices for backward;
+    CPU and CUDA pick a flash kernel that keeps q, k, v, the output and a
+    log-sum-exp. The FLOPs are the same either way; the saved bytes are those
+    of the fused kernel, as on a real device.
+    """
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            out = _fused_sdpa(*args, **kwargs)
+            if out is not None:
+                return out
+        return func(*args, **kwargs)
+
+
 class _Dropped:
     """What the measured pass gives autograd to keep instead of a saved tensor."""
 
@@ -194,8 +243,9 @@ def _no_unpack(_packed: Any) -> torch.Tensor:
 class CostProbe(Probe):
     """Per-call FLOPs, saved bytes and output bytes; the activation peak of the run."""
 
-    def __init__(self, model: nn.Module) -> None:
+    def __init__(self, model: nn.Module, fused_attention: bool = False) -> None:
         self.model = model
+        self.fused_attention = fused_attention  # meta: SDPA as CPU/CUDA run it
         self.ledger = StorageLedger()
         self.train_ledger = StorageLedger()  # the second forward and the backward
         self._stack: list[int] = []  # measured-pass frame indices of the calls under way
@@ -237,6 +287,7 @@ class CostProbe(Probe):
         try:
             with (
                 torch.autograd.graph.saved_tensors_hooks(self._pack, _no_unpack),
+                self._attention(),
                 _CountingMode(self, FORWARD),
             ):
                 yield
@@ -255,6 +306,7 @@ class CostProbe(Probe):
         with contextlib.ExitStack() as stack:
             if hook_cm is not None:  # else (older torch) backward ops go unattributed
                 stack.enter_context(hook_cm(self._on_node))
+            stack.enter_context(self._attention())
             stack.enter_context(_CountingMode(self, REPLAY))
             yield
 
@@ -268,6 +320,9 @@ class CostProbe(Probe):
         finally:
             self._nodes.clear()
             self.train_ledger.close()
+
+    def _attention(self) -> contextlib.AbstractContextManager[Any]:
+        return _FusedAttentionOnMeta() if self.fused_attention else contextlib.nullcontext()
 
     # -- hooks ---------------------------------------------------------------------
     def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
