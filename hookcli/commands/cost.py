@@ -397,7 +397,7 @@ def _report(
         totals["backward_flops"] = bwd
         totals["backward_macs"] = bwd // 2
     totals.update(memory_totals(model, probe, optimizer))
-    totals["uncounted_ops"] = len(probe.uncounted)
+    totals["uncounted_op_count"] = len(probe.uncounted)
     checks = () if error is not None else _checks(totals, limit, memory_for, flop_limit)
     settings = {**prepared.settings, "optimizer": optimizer.value, "backward": backward}
     report = Report(
