@@ -348,6 +348,13 @@ def test_never_called_container_sums_its_calls():
     assert cost.own_flops == 0 and cost.output_bytes is None
     saved = sum(probe.call_cost(r.index).saved_bytes for r in blocks)
     assert 0 < cost.saved_bytes <= saved
+    # the hook layer_rows calls for such a row gives the same figures
+    from hookcli.commands.cost import _CostColumns
+
+    data = _CostColumns(probe, model).container_columns(model.blocks)
+    assert data["flops"] == cost.flops and data["macs"] == cost.flops // 2
+    assert data["saved_bytes"] == cost.saved_bytes and data["output_bytes"] is None
+    assert data["param_bytes"] == sum(p.numel() * 4 for p in model.blocks.parameters())
 
 
 # -- gates and errors -----------------------------------------------------------------

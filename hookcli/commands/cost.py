@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
     from hookcli.errors import RunError
     from hookcli.pipeline import Prepared
-    from hookcli.probes.cost import CostProbe
+    from hookcli.probes.cost import CallCost, CostProbe
     from hookcli.render import Column
     from hookcli.report import CheckResult, Row
     from hookcli.session import CallRecord
@@ -275,8 +275,15 @@ class _CostColumns:
         self.bytes = _subtree_bytes(model)
 
     def columns(self, rec: "CallRecord") -> dict[str, Any]:
-        cost = self.probe.record_cost(rec, self.modules)
-        pb, bb = self.bytes.get(rec.module_id, (0, 0))
+        """The cost columns of a call's row (or of a container row, by its module)."""
+        return self._data(self.probe.record_cost(rec, self.modules), rec.module_id)
+
+    def container_columns(self, module: "nn.Module") -> dict[str, Any]:
+        """A module never called whose descendants ran: the sums of its subtree's calls."""
+        return self._data(self.probe.module_cost(module), id(module))
+
+    def _data(self, cost: "CallCost | None", module_id: int) -> dict[str, Any]:
+        pb, bb = self.bytes.get(module_id, (0, 0))
         data: dict[str, Any] = {}
         if cost is None:
             data.update(flops=None, own_flops=None, macs=None, own_macs=None)
