@@ -1,60 +1,44 @@
-"""A Llama-shaped decoder in plain PyTorch: RMSNorm, rotary attention, SwiGLU MLP.
+"""A Llama-shaped decoder in plain PyTorch, at any size: ``sample_models.decoder:llama_7b``.
 
-``llama_7b`` builds the 7B shape (32 layers, width 4096) on the meta device, so
-it allocates nothing: use it with ``--device meta`` only. ``TinyDecoder`` is the
-same architecture small enough to run anywhere.
+Grouped-query attention through ``scaled_dot_product_attention``, RMSNorm, a SwiGLU
+MLP, blocks in an ``nn.ModuleList``, an untied LM head. ``llama_7b`` and
+``llama_70b`` have the parameter counts of Llama 2 7B (6,738,415,616) and 70B
+(68,976,648,192): build them on meta (``--device meta``), never on the CPU.
 """
+
+from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 
-class RMSNorm(nn.Module):
-    """Root-mean-square layer norm with a learned scale."""
-
-    def __init__(self, dim: int, eps: float = 1e-6) -> None:
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
-
-
-def rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate the two halves of the head dimension (Llama's rotary embedding)."""
-    a, b = x.chunk(2, dim=-1)
-    return x * cos + torch.cat((-b, a), dim=-1) * sin
-
-
 class Attention(nn.Module):
-    """Causal multi-head self-attention with rotary positions."""
+    """Causal self-attention with ``kv_heads`` key/value heads shared by ``heads`` queries."""
 
-    def __init__(self, dim: int, heads: int) -> None:
+    def __init__(self, dim: int, heads: int, kv_heads: int) -> None:
         super().__init__()
-        self.heads = heads
+        self.heads, self.kv_heads, self.head_dim = heads, kv_heads, dim // heads
         self.q_proj = nn.Linear(dim, dim, bias=False)
-        self.k_proj = nn.Linear(dim, dim, bias=False)
-        self.v_proj = nn.Linear(dim, dim, bias=False)
+        self.k_proj = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(dim, kv_heads * self.head_dim, bias=False)
         self.o_proj = nn.Linear(dim, dim, bias=False)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        b, s, d = x.shape
-        h = self.heads
-
-        def split(t: torch.Tensor) -> torch.Tensor:
-            return t.view(b, s, h, d // h).transpose(1, 2)
-
-        q = rotary(split(self.q_proj(x)), cos, sin)
-        k = rotary(split(self.k_proj(x)), cos, sin)
-        v = split(self.v_proj(x))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, self.kv_heads, self.head_dim).transpose(1, 2)
+        repeat = self.heads // self.kv_heads
+        if repeat > 1:
+            k = k.repeat_interleave(repeat, dim=1)
+            v = v.repeat_interleave(repeat, dim=1)
         out = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.o_proj(out.transpose(1, 2).reshape(b, s, d))
+        return self.o_proj(out.transpose(1, 2).reshape(b, t, -1))
 
 
 class MLP(nn.Module):
-    """SwiGLU feed-forward block."""
+    """SwiGLU: down(silu(gate(x)) * up(x))."""
 
     def __init__(self, dim: int, hidden: int) -> None:
         super().__init__()
@@ -67,22 +51,22 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """Pre-norm decoder block: attention and MLP, each with a residual."""
+    """Pre-norm residual attention and MLP."""
 
-    def __init__(self, dim: int, heads: int, hidden: int) -> None:
+    def __init__(self, dim: int, heads: int, kv_heads: int, hidden: int) -> None:
         super().__init__()
-        self.input_norm = RMSNorm(dim)
-        self.attn = Attention(dim, heads)
-        self.post_norm = RMSNorm(dim)
+        self.input_layernorm = nn.RMSNorm(dim, eps=1e-5)
+        self.self_attn = Attention(dim, heads, kv_heads)
+        self.post_attention_layernorm = nn.RMSNorm(dim, eps=1e-5)
         self.mlp = MLP(dim, hidden)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.input_norm(x), cos, sin)
-        return x + self.mlp(self.post_norm(x))
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.self_attn(self.input_layernorm(x))
+        return x + self.mlp(self.post_attention_layernorm(x))
 
 
 class Decoder(nn.Module):
-    """Token embedding, ``layers`` blocks, final norm and an untied LM head."""
+    """Token ids [batch, seq] -> logits [batch, seq, vocab]."""
 
     def __init__(
         self,
@@ -90,38 +74,29 @@ class Decoder(nn.Module):
         dim: int = 64,
         layers: int = 2,
         heads: int = 4,
-        hidden: int = 172,
+        kv_heads: int = 2,
+        hidden: int = 128,
         seq: int = 16,
     ) -> None:
         super().__init__()
-        self.embed = nn.Embedding(vocab, dim)
-        self.layers = nn.ModuleList(Block(dim, heads, hidden) for _ in range(layers))
-        self.norm = RMSNorm(dim)
+        self.embed_tokens = nn.Embedding(vocab, dim)
+        self.layers = nn.ModuleList(Block(dim, heads, kv_heads, hidden) for _ in range(layers))
+        self.norm = nn.RMSNorm(dim, eps=1e-5)
         self.lm_head = nn.Linear(dim, vocab, bias=False)
-        half = dim // heads // 2
-        inv = 1.0 / (10000 ** (torch.arange(half, dtype=torch.float32) / half))
-        angles = torch.outer(torch.arange(4096, dtype=torch.float32), inv)
-        self.cos: torch.Tensor
-        self.sin: torch.Tensor
-        self.register_buffer("cos", torch.cat((angles, angles), -1).cos(), persistent=False)
-        self.register_buffer("sin", torch.cat((angles, angles), -1).sin(), persistent=False)
         self.example_input_array = torch.randint(0, vocab, (1, seq), device="cpu")
 
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        s = tokens.shape[1]
-        cos, sin = self.cos[:s], self.sin[:s]
-        x = self.embed(tokens)
-        for layer in self.layers:
-            x = layer(x, cos, sin)
+    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+        x = self.embed_tokens(input_ids)
+        for block in self.layers:
+            x = block(x)
         return self.lm_head(self.norm(x))
 
 
-def tiny_decoder() -> Decoder:
-    """A 2-layer, width-64 decoder over 16 tokens (runs anywhere in milliseconds)."""
-    return Decoder()
+def llama_7b(layers: int = 32, seq: int = 128) -> Decoder:
+    """Llama 2 7B's shape: 6,738,415,616 parameters with the default 32 layers."""
+    return Decoder(32000, 4096, layers, 32, 32, 11008, seq)
 
 
-def llama_7b(seq: int = 2048) -> Decoder:
-    """The Llama-2-7B shape (6.7B parameters), built on the meta device: shapes only."""
-    with torch.device("meta"):
-        return Decoder(vocab=32000, dim=4096, layers=32, heads=32, hidden=11008, seq=seq)
+def llama_70b(layers: int = 80, seq: int = 128) -> Decoder:
+    """Llama 2 70B's shape: 68,976,648,192 parameters with the default 80 layers."""
+    return Decoder(32000, 8192, layers, 64, 8, 28672, seq)

@@ -236,7 +236,7 @@ def hand_saved(model: nn.Module, inputs: tuple, *, train: bool) -> tuple[dict[st
     [
         ("sample_models.basic:LeNet", "eval"),
         ("sample_models.basic:BNMLP", "train"),
-        ("sample_models.decoder:tiny_decoder", "eval"),
+        ("sample_models.decoder:Decoder", "eval"),
         (f"{CM}:Recurrent", "train"),
     ],
 )
@@ -376,7 +376,7 @@ def test_max_memory_exit_5_over_and_0_under():
 def test_max_memory_7b_on_meta_in_gib():
     res = invoke(
         "cost",
-        "sample_models.decoder:llama_7b",
+        f"{CM}:llama_7b_meta",
         "--device",
         "meta",
         "-k",
@@ -484,7 +484,7 @@ def test_resnet18_meta_equals_cpu_and_closed_total():
 
 def test_7b_decoder_on_meta_closed_form():
     report = invoke_json(
-        "cost", "sample_models.decoder:llama_7b", "--device", "meta", "-k", "seq=128", "-d", "1"
+        "cost", f"{CM}:llama_7b_meta", "--device", "meta", "-k", "seq=128", "-d", "1"
     )
     s, d, f, layers, vocab = 128, 4096, 11008, 32, 32000
     per_layer = s * (4 * d * d + 3 * d * f) + 2 * s * s * d
@@ -565,7 +565,7 @@ def test_training_peak_with_backward_bounds():
 
 def test_meta_attention_memory_equals_cpu():
     """On meta, SDPA runs as CPU's fused kernel: no [seq, seq] matrices saved."""
-    spec = "sample_models.decoder:tiny_decoder"
+    spec = "sample_models.decoder:Decoder"
     cpu = invoke_json("cost", spec, "--backward")["totals"]
     meta = invoke_json("cost", spec, "--backward", "--device", "meta")["totals"]
     for key in ("flops", "backward_flops", "saved_bytes", "peak_activation_bytes"):

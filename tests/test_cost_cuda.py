@@ -72,7 +72,9 @@ def _cases():
         ("resnet50", lambda: torchvision.models.resnet50(weights=None), (32, 3, 224, 224), None),
         (
             "gpt2-small-shaped",
-            lambda: Decoder(vocab=50257, dim=768, layers=12, heads=12, hidden=3072, seq=1024),
+            lambda: Decoder(
+                vocab=50257, dim=768, layers=12, heads=12, kv_heads=12, hidden=3072, seq=1024
+            ),
             (8, 1024),
             50257,
         ),
