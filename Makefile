@@ -29,7 +29,7 @@ lint: $(STAMP)
 	$(BIN)/mypy
 
 zoo: $(STAMP)
-	$(BIN)/python -m pytest -q -m slow tests/test_zoo.py
+	$(BIN)/python -m pytest -q -m slow tests/test_zoo.py tests/test_cost_zoo.py
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py

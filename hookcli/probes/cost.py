@@ -1,0 +1,511 @@
+"""``CostProbe``: FLOPs, saved-for-backward bytes and activation liveness per module call.
+
+Three instruments run together in one forward pass with grad enabled (the
+*measured pass*):
+
+- a ``TorchDispatchMode`` sees every aten op below autograd, counts its FLOPs
+  with ``hookcli.flops.FORMULAS`` and books them on the innermost module call
+  under way (the module stack is kept from the session's forward-pre/forward
+  hooks); ops with no formula are tallied as uncounted, with the calls they ran in;
+- ``torch.autograd.graph.saved_tensors_hooks`` sees every tensor autograd saves
+  for backward; its storage is booked once on the call that saved it
+  (parameters and buffers excluded). The pack hook keeps nothing, so the pass
+  frees memory as an inference run would;
+- every storage an op creates is followed with a weak reference, so the bytes of
+  activations alive at once (and their peak) are known as the run goes.
+
+With ``backward=True`` a second forward (saving for real) and a backward pass
+follow; ``torch.autograd.graph.node_creation_hook`` books each autograd node on
+the call that created it, and backward ops are counted on the node that runs them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import weakref
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from hookcli.flops import FORMULAS, ZERO_FLOP_OPS, op_name
+from hookcli.session import CallRecord, Frame, Probe
+from hookcli.structures import iter_tensors
+
+FORWARD, BACKWARD = "forward", "backward"
+REPLAY = "replay"  # the second forward, before backward: storages followed, nothing counted
+
+
+@dataclass
+class Uncounted:
+    """An aten op that ran without a FLOP formula: how often and where."""
+
+    op: str
+    phase: str
+    calls: int = 0
+    output_elements: int = 0
+    modules: dict[str, None] | None = None  # labels, in first-seen order
+
+
+@dataclass(frozen=True)
+class CallCost:
+    """The figures of one row: inclusive and own FLOPs, memory in bytes."""
+
+    flops: int
+    own_flops: int
+    backward_flops: int | None
+    own_backward_flops: int | None
+    saved_bytes: int
+    own_saved_bytes: int
+    output_bytes: int | None
+
+
+def _outputs(out: Any) -> Iterator[torch.Tensor]:
+    """The tensors an op returned (ops return a tensor, or a tuple/list of them, one deep)."""
+    if isinstance(out, torch.Tensor):
+        yield out
+    elif isinstance(out, (tuple, list)):
+        for o in out:
+            if isinstance(o, torch.Tensor):
+                yield o
+            elif isinstance(o, (tuple, list)):
+                yield from (t for t in o if isinstance(t, torch.Tensor))
+
+
+def _storage(t: torch.Tensor) -> Any:
+    """The untyped storage of ``t``; None for tensors without one (sparse, nested)."""
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+class StorageLedger:
+    """Storages seen in the measured pass: a serial number each, bytes alive, the peak.
+
+    Keyed by the StorageImpl address (``_cdata``), which a freed storage may hand
+    on to a new one: the weak reference's callback forgets the old entry first.
+    Parameter and buffer storages are *static*: never activations, never saved.
+    """
+
+    def __init__(self) -> None:
+        self.static: set[int] = set()
+        self.live: dict[int, tuple[int, int, Any]] = {}  # cdata -> (serial, bytes, weakref)
+        self.live_bytes = 0
+        self.peak_bytes = 0
+        self.serial = 0
+        self.open = True
+
+    def add_static(self, t: torch.Tensor) -> None:
+        st = _storage(t)
+        if st is not None:
+            self.static.add(st._cdata)
+
+    def _forget(self, key: int, serial: int, _ref: Any) -> None:
+        entry = self.live.get(key)
+        if self.open and entry is not None and entry[0] == serial:
+            del self.live[key]
+            self.live_bytes -= entry[1]
+
+    def track(self, st: Any, counted: bool = True) -> tuple[int, int] | None:
+        """(serial, bytes) of a storage, registering it when new; None when static."""
+        key = st._cdata
+        if key in self.static:
+            return None
+        entry = self.live.get(key)
+        if entry is None:
+            self.serial += 1
+            serial, nbytes = self.serial, st.nbytes()
+            ref = weakref.ref(st, functools.partial(self._forget, key, serial))
+            self.live[key] = (serial, nbytes if counted else 0, ref)
+            if counted:
+                self.live_bytes += nbytes
+                self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+            return serial, nbytes
+        return entry[0], st.nbytes()
+
+    def close(self) -> None:
+        """Stop following frees (the measured pass is over)."""
+        self.open = False
+        self.live.clear()
+
+
+_COMPOSITE: dict[Any, bool] = {}
+
+
+def _decomposable(func: Any) -> bool:
+    """Whether an op has a CompositeImplicitAutograd kernel (cached: asked per op call)."""
+    known = _COMPOSITE.get(func)
+    if known is None:
+        key = torch._C.DispatchKey.CompositeImplicitAutograd
+        try:
+            # the two cases OpOverload.decompose handles: a Python kernel, a C++ one
+            known = key in getattr(func, "py_kernels", {}) or (
+                torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), key)
+            )
+        except (AttributeError, RuntimeError):
+            known = hasattr(func, "decompose")
+        _COMPOSITE[func] = known
+    return known
+
+
+class _CountingMode(TorchDispatchMode):
+    """Counts every aten op below autograd for the probe (forward or backward phase)."""
+
+    def __init__(self, probe: CostProbe, phase: str) -> None:
+        super().__init__()
+        self.probe = probe
+        self.phase = phase
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        packet = func._overloadpacket
+        formula = FORMULAS.get(packet)
+        if formula is None and packet not in ZERO_FLOP_OPS and _decomposable(func):
+            # a CompositeImplicit op reaching here whole (linear, softmax under
+            # inference mode): count the ops it is made of, as autograd would run them
+            with self:
+                r = func.decompose(*args, **kwargs)
+            if r is not NotImplemented:
+                return r
+        out = func(*args, **kwargs)
+        self.probe._on_op(packet, formula, args, kwargs, out, self.phase)
+        return out
+
+
+def _fused_sdpa(
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    is_causal: bool = False,
+    scale: float | None = None,
+    enable_gqa: bool = False,
+) -> torch.Tensor | None:
+    """SDPA through the fused flash kernel, as CPU and CUDA run it; None where it cannot."""
+    if not (query.is_meta and query.dim() == 4 and key.dim() == 4 and value.dim() == 4):
+        return None
+    if key.shape[1] != query.shape[1] or value.shape[1] != query.shape[1]:
+        return None  # grouped-query heads: left to PyTorch
+    if attn_mask is not None and (is_causal or attn_mask.dtype == torch.bool):
+        return None
+    try:
+        op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
+        out: torch.Tensor = op(
+            query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+        )[0]
+        return out
+    except (RuntimeError, TypeError, AttributeError):
+        return None
+
+
+class _FusedAttentionOnMeta(TorchFunctionMode):
+    """On meta, run F.scaled_dot_product_attention as a fused kernel.
+
+    The meta device has no fused attention and falls back to the math
+    decomposition, which keeps the [seq, seq] attention matrices for backward;
+    CPU and CUDA pick a flash kernel that keeps q, k, v, the output and a
+    log-sum-exp. The FLOPs are the same either way; the saved bytes are those
+    of the fused kernel, as on a real device.
+    """
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention:
+            out = _fused_sdpa(*args, **kwargs)
+            if out is not None:
+                return out
+        return func(*args, **kwargs)
+
+
+class _Dropped:
+    """What the measured pass gives autograd to keep instead of a saved tensor."""
+
+    __slots__ = ()
+
+
+_DROPPED = _Dropped()
+
+
+def _no_unpack(_packed: Any) -> torch.Tensor:
+    raise RuntimeError(
+        "hookcli cost: the model ran backward inside its forward; saved tensors are not "
+        "kept during the measured pass"
+    )
+
+
+class CostProbe(Probe):
+    """Per-call FLOPs, saved bytes and output bytes; the activation peak of the run."""
+
+    def __init__(self, model: nn.Module, fused_attention: bool = False) -> None:
+        self.model = model
+        self.fused_attention = fused_attention  # meta: SDPA as CPU/CUDA run it
+        self.ledger = StorageLedger()
+        self.train_ledger = StorageLedger()  # the second forward and the backward
+        self._stack: list[int] = []  # measured-pass frame indices of the calls under way
+        self.parent: list[int] = []
+        self.module_ids: list[int] = []
+        self.names: list[str] = []
+        self.calls: list[int] = []
+        self.own_flops: list[int] = []
+        self.own_bwd: list[int] = []
+        self.own_saved: list[dict[int, int]] = []
+        self.output_bytes: list[int | None] = []
+        self.uncounted: dict[tuple[str, str], Uncounted] = {}
+        self.measured_calls: int | None = None  # frames of the measured pass, once it ended
+        self.backward_ran = False
+        self._second_offset = 0
+        self._nodes: dict[int, tuple[Any, int]] = {}  # id(node) -> (node, frame)
+        self._incl: tuple[list[int], list[int], list[dict[int, int]]] | None = None
+        self.input_bytes = 0
+
+    # -- the passes -----------------------------------------------------------------
+    def _open(self, ledger: StorageLedger, inputs: Sequence[Any]) -> int:
+        """Parameters and buffers static, inputs live: the bytes of the inputs."""
+        for t in (*self.model.parameters(), *self.model.buffers()):
+            ledger.add_static(t)
+        seen: set[int] = set()
+        total = 0
+        for t in iter_tensors(list(inputs)):
+            st = _storage(t)
+            if st is not None and st._cdata not in seen:
+                seen.add(st._cdata)
+                tracked = ledger.track(st)
+                total += tracked[1] if tracked else 0
+        return total
+
+    @contextlib.contextmanager
+    def measuring(self, inputs: Sequence[Any]) -> Iterator[None]:
+        """The measured pass: count ops, book saved tensors, follow storages."""
+        self.input_bytes = self._open(self.ledger, inputs)
+        try:
+            with (
+                torch.autograd.graph.saved_tensors_hooks(self._pack, _no_unpack),
+                self._attention(),
+                _CountingMode(self, FORWARD),
+            ):
+                yield
+        finally:
+            self.measured_calls = len(self.parent)
+            self.ledger.close()
+
+    @contextlib.contextmanager
+    def mapping_nodes(self, inputs: Sequence[Any]) -> Iterator[None]:
+        """The second forward: book each autograd node on the call that created it,
+        and follow storages (kept for backward now) into the training peak."""
+        assert self.measured_calls is not None
+        self._second_offset = -1
+        self._open(self.train_ledger, inputs)
+        hook_cm = getattr(torch.autograd.graph, "node_creation_hook", None)
+        with contextlib.ExitStack() as stack:
+            if hook_cm is not None:  # else (older torch) backward ops go unattributed
+                stack.enter_context(hook_cm(self._on_node))
+            stack.enter_context(self._attention())
+            stack.enter_context(_CountingMode(self, REPLAY))
+            yield
+
+    @contextlib.contextmanager
+    def counting_backward(self) -> Iterator[None]:
+        """The backward pass: count its ops on the calls whose nodes run them."""
+        self.backward_ran = True
+        try:
+            with _CountingMode(self, BACKWARD):
+                yield
+        finally:
+            self._nodes.clear()
+            self.train_ledger.close()
+
+    def _attention(self) -> contextlib.AbstractContextManager[Any]:
+        return _FusedAttentionOnMeta() if self.fused_attention else contextlib.nullcontext()
+
+    # -- hooks ---------------------------------------------------------------------
+    def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
+        if self.measured_calls is None:
+            idx = frame.index
+            self.parent.append(self._stack[-1] if self._stack else -1)
+            self.module_ids.append(frame.module_id)
+            self.names.append(frame.name)
+            self.calls.append(frame.call)
+            self.own_flops.append(0)
+            self.own_bwd.append(0)
+            self.own_saved.append({})
+            self.output_bytes.append(None)
+            self._stack.append(idx)
+            return
+        if self._second_offset < 0:
+            self._second_offset = frame.index  # the second forward's first call
+        idx = frame.index - self._second_offset
+        valid = idx < self.measured_calls and self.names[idx] == frame.name
+        self._stack.append(idx if valid else (self._stack[-1] if self._stack else 0))
+
+    def on_forward(
+        self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
+    ) -> None:
+        if self._stack:
+            self._stack.pop()
+        if self.measured_calls is None and frame.done:
+            seen: set[int] = set()
+            total = 0
+            for t in iter_tensors(output):
+                if id(t) not in seen:
+                    seen.add(id(t))
+                    total += t.numel() * t.element_size()
+            self.output_bytes[frame.index] = total
+
+    def _current(self) -> int:
+        return self._stack[-1] if self._stack else -1
+
+    def _on_node(self, node: Any) -> None:
+        if self._stack:
+            self._nodes[id(node)] = (node, self._stack[-1])
+
+    def _pack(self, t: torch.Tensor) -> Any:
+        frame = self._current()
+        st = _storage(t)
+        if frame >= 0 and st is not None:
+            # a storage no op of the run created (a plain tensor attribute) is saved
+            # memory all the same, but no activation of this run
+            tracked = self.ledger.track(st, counted=False)
+            if tracked is not None:
+                self.own_saved[frame][tracked[0]] = tracked[1]
+        return _DROPPED
+
+    def _on_op(
+        self, packet: Any, formula: Any, args: Any, kwargs: Any, out: Any, phase: str
+    ) -> None:
+        if phase == FORWARD:
+            frame = self._current()
+            for t in _outputs(out):
+                st = _storage(t)
+                if st is not None:
+                    self.ledger.track(st)
+        else:
+            for t in _outputs(out):
+                st = _storage(t)
+                if st is not None:
+                    self.train_ledger.track(st)
+            if phase == REPLAY:
+                return
+            node = torch._C._current_autograd_node()
+            entry = self._nodes.get(id(node)) if node is not None else None
+            if entry is None:
+                return  # the loss and the graph root: not the model's work
+            frame = entry[1]
+        if frame < 0:
+            return
+        if formula is not None:
+            flops = int(formula(*args, **kwargs, out_val=out))
+            if phase == FORWARD:
+                self.own_flops[frame] += flops
+            else:
+                self.own_bwd[frame] += flops
+            return
+        if packet in ZERO_FLOP_OPS:
+            return
+        key = (op_name(packet), phase)
+        entry_u = self.uncounted.get(key)
+        if entry_u is None:
+            entry_u = self.uncounted[key] = Uncounted(key[0], phase, modules={})
+        entry_u.calls += 1
+        entry_u.output_elements += sum(t.numel() for t in _outputs(out))
+        assert entry_u.modules is not None
+        entry_u.modules[self._label(frame)] = None
+
+    def _label(self, frame: int) -> str:
+        from hookcli.checks import layer_label
+
+        return layer_label(self.names[frame], self.calls[frame])
+
+    # -- figures -------------------------------------------------------------------
+    def _inclusive(self) -> tuple[list[int], list[int], list[dict[int, int]]]:
+        if self._incl is None:
+            n = len(self.parent)
+            flops, bwd = list(self.own_flops), list(self.own_bwd)
+            saved = [dict(s) for s in self.own_saved]
+            for i in range(n - 1, -1, -1):  # a call's children come after it
+                p = self.parent[i]
+                if p >= 0:
+                    flops[p] += flops[i]
+                    bwd[p] += bwd[i]
+                    saved[p].update(saved[i])
+            self._incl = (flops, bwd, saved)
+        return self._incl
+
+    def call_cost(self, index: int) -> CallCost:
+        """The figures of one measured call (inclusive of the calls inside it)."""
+        flops, bwd, saved = self._inclusive()
+        return CallCost(
+            flops=flops[index],
+            own_flops=self.own_flops[index],
+            backward_flops=bwd[index] if self.backward_ran else None,
+            own_backward_flops=self.own_bwd[index] if self.backward_ran else None,
+            saved_bytes=sum(saved[index].values()),
+            own_saved_bytes=sum(self.own_saved[index].values()),
+            output_bytes=self.output_bytes[index],
+        )
+
+    def module_cost(self, module: nn.Module) -> CallCost:
+        """Figures of a module that was never called itself: the sum of its subtree's calls.
+
+        The calls summed are those of descendant modules not inside another call
+        of the subtree (so nothing counts twice); saved storages are united.
+        """
+        flops, bwd, saved = self._inclusive()
+        subtree = {id(m) for m in module.modules()}
+        own = {id(module)}
+        total = total_bwd = own_f = own_b = 0
+        storages: dict[int, int] = {}
+        own_storages: dict[int, int] = {}
+        for i in range(len(self.parent)):
+            if self.module_ids[i] not in subtree:
+                continue
+            if self.module_ids[i] in own:
+                own_f += self.own_flops[i]
+                own_b += self.own_bwd[i]
+                own_storages.update(self.own_saved[i])
+            p = self.parent[i]
+            if p >= 0 and self.module_ids[p] in subtree:
+                continue  # inside a call already summed
+            total += flops[i]
+            total_bwd += bwd[i]
+            storages.update(saved[i])
+        return CallCost(
+            flops=total,
+            own_flops=own_f,
+            backward_flops=total_bwd if self.backward_ran else None,
+            own_backward_flops=own_b if self.backward_ran else None,
+            saved_bytes=sum(storages.values()),
+            own_saved_bytes=sum(own_storages.values()),
+            output_bytes=None,
+        )
+
+    def total_flops(self) -> int:
+        return sum(self.own_flops)
+
+    def total_backward_flops(self) -> int | None:
+        return sum(self.own_bwd) if self.backward_ran else None
+
+    def total_saved_bytes(self) -> int:
+        storages: dict[int, int] = {}
+        for s in self.own_saved:
+            storages.update(s)
+        return sum(storages.values())
+
+    def uncounted_ops(self) -> list[Uncounted]:
+        """Uncounted ops, forward first, then by calls (most first)."""
+        return sorted(self.uncounted.values(), key=lambda u: (u.phase != FORWARD, -u.calls, u.op))
+
+    def record_cost(self, rec: CallRecord, modules: dict[int, nn.Module]) -> CallCost | None:
+        """The figures of a layer row: its measured call, or its subtree for a container row."""
+        called = getattr(rec, "called", True)
+        n = self.measured_calls if self.measured_calls is not None else len(self.parent)
+        if called and 0 <= rec.index < n and self.module_ids[rec.index] == rec.module_id:
+            return self.call_cost(rec.index)
+        module = modules.get(rec.module_id)
+        return None if module is None else self.module_cost(module)
