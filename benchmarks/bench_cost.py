@@ -39,7 +39,7 @@ def _median_times(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, 
 
 
 def _cost_rows(prepared: Any) -> Any:
-    from hookcli.commands.cost import _CostColumns, measure
+    from hookcli.costing import _CostColumns, measure
     from hookcli.layers import layer_rows
 
     probe, records, _ = measure(prepared, mode=prepared_mode())
@@ -148,7 +148,7 @@ def cuda_training_peaks() -> list[tuple[str, dict[str, int], int, int | None]]:
 
 
 def cost_estimate(build: Callable[[], Any], spec: str) -> dict[str, int]:
-    from hookcli.commands.cost import Optimizer, measure, memory_totals
+    from hookcli.costing import Optimizer, measure, memory_totals
     from hookcli.loading import LoadedModel
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare

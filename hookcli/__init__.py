@@ -17,7 +17,7 @@ __version__ = "0.1.0"
 # function: a later `import hookcli.diff` finds the module in sys.modules and
 # does not rebind the attribute (`from hookcli.diff import ...` works as usual).
 from hookcli import diff as _diff_module  # noqa: F401
-from hookcli.api import diff, grads, inspect, stats
+from hookcli.api import cost, diff, grads, inspect, stats
 from hookcli.report import Report
 
-__all__ = ["Report", "__version__", "diff", "grads", "inspect", "stats"]
+__all__ = ["Report", "__version__", "cost", "diff", "grads", "inspect", "stats"]

@@ -769,6 +769,46 @@ def _stats_notes(probe: Any, loss: float | None, loss_kind: str) -> tuple[str, .
     return tuple(notes)
 
 
+# -- cost ----------------------------------------------------------------------------------
+
+
+def cost(
+    model: nn.Module,
+    *inputs: Any,
+    forward_kwargs: Mapping[str, Any] | None = None,
+    mode: str | Mode = "eval",
+    backward: bool = False,
+    optimizer: str = "adam",
+    max_memory: str | int | None = None,
+    memory_for: str = "train",
+    max_flops: str | int | None = None,
+    global_hooks: bool = False,
+    depth: int | None = None,
+    seed: int | None = None,
+) -> Report:
+    """FLOPs, MACs and memory per layer, and training and inference totals, like
+    ``hookcli cost``. Works on a model on meta.
+
+    Args:
+        model, *inputs, forward_kwargs, mode, global_hooks, depth, seed: as for ``inspect``.
+        backward: also run a backward pass and count ``backward_flops``.
+        optimizer: ``"adam"``, ``"adamw"``, ``"sgd"``, ``"sgd-momentum"`` or ``"none"``:
+            whose state the training-step total holds.
+        max_memory: a ``max-memory`` check on the total ``memory_for`` names
+            (``"train"`` or ``"inference"``): bytes, or a size such as ``"24GiB"``.
+        max_flops: a ``max-flops`` check on the forward FLOPs (``"4.1G"`` or a number).
+
+    Returns:
+        The ``Report``; rows add ``flops``, ``macs``, ``own_flops``, ``param_bytes``,
+        ``output_bytes``, ``saved_bytes``...; ``totals`` the memory totals in bytes;
+        ``report.lists["uncounted_ops"]`` every op that ran without a FLOP formula.
+    """
+    from hookcli.costing import plan_cost, run_cost
+
+    plan = plan_cost(backward, optimizer, max_memory, memory_for, max_flops, depth, global_hooks)
+    return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_cost(p, plan))
+
+
 # -- diff -------------------------------------------------------------------------------------
 
 
@@ -820,4 +860,4 @@ def diff(
     return to_report(result, la, lb)
 
 
-__all__ = ["Report", "diff", "grads", "inspect", "stats"]
+__all__ = ["Report", "cost", "diff", "grads", "inspect", "stats"]

@@ -60,6 +60,7 @@ for _panel, _flags in {
         "--dead-threshold",
         "--max-memory",
         "--max-flops",
+        "--memory-for",
     ),
     "CI": (
         "--baseline",

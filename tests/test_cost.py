@@ -329,7 +329,7 @@ def test_inference_peak_frees_like_inference():
 # -- containers ------------------------------------------------------------------------
 def test_never_called_container_sums_its_calls():
     """A ModuleList row (called: false) sums its blocks' calls; own figures are zero."""
-    from hookcli.commands.cost import measure
+    from hookcli.costing import measure
     from hookcli.loading import LoadedModel
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare
@@ -349,7 +349,7 @@ def test_never_called_container_sums_its_calls():
     saved = sum(probe.call_cost(r.index).saved_bytes for r in blocks)
     assert 0 < cost.saved_bytes <= saved
     # the hook layer_rows calls for such a row gives the same figures
-    from hookcli.commands.cost import _CostColumns
+    from hookcli.costing import _CostColumns
 
     data = _CostColumns(probe, model).container_columns(model.blocks)
     assert data["flops"] == cost.flops and data["macs"] == cost.flops // 2
@@ -525,7 +525,7 @@ def test_functional_ops_attributed_to_the_calling_module():
         def forward(self, x):
             return self.inner(x @ self.w)
 
-    from hookcli.commands.cost import measure
+    from hookcli.costing import measure
     from hookcli.loading import LoadedModel
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare
@@ -577,3 +577,32 @@ def test_meta_attention_memory_equals_cpu():
     sq = 9
     expected = 4 * (2 * b * h * sq * d + 2 * b * h * s * d + b * h * sq * d + b * h * sq)
     assert att["totals"]["saved_bytes"] == expected
+
+
+def test_python_api_cost_equals_closed_form_and_leaves_model_alone():
+    import hookcli
+    from tests.conftest import assert_no_hooks, state_snapshot, assert_same_state
+
+    model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
+    x = torch.randn(5, 16)
+    before = state_snapshot(model)
+    report = hookcli.cost(model, x, max_memory="1GiB")
+    assert report.passed
+    assert report.totals["flops"] == 2 * 5 * 16 * 8 + 2 * 5 * 8 * 4
+    assert report.totals["macs"] == report.totals["flops"] // 2
+    assert_no_hooks(model)
+    assert_same_state(before, state_snapshot(model))
+    tight = hookcli.cost(model, x, max_memory=10)
+    assert not tight.passed and tight.failed_checks[0].name == "max-memory"
+
+
+def test_cost_baseline_round_trip(tmp_path):
+    from tests.conftest import invoke
+
+    base = tmp_path / "cost.json"
+    first = invoke("cost", "sample_models:LeNet", "--baseline", str(base), "--update-baseline")
+    assert first.exit_code == 0, first.stderr
+    again = invoke("cost", "sample_models:LeNet", "--baseline", str(base))
+    assert again.exit_code == 0, again.stderr
+    changed = invoke("cost", "sample_models:LeNet", "-b", "2", "--baseline", str(base))
+    assert changed.exit_code == 1 and "flops" in changed.stderr

@@ -16,7 +16,7 @@ pytestmark = [
 
 
 def _estimate(build, spec: str) -> dict[str, int]:
-    from hookcli.commands.cost import Optimizer, measure, memory_totals
+    from hookcli.costing import Optimizer, measure, memory_totals
     from hookcli.loading import LoadedModel
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare

@@ -17,7 +17,7 @@ import torch
 import torchvision
 from torch import nn
 
-from hookcli.commands.cost import measure
+from hookcli.costing import measure
 from hookcli.loading import LoadedModel
 from hookcli.options import Mode, ModelOptions, RunOptions
 from hookcli.pipeline import prepare

@@ -1,12 +1,13 @@
 """``hookcli cost MODEL``: FLOPs, MACs and memory per layer; training and inference totals."""
 
-import enum
-import sys
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
 from hookcli.cliopts import (
+    AnnotateOpt,
+    AtolOpt,
+    BaselineOpt,
     BatchOpt,
     DebugOpt,
     DepthOpt,
@@ -15,59 +16,25 @@ from hookcli.cliopts import (
     FormatOpt,
     GlobalHooksOpt,
     InputOpt,
+    JunitOpt,
     KwargsOpt,
     ModelArg,
     ModeOpt,
     OutputOpt,
+    RtolOpt,
     SeedOpt,
     TrustPickleOpt,
+    UpdateBaselineOpt,
     WeightsOpt,
+    ci_options,
     model_options,
     output_options,
     run_options,
 )
+from hookcli.costing import MemoryTotal, Optimizer
 from hookcli.options import Format, Mode
 
-if TYPE_CHECKING:
-    from torch import nn
-
-    from hookcli.errors import RunError
-    from hookcli.pipeline import Prepared
-    from hookcli.probes.cost import CallCost, CostProbe
-    from hookcli.render import Column
-    from hookcli.report import CheckResult, Row
-    from hookcli.session import CallRecord
-
 NAME = "cost"
-
-
-class Optimizer(str, enum.Enum):
-    """Optimizer whose state the training-step total holds (``--optimizer``)."""
-
-    ADAM = "adam"
-    ADAMW = "adamw"
-    SGD = "sgd"
-    SGD_MOMENTUM = "sgd-momentum"
-    NONE = "none"
-
-
-# Tensors of state per trainable parameter element, each the parameter's size:
-# Adam/AdamW keep exp_avg and exp_avg_sq, SGD with momentum a momentum buffer.
-# (Adam's per-parameter `step` is a 0-d float32 tensor on the CPU, left out.)
-STATE_COPIES = {
-    Optimizer.ADAM: 2,
-    Optimizer.ADAMW: 2,
-    Optimizer.SGD: 0,
-    Optimizer.SGD_MOMENTUM: 1,
-    Optimizer.NONE: 0,
-}
-
-
-class MemoryTotal(str, enum.Enum):
-    """Which memory total ``--max-memory`` checks (``--memory-for``)."""
-
-    TRAIN = "train"
-    INFERENCE = "inference"
 
 
 BackwardOpt = Annotated[
@@ -128,366 +95,31 @@ def command(
     global_hooks: GlobalHooksOpt = False,
     format: FormatOpt = Format.TABLE,
     output: OutputOpt = None,
+    baseline: BaselineOpt = None,
+    update_baseline: UpdateBaselineOpt = False,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
+    annotate: AnnotateOpt = None,
+    junit: JunitOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
 ) -> int:
     """Per-layer FLOPs, MACs, param/output/saved-for-backward bytes; training and inference
     memory totals; ops without a FLOP formula listed. Works on --device meta."""
-    from hookcli.sizes import parse_count, parse_size
+    from hookcli.costing import over_memory, plan_cost, run_cost
+    from hookcli.errors import ResourceError
+    from hookcli.pipeline import emit, prepare
 
-    limit = parse_size(max_memory) if max_memory is not None else None
-    flop_limit = parse_count(max_flops) if max_flops is not None else None
+    plan = plan_cost(backward, optimizer, max_memory, memory_for, max_flops, depth, global_hooks)
+    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, global_hooks)
-    out = output_options(format, output, depth, debug)
-
-    from hookcli.pipeline import prepare
-
-    prepared = prepare(mopts, ropts)
-    probe, records, error = measure(
-        prepared, mode=ropts.mode, global_hooks=ropts.global_hooks, backward=backward
-    )
-    return _report(
-        prepared, probe, records, error, out, optimizer, limit, memory_for, flop_limit, backward
-    )
-
-
-def _progress(message: str) -> None:
-    if sys.stderr.isatty():
-        from hookcli.pipeline import progress
-
-        progress(f"cost: {message}")
-
-
-def measure(
-    prepared: "Prepared", *, mode: Mode, global_hooks: bool = False, backward: bool = False
-) -> "tuple[CostProbe, tuple[CallRecord, ...], RunError | None]":
-    """The measured pass (and, with ``backward``, a forward and backward that count it).
-
-    Returns the probe, the records of the measured pass and the failure, if any.
-    """
-    import contextlib
-
-    import torch
-
-    from hookcli.errors import RunError
-    from hookcli.losses import reduce_output
-    from hookcli.probes.cost import CostProbe
-    from hookcli.session import HookSession
-
-    class GradSession(HookSession):
-        """A session whose forward records autograd's graph, with no backward hooks."""
-
-        def _grad_context(self) -> contextlib.AbstractContextManager[Any]:
-            return torch.enable_grad()
-
-    assert prepared.inputs is not None
-    args, kwargs = prepared.inputs.args, dict(prepared.inputs.kwargs)
-    model = prepared.model
-    probe = CostProbe(model, fused_attention=prepared.settings.get("device") == "meta")
-    error: RunError | None = None
-    with GradSession(model, [probe], mode=mode, global_hooks=global_hooks) as session:
-        try:
-            _progress("forward (counting FLOPs, saved tensors, live activations)")
-            with probe.measuring([args, kwargs]):
-                output = session.forward(args, kwargs)
-            del output  # frees the pass's graph before the next one
-            if backward:
-                _progress("forward and backward (counting backward FLOPs)")
-                for p in model.parameters():
-                    p.grad = None  # the session puts the user's grads back
-                with probe.mapping_nodes([args, kwargs]):
-                    output = session.forward(args, kwargs)
-                loss = reduce_output(output, "sum")
-                with probe.counting_backward():
-                    session.backward(loss)
-                del output, loss
-        except RunError as err:
-            error = err
-        session.finish()
-        n = probe.measured_calls if probe.measured_calls is not None else len(session.frames)
-        records = session.records[:n]
-    return probe, records, error
-
-
-def memory_totals(model: "nn.Module", probe: "CostProbe", optimizer: Optimizer) -> dict[str, int]:
-    """The memory totals in bytes: components, a training step, inference."""
-    from hookcli.modelinfo import totals
-
-    t = totals(model)
-    params = list({id(p): p for p in model.parameters()}.values())
-    grad_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
-    state = STATE_COPIES[optimizer] * grad_bytes
-    saved = probe.total_saved_bytes()
-    peak = probe.ledger.peak_bytes
-    out = {
-        "param_bytes": t["param_bytes"],
-        "buffer_bytes": t["buffer_bytes"],
-        "grad_bytes": grad_bytes,
-        "optimizer_state_bytes": state,
-        "saved_bytes": saved,
-        "input_bytes": probe.input_bytes,
-        "peak_activation_bytes": peak,
-        "train_step_bytes": t["param_bytes"] + t["buffer_bytes"] + grad_bytes + state + saved,
-        "inference_bytes": t["param_bytes"] + t["buffer_bytes"] + peak,
-    }
-    if probe.backward_ran:
-        # measured over the second forward and the backward: activations, saved
-        # tensors, activation gradients and parameter grads alive at once
-        live = probe.train_ledger.peak_bytes
-        out["train_peak_activation_bytes"] = live
-        out["train_peak_bytes"] = t["param_bytes"] + t["buffer_bytes"] + state + live
-    return out
-
-
-def _subtree_bytes(model: "nn.Module") -> dict[int, tuple[int, int]]:
-    """id(module) -> (param bytes, buffer bytes) of its subtree, each tensor once."""
-    import torch
-
-    memo: dict[int, tuple[dict[int, int], dict[int, int]]] = {}
-
-    def sizes(tensors: "Any") -> dict[int, int]:
-        return {id(t): t.numel() * t.element_size() for t in tensors if t is not None}
-
-    def walk(m: "nn.Module") -> tuple[dict[int, int], dict[int, int]]:
-        # children first, merged upward: linear in the tree, tied tensors counted once
-        if id(m) not in memo:
-            ps, bs = sizes(m._parameters.values()), sizes(m._buffers.values())
-            for child in m._modules.values():
-                if child is not None:
-                    cp, cb = walk(child)
-                    ps.update(cp)
-                    bs.update(cb)
-            memo[id(m)] = (ps, bs)
-        return memo[id(m)]
-
-    with torch.no_grad():
-        walk(model)
-    return {k: (sum(p.values()), sum(b.values())) for k, (p, b) in memo.items()}
-
-
-class _CostColumns:
-    """The probe-like column source layer_rows calls for each row."""
-
-    def __init__(self, probe: "CostProbe", model: "nn.Module") -> None:
-        self.probe = probe
-        self.modules = {id(m): m for m in model.modules()}
-        self.bytes = _subtree_bytes(model)
-
-    def columns(self, rec: "CallRecord") -> dict[str, Any]:
-        """The cost columns of a call's row (or of a container row, by its module)."""
-        return self._data(self.probe.record_cost(rec, self.modules), rec.module_id)
-
-    def container_columns(self, module: "nn.Module") -> dict[str, Any]:
-        """A module never called whose descendants ran: the sums of its subtree's calls."""
-        return self._data(self.probe.module_cost(module), id(module))
-
-    def _data(self, cost: "CallCost | None", module_id: int) -> dict[str, Any]:
-        pb, bb = self.bytes.get(module_id, (0, 0))
-        data: dict[str, Any] = {}
-        if cost is None:
-            data.update(flops=None, own_flops=None, macs=None, own_macs=None)
-        else:
-            data.update(
-                flops=cost.flops,
-                own_flops=cost.own_flops,
-                macs=cost.flops // 2,
-                own_macs=cost.own_flops // 2,
-            )
-            if cost.backward_flops is not None:
-                data["backward_flops"] = cost.backward_flops
-                data["own_backward_flops"] = cost.own_backward_flops
-        data["param_bytes"] = pb
-        data["buffer_bytes"] = bb
-        data["output_bytes"] = None if cost is None else cost.output_bytes
-        data["saved_bytes"] = None if cost is None else cost.saved_bytes
-        data["own_saved_bytes"] = None if cost is None else cost.own_saved_bytes
-        return data
-
-
-def _uncounted_rows(probe: "CostProbe") -> "tuple[Row, ...]":
-    from hookcli.report import Row
-
-    return tuple(
-        Row.of(
-            {
-                "op": u.op,
-                "phase": u.phase,
-                "calls": u.calls,
-                "output_elements": u.output_elements,
-                "modules": list(u.modules or {}),
-            }
-        )
-        for u in probe.uncounted_ops()
-    )
-
-
-def _uncounted_note(probe: "CostProbe") -> str:
-    ops = probe.uncounted_ops()
-    if not ops:
-        return "none: every op that ran has a FLOP formula"
-    shown = [
-        f"{u.op.removeprefix('aten.')}{' (bwd)' if u.phase == 'backward' else ''} x{u.calls}"
-        for u in ops[:6]
-    ]
-    more = f", +{len(ops) - 6} more" if len(ops) > 6 else ""
-    return (
-        f"{', '.join(shown)}{more} (no FLOP formula: not in the FLOPs; JSON uncounted_ops "
-        "says where they ran)"
-    )
-
-
-def _checks(
-    totals: dict[str, Any],
-    limit: int | None,
-    memory_for: MemoryTotal,
-    flop_limit: int | None,
-) -> "tuple[CheckResult, ...]":
-    from hookcli.report import CheckResult
-    from hookcli.sizes import fmt_count, fmt_size
-
-    out = []
-    if flop_limit is not None:
-        flops = totals["flops"]
-        ok = flops <= flop_limit
-        out.append(
-            CheckResult(
-                "max-flops",
-                ok,
-                f"forward FLOPs {fmt_count(flops)} {'<=' if ok else '>'} {fmt_count(flop_limit)}",
-            )
-        )
-    if limit is not None:
-        key = "train_step_bytes" if memory_for is MemoryTotal.TRAIN else "inference_bytes"
-        value = totals[key]
-        ok = value <= limit
-        out.append(
-            CheckResult(
-                "max-memory",
-                ok,
-                f"{memory_for.value} total {fmt_size(value)} ({value:,} bytes) "
-                f"{'<=' if ok else '>'} {fmt_size(limit)} ({limit:,} bytes)",
-            )
-        )
-    return tuple(out)
-
-
-def _report(
-    prepared: "Prepared",
-    probe: "CostProbe",
-    records: "tuple[CallRecord, ...]",
-    error: "RunError | None",
-    out: Any,
-    optimizer: Optimizer,
-    limit: int | None,
-    memory_for: MemoryTotal,
-    flop_limit: int | None,
-    backward: bool,
-) -> int:
-    from hookcli.errors import ResourceError
-    from hookcli.layers import layer_rows
-    from hookcli.modelinfo import totals as model_totals
-    from hookcli.options import HookKind
-    from hookcli.pipeline import emit
-    from hookcli.report import Report
-
-    model = prepared.model
-    kinds = (HookKind.PRE, HookKind.FORWARD)
-    source = _CostColumns(probe, model)
-    rows, _ = layer_rows(records, model, depth=out.depth, kinds=kinds, probes=[source])  # type: ignore[list-item]
-    totals: dict[str, Any] = dict(model_totals(model))
-    flops = probe.total_flops()
-    totals["flops"] = flops
-    totals["macs"] = flops // 2
-    if probe.backward_ran:
-        bwd = probe.total_backward_flops() or 0
-        totals["backward_flops"] = bwd
-        totals["backward_macs"] = bwd // 2
-    totals.update(memory_totals(model, probe, optimizer))
-    totals["uncounted_op_count"] = len(probe.uncounted)
-    checks = () if error is not None else _checks(totals, limit, memory_for, flop_limit)
-    settings = {**prepared.settings, "optimizer": optimizer.value, "backward": backward}
-    report = Report(
-        command=NAME,
-        model=prepared.model_info(),
-        settings=settings,
-        inputs=prepared.input_dicts(),
-        layers=rows,
-        totals=totals,
-        checks=checks,
-        lists={"uncounted_ops": _uncounted_rows(probe)},
-        error=error.message if error else None,
-    )
-    code = emit(
-        report,
-        out,
-        _table_columns(kinds, probe.backward_ran),
-        _table_totals(totals, probe, optimizer),
-    )
+    out = output_options(format, output, depth, debug, ci)
+    report, error = run_cost(prepare(mopts, ropts), plan)
+    code = emit(report, out)
     if error is not None:
         raise error
-    for c in checks:
-        if c.name == "max-memory" and not c.passed:
-            raise ResourceError(f"over --max-memory: {c.detail}")
+    over = over_memory(report)
+    if over is not None:
+        raise ResourceError(f"over --max-memory: {over.detail}")
     return code
-
-
-def _table_columns(kinds: Any, backward: bool) -> "list[Column]":
-    from hookcli.layers import shape_columns
-    from hookcli.render import Column
-    from hookcli.sizes import fmt_count, fmt_size
-
-    cols = [c for c in shape_columns(kinds) if c.key != "input_shapes"]
-    cols.append(Column("flops", "FLOPs", fmt_count, "right"))
-    cols.append(Column("macs", "MACs", fmt_count, "right"))
-    if backward:
-        cols.append(Column("backward_flops", "Bwd FLOPs", fmt_count, "right"))
-    cols.append(Column("param_bytes", "Params", fmt_size, "right"))
-    cols.append(Column("output_bytes", "Output", fmt_size, "right"))
-    cols.append(Column("saved_bytes", "Saved", fmt_size, "right"))
-    return cols
-
-
-def _table_totals(
-    t: dict[str, Any], probe: "CostProbe", optimizer: Optimizer
-) -> list[tuple[str, str]]:
-    from hookcli.render import fmt_int
-    from hookcli.sizes import fmt_count, fmt_size
-
-    out = [
-        ("Forward FLOPs", f"{fmt_count(t['flops'])} ({fmt_int(t['flops'])}; a multiply-add is 2)"),
-        ("Forward MACs", f"{fmt_count(t['macs'])} ({fmt_int(t['macs'])} multiply-accumulates)"),
-    ]
-    if "backward_flops" in t:
-        out.append(
-            ("Backward FLOPs", f"{fmt_count(t['backward_flops'])} ({fmt_int(t['backward_flops'])})")
-        )
-    out.append(("Not counted", _uncounted_note(probe)))
-    out.append(("Params", f"{fmt_int(t['params'])} ({fmt_size(t['param_bytes'])})"))
-    out.append(("Buffers", fmt_size(t["buffer_bytes"])))
-    state = t["optimizer_state_bytes"]
-    out.append(
-        (
-            "Training step",
-            f"{fmt_size(t['train_step_bytes'])} = params + buffers + grads "
-            f"{fmt_size(t['grad_bytes'])} + {optimizer.value} state {fmt_size(state)} "
-            f"+ saved activations {fmt_size(t['saved_bytes'])}",
-        )
-    )
-    if "train_peak_bytes" in t:
-        out.append(
-            (
-                "Training peak",
-                f"{fmt_size(t['train_peak_bytes'])} = params + buffers + {optimizer.value} state "
-                f"+ peak live tensors in forward and backward (activations, saved, grads) "
-                f"{fmt_size(t['train_peak_activation_bytes'])}",
-            )
-        )
-    out.append(
-        (
-            "Inference",
-            f"{fmt_size(t['inference_bytes'])} = params + buffers + peak live activations "
-            f"{fmt_size(t['peak_activation_bytes'])}",
-        )
-    )
-    return out
