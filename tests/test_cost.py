@@ -581,7 +581,7 @@ def test_meta_attention_memory_equals_cpu():
 
 def test_python_api_cost_equals_closed_form_and_leaves_model_alone():
     import hookcli
-    from tests.conftest import assert_no_hooks, state_snapshot, assert_same_state
+    from tests.conftest import assert_no_hooks, assert_same_state, state_snapshot
 
     model = torch.nn.Sequential(torch.nn.Linear(16, 8), torch.nn.ReLU(), torch.nn.Linear(8, 4))
     x = torch.randn(5, 16)
