@@ -1,4 +1,4 @@
-"""Layer rows shared by inspect, grads and stats: one per module call, CLI.md keys."""
+"""Layer rows shared by inspect, grads and stats: one per module call (docs/reference.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Frozen report records and their JSON form (schema ``hookcli.report/1``, CLI.md)."""
+"""Frozen report records and their JSON form (schema ``hookcli.report/1``, docs/reference.md)."""
 
 from __future__ import annotations
 

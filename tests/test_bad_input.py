@@ -1,4 +1,4 @@
-"""Malformed invocations: each gets its CLI.md exit code and one clear line, never a traceback."""
+"""Malformed invocations: each gets its documented exit code and one clear line, never a traceback."""
 
 from __future__ import annotations
 

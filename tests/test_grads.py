@@ -1,6 +1,6 @@
 """``hookcli grads``: every figure checked against plain autograd, computed by hand.
 
-The reference runs rebuild each model the way CLI.md "Seeding" says
+The reference runs rebuild each model the way docs/reference.md "Seeding" says
 (``torch.manual_seed(seed)`` right before building, inputs from a
 ``torch.Generator`` seeded with the seed), run forward by hand capturing the
 module outputs, and take ``torch.autograd.grad`` of the loss.

@@ -1,7 +1,7 @@
 """The CI gates of ``grads``: pure functions from ``GradFindings`` to ``CheckResult``s.
 
 ``--fail-on nan,inf,unused,zero-grad,dead``, ``--max-grad-norm X``,
-``--min-grad-norm X`` (CLI.md "Checks"). Layers are named with
+``--min-grad-norm X`` (docs/reference.md "Checks"). Layers are named with
 ``layer_label`` (``block#1`` for a second call); parameters by their qualified
 name (``spare.weight``).
 """

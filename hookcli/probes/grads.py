@@ -1,6 +1,6 @@
 """``GradProbe``: gradient flow per module call, from backward and tensor hooks.
 
-What each hook kind fills (CLI.md, ``grads``):
+What each hook kind fills (docs/grads.md):
 
 - ``backward-pre`` (full backward pre-hooks): ``grad_output_norm`` per call;
 - ``backward`` (full backward hooks): ``grad_input_norm`` per call;
