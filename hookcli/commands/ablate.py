@@ -204,8 +204,8 @@ def _run(
     )
     from hookcli.checks.ablate import GateRow, run_gates
     from hookcli.errors import RunError, UsageError
+    from hookcli.globs import select_modules
     from hookcli.pipeline import emit
-    from hookcli.probes.features import select_modules
     from hookcli.report import Report
 
     model = prepared.model
