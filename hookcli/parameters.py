@@ -41,6 +41,11 @@ def freeze(model: nn.Module, patterns: list[str]) -> list[str]:
     return hit
 
 
+def _trainable(t: Any, packed: bool) -> bool:
+    """Packed weights are never trained: quantized ops carry no gradient."""
+    return not packed and bool(t.requires_grad)
+
+
 def _entries(model: nn.Module) -> list[tuple[str, Any, Any, bool]]:
     """``(name, tensor, identity, packed)`` for every parameter name and packed weight."""
     from hookcli.modelinfo import packed_tensors
@@ -85,7 +90,7 @@ def params_report(
             "shape": list(t.shape),
             "dtype": str(t.dtype).removeprefix("torch."),
             "device": str(t.device),
-            "requires_grad": bool(t.requires_grad),
+            "requires_grad": _trainable(t, packed),
             "numel": t.numel(),
             "shared_with": [o for o in names_of[key] if o != n],
         }
@@ -100,10 +105,11 @@ def params_report(
             display["mark"] = "(packed)"
         rows.append(Row.of(data, display))
 
-    unique = list({key: t for _, t, key, _ in entries}.values())
+    by_key = {key: (t, _trainable(t, packed)) for _, t, key, packed in entries}
+    unique = [t for t, _ in by_key.values()]
     packed_numel = sum(t.numel() for _, t, _, packed in entries if packed)
     total = sum(t.numel() for t in unique)
-    trainable = sum(t.numel() for t in unique if t.requires_grad)
+    trainable = sum(t.numel() for t, grad in by_key.values() if grad)
     groups = [ns for ns in names_of.values() if len(ns) > 1]
     totals: dict[str, Any] = {
         "params": total,
@@ -111,7 +117,7 @@ def params_report(
         "frozen_params": total - trainable,
         "tensors": len(unique),
         "names": len(entries),
-        "trainable_tensors": sum(1 for t in unique if t.requires_grad),
+        "trainable_tensors": sum(1 for _, grad in by_key.values() if grad),
         "param_bytes": sum(t.numel() * t.element_size() for t in unique),
         "shared_groups": [list(g) for g in groups],
         "frozen_by_option": frozen_names,
