@@ -95,26 +95,29 @@ def command(
 
     from hookcli.pipeline import emit, prepare, run_session
     from hookcli.probes.trace import TraceProbe, trace_report
+    from hookcli.warnsummary import summarised_warnings
 
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, True)
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     out = output_options(format, output, depth, debug, ci)
 
-    prepared = prepare(mopts, ropts)
-    probe = TraceProbe()
-    with warnings.catch_warnings():
-        # The first module's inputs never require grad: torch warns that its full
-        # backward hook sees no grad_input. The trace shows that as empty shapes.
-        warnings.filterwarnings("ignore", message="Full backward hook is firing")
-        outcome = run_session(
-            prepared,
-            [probe],
-            mode=ropts.mode,
-            global_hooks=True,
-            always_call=True,
-            backward=backward,
-        )
+    with summarised_warnings(debug) as warned:
+        prepared = prepare(mopts, ropts)
+        probe = TraceProbe()
+        with warnings.catch_warnings():
+            # The first module's inputs never require grad: torch warns that its full
+            # backward hook sees no grad_input. The trace shows that as empty shapes.
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            outcome = run_session(
+                prepared,
+                [probe],
+                mode=ropts.mode,
+                global_hooks=True,
+                always_call=True,
+                backward=backward,
+            )
+        warned.keep = outcome.error is None  # on failure the error is the one line to read
     report = trace_report(
         prepared, probe, outcome, depth=out.depth, filter=filter, limit=limit, backward=backward
     )
