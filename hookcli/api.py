@@ -131,6 +131,9 @@ def live(
 
     if not isinstance(model, nn.Module):
         raise UsageError(f"model must be an nn.Module, got {type(model).__name__}")
+    from hookcli.scripted import eager_module
+
+    model, _ = eager_module(model)  # torch.compile'd: its eager module, run uncompiled
     if inputs or forward_kwargs:
         names = positional_names(model)
         infos = []

@@ -91,3 +91,14 @@ def eager_module(module: nn.Module) -> tuple[nn.Module, str | None]:
         f"{type(inner).__name__} underneath (_orig_mod), run without compilation"
     )
     return inner, note
+
+
+def refuse_scripted(selected: list[tuple[str, nn.Module]], option: str = "--layer") -> None:
+    """Exit 2 when ``option`` selected a TorchScript module: no Python hook can go on it."""
+    names = [name or "(root)" for name, m in selected if is_scripted(m)]
+    if names:
+        shown = ", ".join(names[:5]) + (", ..." if len(names) > 5 else "")
+        raise UsageError(
+            f"{option} selects TorchScript module(s) {shown}: PyTorch runs no Python hooks "
+            "on them; select eager modules"
+        )

@@ -392,3 +392,19 @@ def test_moved_helpers_render_the_same_tables():
     assert header[:3] == ["Parameter", "Shape", "Grad"]
     names = [ln.split()[0] for ln in lines[start + 3 : start + 3 + 10]]
     assert names == [n for n, _ in LeNet().named_parameters()]
+
+
+def test_api_reports_a_compiled_model_through_its_eager_module():
+    torch.manual_seed(0)
+    eager = hm.Small()
+    report = hookcli.inspect(torch.compile(eager), torch.randn(3, 4))
+    assert [r.data["name"] for r in report.layers] == ["", "fc1", "act", "fc2"]
+    assert report.totals["params"] == sum(p.numel() for p in eager.parameters())
+    assert_no_hooks(eager)
+
+
+@pytest.mark.parametrize("command", ["features", "ablate"])
+def test_layer_selecting_a_scripted_submodule_is_exit_2(command):
+    result = invoke(command, f"{FIX}:WithScriptedChild", "-l", "inner.fc1")
+    assert result.exit_code == 2, result.stderr
+    assert "TorchScript module(s)" in one_line(result.stderr)

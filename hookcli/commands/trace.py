@@ -59,7 +59,8 @@ FilterOpt = Annotated[
         "--filter",
         metavar="PATTERN",
         help="Keep events of matching modules: a glob on the qualified name or the class "
-        "name (layer1.*, *conv*, BatchNorm2d), or a module name with its submodules (layer1).",
+        "name (layer1.*, *conv*, BatchNorm2d), a module name with its submodules (layer1), "
+        "or (root).",
         show_default=False,
     ),
 ]
