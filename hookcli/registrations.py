@@ -268,6 +268,13 @@ def registrations_report(
         "top_parents": top,
     }
     notes = []
+    from hookcli.scripted import is_scripted
+
+    if is_scripted(loaded.module):
+        notes.append(
+            "the model is a TorchScript module: the registrations were made by the eager "
+            "modules it was scripted or traced from, which are not in it"
+        )
     if not regs:
         notes.append(
             "no registration was seen: the model registers nothing, or it was built before "
