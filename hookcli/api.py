@@ -131,6 +131,9 @@ def live(
 
     if not isinstance(model, nn.Module):
         raise UsageError(f"model must be an nn.Module, got {type(model).__name__}")
+    from hookcli.scripted import eager_module
+
+    model, _ = eager_module(model)  # torch.compile'd: its eager module, run uncompiled
     if inputs or forward_kwargs:
         names = positional_names(model)
         infos = []
@@ -295,6 +298,19 @@ GRADS_KINDS = (HookKind.FORWARD, HookKind.BACKWARD_PRE, HookKind.BACKWARD, HookK
 _BATCHNORM_MARKERS = (
     "Expected more than 1 value per channel when training",
     "Expected more than 1 spatial element when training",
+)
+_TARGETS_MARKERS = ("targets should not be none when in training mode",)
+_TRAIN_MODE_HINTS = (
+    (
+        _BATCHNORM_MARKERS,
+        "in train mode batch norm needs more than one value per channel: pass a larger "
+        "batch (-b 2) or --mode eval",
+    ),
+    (
+        _TARGETS_MARKERS,
+        "in train mode a torchvision detection model needs targets (boxes and labels) and "
+        "returns losses: pass --mode eval to run it on images alone",
+    ),
 )
 
 
@@ -484,18 +500,16 @@ def grads(
 
 
 def _with_hint(error: RunError | None, mode: Mode) -> RunError | None:
-    """Batch-norm on a batch of one in train mode: say how to get past it."""
+    """A failure that train mode causes (batch norm on a batch of one, a detection model
+    wanting targets): say how to get past it."""
     if error is None or mode is not Mode.TRAIN:
         return error
-    if not any(m in error.message for m in _BATCHNORM_MARKERS):
-        return error
-    hint = (
-        "; hint: grads runs in train mode, where batch norm needs more than one value per "
-        "channel: pass a larger batch (-b 2) or --mode eval"
-    )
-    hinted = RunError(error.message + hint, module=error.module)
-    hinted.__cause__ = error.__cause__
-    return hinted
+    for markers, hint in _TRAIN_MODE_HINTS:
+        if any(m in error.message for m in markers):
+            hinted = RunError(f"{error.message}; hint: {hint}", module=error.module)
+            hinted.__cause__ = error.__cause__
+            return hinted
+    return error
 
 
 def _mark(
@@ -673,6 +687,7 @@ def run_stats(prepared: Prepared, plan: StatsPlan) -> Outcome:
         backward=run_backward,
         loss_fn=partial(reduce_output, kind=plan.loss.value),
     )
+    error = _with_hint(outcome.error, Mode(prepared.settings["mode"]))
     rows, _ = layer_rows(
         outcome.records, prepared.model, depth=plan.depth, kinds=kinds, probes=[probe]
     )
@@ -704,10 +719,10 @@ def run_stats(prepared: Prepared, plan: StatsPlan) -> Outcome:
         totals=totals,
         checks=results,
         notes=_stats_notes(probe, outcome.loss, plan.loss.value),
-        error=outcome.error.message if outcome.error else None,
+        error=error.message if error else None,
         columns=(*shape_columns(kinds), *probe.table_columns),
     )
-    return report, outcome.error
+    return report, error
 
 
 def stats(

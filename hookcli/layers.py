@@ -37,29 +37,27 @@ def layer_rows(
     total, less the tensors of modules none of whose forward ran (returned as
     the second value). ``containers=False`` where only some modules were hooked.
     """
-    from hookcli.modelinfo import all_param_counts, totals
+    from hookcli.modelinfo import TensorIndex, all_param_counts, totals
 
     kinds = frozenset(kinds)
-    counts = all_param_counts(model)
+    index = TensorIndex(model)  # parameters and quantized modules' packed weights
+    counts = all_param_counts(model, index)
     by_name = dict(model.named_modules())
     modules = {id(m): m for m in by_name.values()}
     called = {rec.name for rec in records} if containers else set(by_name)
     opened: set[str] = set()
-    seen: set[int] = set()
+    seen: set[int | tuple[int, str]] = set()
     rows: list[Row] = []
 
     def add(data: dict[str, Any], module: nn.Module | None, row_depth: int, mark: str) -> None:
         shown = trainable = 0
         if module is not None:
             cut = depth is not None and row_depth == depth
-            tensors = module.parameters() if cut else module._parameters.values()
-            for p in tensors:
-                if p is None:
-                    continue
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    shown += p.numel()
-                    trainable += p.numel() if p.requires_grad else 0
+            for h in index.held(module, recurse=cut):
+                if h.key not in seen:
+                    seen.add(h.key)
+                    shown += h.numel
+                    trainable += h.numel if h.trainable else 0
         display: dict[str, Any] = {"shown_params": shown, "shown_trainable": trainable}
         if mark:
             display["mark"] = mark
@@ -112,7 +110,7 @@ def layer_rows(
         for probe in probes:
             data.update(probe.columns(rec))
         add(data, modules.get(rec.module_id), rec.depth, "<- failed here" if rec.failed else "")
-    unshown = totals(model)["params"] - sum(r.display["shown_params"] for r in rows)
+    unshown = totals(model, index)["params"] - sum(r.display["shown_params"] for r in rows)
     return tuple(rows), unshown
 
 
@@ -161,6 +159,8 @@ def param_totals(t: dict[str, int], unshown: int) -> list[tuple[str, str]]:
         ("Param size", fmt_bytes(t["param_bytes"])),
         ("Buffers", f"{fmt_int(t['buffers'])} elements ({fmt_bytes(t['buffer_bytes'])})"),
     ]
+    if t.get("packed_params"):
+        out.append(("Packed (quantized) params", fmt_int(t["packed_params"])))
     if unshown:
         out.append(("Params in modules that did not run", fmt_int(unshown)))
     return out

@@ -301,6 +301,19 @@ def _load(spec: str, kw: dict[str, Any], seed: int) -> LoadedModel:
     return LoadedModel(module=_instantiate(obj, kw, spec, seed), spec=spec)
 
 
+def _eager(loaded: LoadedModel) -> LoadedModel:
+    """A torch.compile'd model is reported through the eager module it wraps."""
+    from dataclasses import replace
+
+    from hookcli.scripted import eager_module
+
+    module, note = eager_module(loaded.module)
+    if note is None:
+        return loaded
+    print(note, file=sys.stderr, flush=True)
+    return replace(loaded, module=module)
+
+
 def load_model(
     spec: str,
     kwargs: Mapping[str, Any] | None = None,
@@ -333,6 +346,7 @@ def load_model(
             flush=True,
         )
         loaded = _load(spec, kw, seed)
+    loaded = _eager(loaded)
     if weights is not None:
         from hookcli.weights import apply_weights
 

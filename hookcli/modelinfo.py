@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 
+import torch
 from torch import nn
 
 
@@ -26,66 +28,121 @@ def depth_of(name: str) -> int:
     return 0 if name == "" else name.count(".") + 1
 
 
-def _unique(params: list[nn.Parameter]) -> list[nn.Parameter]:
-    seen: set[int] = set()
+@dataclass(frozen=True)
+class Held:
+    """One weight tensor a module holds: a parameter, or a quantized module's packed weight."""
+
+    key: int | tuple[int, str]  # id(parameter), or (id(module), "weight"/"bias") when packed
+    numel: int
+    trainable: bool
+    nbytes: int
+    packed: bool = False
+
+
+def packed_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """``(attr, tensor)`` for the weight and bias a quantized module keeps packed.
+
+    ``torch.ao.nn.quantized`` Linear, Conv and Embedding modules hold their weights
+    in ``_packed_params`` (a C++ object), not in parameters; their ``weight()`` and
+    ``bias()`` methods unpack them.
+    """
+    if not hasattr(module, "_packed_params"):
+        return []
     out = []
-    for p in params:
-        if id(p) not in seen:
-            seen.add(id(p))
-            out.append(p)
+    for attr in ("weight", "bias"):
+        if not inspect.isfunction(getattr(type(module), attr, None)):
+            continue  # LinearPackedParams itself, or an attribute that is not the method
+        try:
+            value = getattr(module, attr)()
+        except Exception:  # an exotic packed module: count what can be read
+            continue
+        if isinstance(value, torch.Tensor):
+            out.append((attr, value))
     return out
 
 
-def param_counts(module: nn.Module) -> ParamCounts:
+def own_tensors(module: nn.Module) -> list[Held]:
+    """The module's direct parameters and packed weights, each once."""
+    out: list[Held] = []
+    seen: set[int] = set()
+    for p in module.parameters(recurse=False):
+        if id(p) not in seen:
+            seen.add(id(p))
+            out.append(Held(id(p), p.numel(), p.requires_grad, p.numel() * p.element_size()))
+    for attr, t in packed_tensors(module):
+        out.append(Held((id(module), attr), t.numel(), False, t.numel() * t.element_size(), True))
+    return out
+
+
+class TensorIndex:
+    """Every module's own tensors, read once (packed weights are unpacked once)."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.own = {id(m): own_tensors(m) for m in model.modules()}
+
+    def held(self, module: nn.Module, recurse: bool = True) -> list[Held]:
+        """The module's tensors (its subtree's with ``recurse``), each once."""
+        if not recurse:
+            return list(self.own.get(id(module), ()))
+        out: list[Held] = []
+        seen: set[int | tuple[int, str]] = set()
+        for m in module.modules():
+            for h in self.own.get(id(m), ()):
+                if h.key not in seen:
+                    seen.add(h.key)
+                    out.append(h)
+        return out
+
+
+def param_counts(module: nn.Module, index: TensorIndex | None = None) -> ParamCounts:
     """Counts for one module: its subtree's tensors once each, and its own."""
-    subtree = _unique(list(module.parameters()))
-    own = _unique(list(module.parameters(recurse=False)))
+    index = index or TensorIndex(module)
+    subtree = index.held(module)
     return ParamCounts(
-        params=sum(p.numel() for p in subtree),
-        own_params=sum(p.numel() for p in own),
-        trainable_params=sum(p.numel() for p in subtree if p.requires_grad),
+        params=sum(h.numel for h in subtree),
+        own_params=sum(h.numel for h in index.held(module, recurse=False)),
+        trainable_params=sum(h.numel for h in subtree if h.trainable),
     )
 
 
-def all_param_counts(model: nn.Module) -> dict[int, ParamCounts]:
+def all_param_counts(model: nn.Module, index: TensorIndex | None = None) -> dict[int, ParamCounts]:
     """id(module) -> ParamCounts for every module of the model.
 
-    One bottom-up pass when no module and no parameter appears twice in the tree
+    One bottom-up pass when no module and no tensor appears twice in the tree
     (then a subtree's count is its own plus its children's); the exact,
     deduplicating count per module otherwise.
     """
-    if _nothing_shared(model):
+    index = index or TensorIndex(model)
+    if _nothing_shared(model, index):
         counts: dict[int, ParamCounts] = {}
-        _fill_counts(model, counts)
+        _fill_counts(model, index, counts)
         return counts
-    return {id(m): param_counts(m) for m in model.modules()}
+    return {id(m): param_counts(m, index) for m in model.modules()}
 
 
-def _nothing_shared(model: nn.Module) -> bool:
-    modules = list(model.modules())
-    if len(modules) != sum(1 for _ in model.named_modules(remove_duplicate=False)):
+def _nothing_shared(model: nn.Module, index: TensorIndex) -> bool:
+    if len(index.own) != sum(1 for _ in model.named_modules(remove_duplicate=False)):
         return False
-    seen: set[int] = set()
-    for m in modules:
-        for p in m._parameters.values():
-            if p is not None:
-                if id(p) in seen:
-                    return False
-                seen.add(id(p))
+    seen: set[int | tuple[int, str]] = set()
+    for held in index.own.values():
+        for h in held:
+            if h.key in seen:
+                return False
+            seen.add(h.key)
     return True
 
 
-def _fill_counts(module: nn.Module, counts: dict[int, ParamCounts]) -> ParamCounts:
+def _fill_counts(
+    module: nn.Module, index: TensorIndex, counts: dict[int, ParamCounts]
+) -> ParamCounts:
     """Counts of ``module`` and (into ``counts``) of every descendant; nothing shared."""
-    own = trainable = 0
-    for p in module._parameters.values():
-        if p is not None:
-            own += p.numel()
-            trainable += p.numel() if p.requires_grad else 0
+    own_held = index.own.get(id(module), ())
+    own = sum(h.numel for h in own_held)
+    trainable = sum(h.numel for h in own_held if h.trainable)
     total = own
     for child in module._modules.values():
         if child is not None:
-            sub = _fill_counts(child, counts)
+            sub = _fill_counts(child, index, counts)
             total += sub.params
             trainable += sub.trainable_params
     result = ParamCounts(params=total, own_params=own, trainable_params=trainable)
@@ -93,22 +150,30 @@ def _fill_counts(module: nn.Module, counts: dict[int, ParamCounts]) -> ParamCoun
     return result
 
 
-def totals(model: nn.Module) -> dict[str, int]:
-    """The ``totals`` of ``inspect``: params, trainable, non-trainable, bytes, buffers."""
-    params = _unique(list(model.parameters()))
+def totals(model: nn.Module, index: TensorIndex | None = None) -> dict[str, int]:
+    """The ``totals`` of ``inspect``: params, trainable, non-trainable, bytes, buffers.
+
+    Quantized modules' packed weights count as (non-trainable) params; a model
+    that has them also gets ``packed_params``.
+    """
+    held = (index or TensorIndex(model)).held(model)
     seen: set[int] = set()
     buffers = []
     for b in model.buffers():
         if id(b) not in seen:
             seen.add(id(b))
             buffers.append(b)
-    n = sum(p.numel() for p in params)
-    trainable = sum(p.numel() for p in params if p.requires_grad)
-    return {
+    n = sum(h.numel for h in held)
+    trainable = sum(h.numel for h in held if h.trainable)
+    out = {
         "params": n,
         "trainable_params": trainable,
         "non_trainable_params": n - trainable,
-        "param_bytes": sum(p.numel() * p.element_size() for p in params),
+        "param_bytes": sum(h.nbytes for h in held),
         "buffers": sum(b.numel() for b in buffers),
         "buffer_bytes": sum(b.numel() * b.element_size() for b in buffers),
     }
+    packed = sum(h.numel for h in held if h.packed)
+    if packed:
+        out["packed_params"] = packed
+    return out

@@ -22,6 +22,9 @@ if TYPE_CHECKING:
     from torch import nn
     from torch.utils.hooks import RemovableHandle
 
+    from hookcli.loading import LoadedModel
+    from hookcli.report import Report
+
 MODULE = "module"
 PARAMETER = "parameter"
 BUFFER = "buffer"
@@ -192,3 +195,114 @@ class RegistrationRecorder:
     def release(self) -> None:
         """Drop the references to the registering modules."""
         self._parents.clear()
+
+
+TOP_PARENTS = 3
+
+
+def _fmt_module(value: Any) -> str:
+    if value is None:
+        return "(not in model)"
+    return value or "(root)"
+
+
+def _what(r: Registration) -> str:
+    """The Type / shape cell: a submodule's class, or a tensor's shape and dtype."""
+    from hookcli.render import fmt_shape
+
+    if r.kind == MODULE:
+        return str(r.type)
+    if r.dtype is None:
+        return "None"
+    shape = "(lazy)" if r.shape is None else fmt_shape(r.shape)
+    return f"{shape} {r.dtype}"
+
+
+def registrations_report(
+    loaded: LoadedModel, regs: tuple[Registration, ...], *, seed: int, depth: int | None
+) -> Report:
+    """The registration rows (owners at depth <= ``depth``), totals and table layout."""
+    from collections import Counter
+
+    from hookcli.modelinfo import depth_of
+    from hookcli.render import Column, fmt_bool
+    from hookcli.report import Report, Row
+
+    rows = []
+    for r in regs:
+        if depth is not None and (r.module is None or depth_of(r.module) > depth):
+            continue
+        data: dict[str, Any] = {
+            "seq": r.seq,
+            "parent": r.parent,
+            "module": r.module,
+            "kind": r.kind,
+            "name": r.name,
+            "type": r.type,
+            "shape": None if r.shape is None else list(r.shape),
+            "dtype": r.dtype,
+            "persistent": r.persistent,
+            "overwrites": r.overwrites,
+        }
+        display: dict[str, Any] = {"what": _what(r)}
+        if r.overwrites:
+            display["mark"] = "(again)"
+        rows.append(Row.of(data, display))
+
+    per_kind = Counter(r.kind for r in regs)
+    per_parent = Counter(r.parent_id for r in regs)
+    first: dict[int, Registration] = {}
+    for r in regs:
+        first.setdefault(r.parent_id, r)
+    top = [
+        {"module": first[pid].module, "parent": first[pid].parent, "count": n}
+        for pid, n in per_parent.most_common(TOP_PARENTS)
+    ]
+    overwrites = sum(1 for r in regs if r.overwrites)
+    outside = sum(1 for r in regs if r.module is None)
+    totals = {
+        "registrations": len(regs),
+        **{kind: per_kind.get(kind, 0) for kind in KINDS},
+        "overwrites": overwrites,
+        "outside_model": outside,
+        "top_parents": top,
+    }
+    notes = []
+    from hookcli.scripted import is_scripted
+
+    if is_scripted(loaded.module):
+        notes.append(
+            "the model is a TorchScript module: the registrations were made by the eager "
+            "modules it was scripted or traced from, which are not in it"
+        )
+    if not regs:
+        notes.append(
+            "no registration was seen: the model registers nothing, or it was built before "
+            "hookcli could watch (an nn.Module instance in a module imported earlier)"
+        )
+    summary = ", ".join(f"{per_kind.get(k, 0)} {k}s" for k in KINDS)
+    busiest = ", ".join(f"{_fmt_module(t['module'])} ({t['parent']}) {t['count']}" for t in top)
+    table_totals = [("Registrations", f"{len(regs)}: {summary}, {overwrites} overwrites")]
+    if busiest:
+        table_totals.append(("Busiest parents", busiest))
+    if outside:
+        table_totals.append(("Not in the built model", f"{outside} registrations"))
+    return Report(
+        command="registrations",
+        model={"spec": loaded.spec, "class": type(loaded.module).__name__},
+        settings={"seed": seed},
+        totals=totals,
+        lists={"registrations": tuple(rows)},
+        primary="registrations",
+        notes=tuple(notes),
+        columns=(
+            Column("seq", "Seq", str, "right"),
+            Column("module", "Module", _fmt_module),
+            Column("parent", "Parent"),
+            Column("kind", "Kind"),
+            Column("name", "Name"),
+            Column("what", "Type / shape"),
+            Column("persistent", "Persistent", fmt_bool),
+        ),
+        table_totals=tuple(table_totals),
+    )

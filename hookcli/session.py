@@ -219,6 +219,7 @@ class HookSession:
         self._bw_open: dict[int, list[Frame]] = {}
         self._bw_order: list[Frame] = []
         self.meta_assumed = 0  # boolean checks taken as true on meta (_MetaRun)
+        self.scripted: set[int] = set()  # TorchScript submodules: run without hooks
         self._handles: list[RemovableHandle] = []
         self._restore: list[Callable[[], None]] = []
         self._fwd_pre = [
@@ -257,7 +258,8 @@ class HookSession:
                 for name, buf in m._buffers.items():
                     if buf is not None:
                         saved_buffers.append((m, name, buf, buf.detach().clone()))
-        buffer_names = {id(m): set(m._buffers) for m in modules if m._buffers}
+        # keys(): a TorchScript module's buffer dict cannot be iterated directly
+        buffer_names = {id(m): set(m._buffers.keys()) for m in modules}
 
         def restore_buffers() -> None:
             with torch.no_grad():
@@ -265,9 +267,8 @@ class HookSession:
                     m._buffers[name] = original
                     original.copy_(copy)
                 for m in modules:
-                    if m._buffers:
-                        for extra in set(m._buffers) - buffer_names.get(id(m), set()):
-                            del m._buffers[extra]
+                    for extra in set(m._buffers.keys()) - buffer_names.get(id(m), set()):
+                        del m._buffers[extra]
 
         self.on_exit(restore_buffers)
 
@@ -323,6 +324,7 @@ class HookSession:
         return True
 
     def __enter__(self) -> HookSession:
+        self._check_scripted()
         try:
             self._save_state()
             self.model.train(self.mode is Mode.TRAIN)
@@ -348,6 +350,14 @@ class HookSession:
                 errors.append(err)
         if errors:
             raise errors[0]
+
+    def _check_scripted(self) -> None:
+        """TorchScript modules take no Python hooks: refuse a scripted root, skip submodules."""
+        from hookcli.scripted import check_scripted
+
+        self.scripted = check_scripted(
+            self.model, self.global_hooks, self.backward_needed, self.only
+        )
 
     # -- hooks -------------------------------------------------------------------
     def _frame_for(self, module: nn.Module) -> Frame:
@@ -434,7 +444,12 @@ class HookSession:
                 keep(module_mod.register_module_full_backward_pre_hook(self._bw_pre_hook))
                 keep(module_mod.register_module_full_backward_hook(self._bw_hook))
             return
-        modules = [m for m in self.model.modules() if self.only is None or id(m) in self.only]
+        # register_*_hook raises on a ScriptModule (check_scripted said so): skip them
+        modules = [
+            m
+            for m in self.model.modules()
+            if (self.only is None or id(m) in self.only) and id(m) not in self.scripted
+        ]
         self._attach_forward(modules)
         if self.backward_needed:
             for m in modules:

@@ -21,11 +21,12 @@ nothing is loaded.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import pickle
 import struct
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -67,10 +68,15 @@ def resolve_checkpoint(path: Path) -> Path:
         found = sorted(path.glob("*.safetensors")) + sorted(path.glob("*.index.json"))
         if len(found) == 1:
             return found[0]
-        what = "several checkpoints" if found else "no checkpoint"
-        raise LoadError(
-            f"--weights {path} is a folder with {what}: name the file "
-            "(.safetensors, .index.json, or a torch.save file)"
+        if found:
+            raise LoadError(
+                f"--weights {path} is a folder with several checkpoints "
+                f"({', '.join(f.name for f in found[:4])}): name the file"
+            )
+        raise _not_a_checkpoint(
+            path,
+            "it is a folder with no checkpoint in it (looked for "
+            f"{', '.join(_FOLDER_FILES)}, *.safetensors, *.index.json): name the file",
         )
     if not path.exists():
         raise LoadError(f"weights file not found: {path}")
@@ -163,15 +169,60 @@ def _read_safetensors(path: Path, *, meta: bool) -> dict:
         raise LoadError(f"cannot read weights {path}: {first_line(err)}") from err
 
 
+_ZIP_MAGIC = b"PK\x03\x04"
+# torch.save's legacy (non-zip) format starts with its pickled magic number 0x1950a86a20f9469cfc6c
+_LEGACY_MAGIC = b"\x8a\x0al\xfc\x9cF\xf9 j\xa8P\x19"
+
+
+def _not_a_checkpoint(path: Path, reason: str) -> LoadError:
+    return LoadError(f"cannot read weights {path}: not a PyTorch checkpoint: {reason}")
+
+
+def _sniff(path: Path) -> str:
+    """What the file is by its first bytes: 'zip', 'torch-legacy', 'pickle'; else LoadError."""
+    try:
+        with path.open("rb") as f:
+            head = f.read(64)
+    except OSError as err:
+        raise LoadError(f"cannot read weights {path}: {err.strerror or err}") from err
+    if not head:
+        raise _not_a_checkpoint(path, "the file is empty (0 bytes)")
+    if head.startswith(_ZIP_MAGIC):
+        return "zip"
+    if head[:1] == b"\x80" and len(head) > 1 and 2 <= head[1] <= 5:
+        return "torch-legacy" if head[2:14] == _LEGACY_MAGIC else "pickle"
+    text = head.decode("utf-8", errors="replace")
+    if "\ufffd" not in text[:-4] and all(c.isprintable() or c in "\t\r\n" for c in text[:-4]):
+        first = " ".join(text.split())[:40]
+        raise _not_a_checkpoint(path, f"it is a text file (it starts with {first!r})")
+    shown = " ".join(f"{b:02x}" for b in head[:8])
+    raise _not_a_checkpoint(
+        path,
+        f"its first bytes ({shown}) are no format hookcli reads: a torch.save file (zip or "
+        "pickle), safetensors, or a sharded *.index.json",
+    )
+
+
 def _read_torch(path: Path, *, trust_pickle: bool, meta: bool) -> dict:
     import torch
 
+    kind = _sniff(path)
+    if kind == "pickle":
+        obj = _read_plain_pickle(path, trust_pickle=trust_pickle)
+        state = _extract_state_dict(obj)
+        if state is None:
+            raise LoadError(
+                f"{path} holds a {type(obj).__name__}, not a state dict "
+                "(expected a dict of tensors, or one under 'state_dict' or 'model')"
+            )
+        where = "meta" if meta else "cpu"
+        return {k: v.to(where) if isinstance(v, torch.Tensor) else v for k, v in state.items()}
     where = "meta" if meta else "cpu"
     try:
         obj = torch.load(path, map_location=where, weights_only=True)
     except pickle.UnpicklingError as err:
         if "unsupported global" not in str(err).lower():  # not a pickled object: unreadable
-            raise LoadError(f"cannot read weights {path}: {first_line(err)}") from err
+            raise _not_a_checkpoint(path, f"torch.load cannot read it ({first_line(err)})") from err
         if not trust_pickle:
             raise LoadError(
                 f"{path} is not a plain state dict (it holds pickled objects); "
@@ -182,7 +233,8 @@ def _read_torch(path: Path, *, trust_pickle: bool, meta: bool) -> dict:
         except Exception as err2:
             raise LoadError(f"cannot read weights {path}: {first_line(err2)}") from err2
     except Exception as err:
-        raise LoadError(f"cannot read weights {path}: {first_line(err)}") from err
+        what = "a zip archive" if kind == "zip" else "a torch.save file"
+        raise _not_a_checkpoint(path, f"{what} torch.load cannot read ({first_line(err)})") from err
     state = _extract_state_dict(obj)
     if state is None:
         raise LoadError(
@@ -190,6 +242,41 @@ def _read_torch(path: Path, *, trust_pickle: bool, meta: bool) -> dict:
             "(expected a dict of tensors, or one under 'state_dict' or 'model')"
         )
     return dict(state)
+
+
+def _read_plain_pickle(path: Path, *, trust_pickle: bool) -> Any:
+    """A file written with ``pickle.dump`` (not torch.save): only with --trust-pickle."""
+    if not trust_pickle:
+        raise LoadError(
+            f"{path} is a plain pickle file (pickle.dump, not torch.save): unpickling it can "
+            "run any code; pass --trust-pickle to load it if you trust the file"
+        )
+    try:
+        with path.open("rb") as f, _cpu_storages():
+            return pickle.load(f)
+    except Exception as err:
+        raise _not_a_checkpoint(path, f"unpickling failed ({first_line(err)})") from err
+
+
+@contextlib.contextmanager
+def _cpu_storages() -> Iterator[None]:
+    """Storages pickled outside torch.save come back through ``torch.load``: map them to
+    the CPU, so a state dict pickled on a GPU loads on a machine without one."""
+    import io
+
+    import torch
+    import torch.storage
+
+    original = torch.storage._load_from_bytes
+
+    def load_on_cpu(b: bytes) -> Any:
+        return torch.load(io.BytesIO(b), map_location="cpu", weights_only=False)
+
+    torch.storage._load_from_bytes = load_on_cpu
+    try:
+        yield
+    finally:
+        torch.storage._load_from_bytes = original
 
 
 def _extract_state_dict(obj: Any) -> Mapping[str, Any] | None:

@@ -204,13 +204,15 @@ def _run(
     )
     from hookcli.checks.ablate import GateRow, run_gates
     from hookcli.errors import RunError, UsageError
+    from hookcli.globs import select_modules
     from hookcli.pipeline import emit
-    from hookcli.probes.features import select_modules
     from hookcli.report import Report
+    from hookcli.scripted import refuse_scripted
 
     model = prepared.model
     mode = Mode(prepared.settings["mode"])
     selected = select_modules(model, patterns)
+    refuse_scripted(selected)  # ablation hooks go on the selected modules themselves
     if only_leaves:
         selected = leaves(selected)
         if not selected:

@@ -173,14 +173,6 @@ def save_tensors(path: Path, tensors: "dict[str, torch.Tensor]") -> list[str]:
     return notes
 
 
-def _locate_failure(prepared: "Prepared", mode: Mode) -> str | None:
-    """Re-run with a hook on every module to name where the model raised."""
-    from hookcli.pipeline import run_session
-
-    outcome = run_session(prepared, [], mode=mode)
-    return outcome.error.message if outcome.error else None
-
-
 def _run(
     prepared: "Prepared", probe: "FeatureProbe", selected: list[Any], mode: Mode
 ) -> "tuple[tuple[CallRecord, ...], RunError | None]":
@@ -190,10 +182,16 @@ def _run(
 
     outcome = run_session(prepared, [probe], mode=mode, only=selected)
     records, error = outcome.records, outcome.error
-    if error is not None:
-        where = _locate_failure(prepared, mode)
+    cause = None if error is None else error.__cause__
+    if error is not None and cause is not None:
+        from hookcli.errors import first_line
+        from hookcli.failure import failed_call
+
+        # Only the selected modules are hooked; the traceback names the one that raised.
+        where = failed_call(cause, prepared.model)
         if where is not None:
-            error = RunError(where, module=error.module)
+            error = RunError(where.message(first_line(cause)), module=where.name)
+            error.__cause__ = cause
     return records, error
 
 
@@ -246,7 +244,8 @@ def command(
         ci_options(baseline, update_baseline, annotate, junit, rtol, atol),
     )
 
-    from hookcli.probes.features import FeatureProbe, select_modules
+    from hookcli.globs import select_modules
+    from hookcli.probes.features import FeatureProbe
 
     prepared = prepare(mopts, ropts)
     if prepared.settings["device"] == "meta":

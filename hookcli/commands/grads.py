@@ -1,7 +1,7 @@
 """``hookcli grads MODEL``: per-layer gradient flow from backward and tensor hooks; CI gates."""
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
@@ -36,10 +36,6 @@ from hookcli.cliopts import (
 )
 from hookcli.ddpopts import BackendOpt, DdpOpt, DesyncTolOpt, DistTimeoutOpt
 from hookcli.options import Format, LossKind, Mode
-
-if TYPE_CHECKING:
-    from hookcli.options import OutputOptions
-    from hookcli.report import Report, Row
 
 NAME = "grads"
 
@@ -168,51 +164,21 @@ def command(
             timeout_s=dist_timeout,
         )
 
-    report, error = run_grads(prepare(mopts, ropts), plan)
-    code = _emit(report, out)
+    from hookcli.warnsummary import summarised_warnings
+
+    with summarised_warnings(debug) as warned:
+        report, error = run_grads(prepare(mopts, ropts), plan)
+        warned.keep = error is None  # on failure the error is the one line to read
+    if out.format is Format.TABLE and "params" in report.lists:
+        from hookcli.pipeline import conclude, write_text
+        from hookcli.probes.grads import render_table_with_params
+
+        write_text(render_table_with_params(report), out)
+        code = conclude(report, out)
+    else:
+        from hookcli.pipeline import emit
+
+        code = emit(report, out)
     if error is not None:
         raise error
     return code
-
-
-def _emit(report: "Report", out: "OutputOptions") -> int:
-    """Like pipeline.emit, with the per-parameter table between the layers and the totals."""
-    from hookcli.pipeline import conclude, emit, write_text
-
-    if out.format is not Format.TABLE or "params" not in report.lists:
-        return emit(report, out)
-    import dataclasses
-
-    from hookcli.render import render_table
-
-    columns, totals = report.columns, report.table_totals
-    head = render_table(dataclasses.replace(report, checks=(), error=None), columns, ())
-    tail = render_table(dataclasses.replace(report, layers=(), notes=()), [], totals)
-    tail = tail.split("\n", 3)[-1]  # drop the header line, blank line and "(no layers)"
-    text = head + "\nParameters:\n" + _param_table(report.lists["params"]) + "\n" + tail
-    write_text(text, out)
-    return conclude(report, out)
-
-
-def _param_table(rows: "tuple[Row, ...]") -> str:
-    import tabulate
-
-    from hookcli.render import fmt_float, fmt_int, fmt_shape
-
-    body = [
-        [
-            r.data["name"],
-            fmt_shape(r.data["shape"]),
-            fmt_float(r.data["grad_norm"]),
-            fmt_float(r.data["weight_norm"]),
-            fmt_float(r.data["grad_weight_ratio"]),
-            fmt_int(r.data["nan_count"]),
-            fmt_int(r.data["inf_count"]),
-        ]
-        for r in rows
-    ]
-    headers = ["Parameter", "Shape", "Grad norm", "Weight norm", "Grad/weight", "NaN", "Inf"]
-    align = ["left", "left", "right", "right", "right", "right", "right"]
-    return tabulate.tabulate(
-        body, headers=headers, colalign=align, tablefmt="simple", disable_numparse=True
-    )

@@ -1,6 +1,5 @@
 """``hookcli models``: the model names hookcli can build."""
 
-import fnmatch
 from typing import Annotated
 
 import typer
@@ -19,11 +18,6 @@ FilterOpt = Annotated[
         show_default=False,
     ),
 ]
-
-
-def _matches(name: str, pattern: str | None) -> bool:
-    """A glob, matched whole and case-insensitively: ``lenet`` is lenet alone."""
-    return not pattern or fnmatch.fnmatchcase(name.lower(), pattern.lower())
 
 
 SourceOpt = Annotated[
@@ -50,6 +44,7 @@ def command(
     import importlib.util
 
     from hookcli.errors import UsageError
+    from hookcli.globs import name_matches
     from hookcli.options import OutputOptions
     from hookcli.pipeline import emit
     from hookcli.render import Column
@@ -77,7 +72,7 @@ def command(
     rows = [
         Row.of({"name": n, "source": src, "family": fam})
         for n, src, fam in found
-        if _matches(n, filter)
+        if not filter or name_matches(n, filter, fold_case=True)
     ]
     report = Report(
         command=NAME,

@@ -137,7 +137,11 @@ def command(
             need_tensor=False,
         )
 
-    report, error = run_stats(prepare(mopts, ropts), plan)
+    from hookcli.warnsummary import summarised_warnings
+
+    with summarised_warnings(debug) as warned:
+        report, error = run_stats(prepare(mopts, ropts), plan)
+        warned.keep = error is None  # on failure the error is the one line to read
     code = emit(report, out)
     if error is not None:
         raise error

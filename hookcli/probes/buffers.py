@@ -20,6 +20,8 @@ from hookcli.session import Probe
 if TYPE_CHECKING:
     from torch import nn
 
+    from hookcli.pipeline import Prepared, RunOutcome
+    from hookcli.report import Report
     from hookcli.session import HookSession
 
 STATS = ("mean", "std", "min", "max")
@@ -162,3 +164,116 @@ def _changed(
         for n, flag in zip(names, _gather(flags).tolist(), strict=True):
             out[n] = bool(flag)
     return out
+
+
+def _fmt_change(
+    before: Mapping[str, float] | None, after: Mapping[str, float] | None, key: str
+) -> str:
+    """'0.1 -> 0.2', or one value when it did not change; '-' without values."""
+    from hookcli.render import fmt_float
+
+    a = None if before is None else before[key]
+    b = None if after is None else after[key]
+    if a is None and b is None:
+        return "-"
+    if a == b:
+        return fmt_float(a)
+    return f"{fmt_float(a)} -> {fmt_float(b)}"
+
+
+def _fmt_range(stats: Mapping[str, float] | None) -> str:
+    from hookcli.render import fmt_float
+
+    if stats is None:
+        return "-"
+    return f"[{fmt_float(stats['min'])}, {fmt_float(stats['max'])}]"
+
+
+def buffers_report(
+    prepared: Prepared, probe: BufferProbe, outcome: RunOutcome, *, steps: int, depth: int | None
+) -> Report:
+    """The buffer rows (owners at depth <= ``depth``), totals and table layout."""
+    from hookcli.modelinfo import depth_of
+    from hookcli.render import Column, fmt_bool, fmt_int, fmt_shape
+    from hookcli.report import Report, Row
+
+    rows = []
+    for b in probe.buffers:
+        if depth is not None and depth_of(b.module) > depth:
+            continue
+        data = {
+            "name": b.name,
+            "module": b.module,
+            "shape": list(b.shape),
+            "dtype": b.dtype,
+            "persistent": b.persistent,
+            "before": None if b.before is None else dict(b.before),
+            "after": None if b.after is None else dict(b.after),
+            "changed": b.changed,
+        }
+        display = {
+            "owner": b.module_type,
+            "mean": _fmt_change(b.before, b.after, "mean"),
+            "std": _fmt_change(b.before, b.after, "std"),
+            "range": _fmt_range(b.after if b.after is not None else b.before),
+        }
+        rows.append(Row.of(data, display))
+
+    seen: set[int] = set()
+    elements = nbytes = 0
+    for buf in prepared.model.buffers():
+        if id(buf) not in seen:
+            seen.add(id(buf))
+            elements += buf.numel()
+            nbytes += buf.numel() * buf.element_size()
+    infos = probe.buffers
+    changed = [b.name for b in infos if b.changed]
+    unknown = sum(1 for b in infos if b.changed is None)
+    totals = {
+        "buffers": len(infos),
+        "persistent": sum(1 for b in infos if b.persistent),
+        "non_persistent": sum(1 for b in infos if not b.persistent),
+        "changed": len(changed),
+        "elements": elements,
+        "bytes": nbytes,
+        "steps": steps,
+    }
+    mode = prepared.settings["mode"]
+    runs = f"{steps} forward pass{'es' if steps != 1 else ''} in {mode} mode"
+    kinds = (
+        f"{totals['non_persistent']} non-persistent, not saved in state_dict"
+        if totals["non_persistent"]
+        else "all persistent"
+    )
+    count = f"{len(infos)} ({kinds})" if infos else "0"
+    table_totals = [
+        ("Buffers", count),
+        (
+            "Changed",
+            f"{len(changed)} of {len(infos)} after {runs}"
+            + (f" ({unknown} unknown: no values on the meta device)" if unknown else ""),
+        ),
+        ("Size", f"{fmt_int(elements)} elements, {fmt_int(nbytes)} bytes"),
+    ]
+    return Report(
+        command="buffers",
+        model=prepared.model_info(),
+        settings={**prepared.settings, "steps": steps},
+        inputs=prepared.input_dicts(),
+        totals=totals,
+        lists={"buffers": tuple(rows)},
+        primary="buffers",
+        error=outcome.error.message if outcome.error else None,
+        columns=(
+            Column("name", "Buffer"),
+            Column("owner", "Owner"),
+            Column("shape", "Shape", fmt_shape),
+            Column("dtype", "Dtype"),
+            Column("persistent", "Persistent", fmt_bool),
+            Column("mean", "Mean (before -> after)"),
+            Column("std", "Std"),
+            Column("range", "Range after"),
+            Column("changed", "Changed", fmt_bool),
+        ),
+        table_totals=tuple(table_totals),
+    )

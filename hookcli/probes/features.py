@@ -9,9 +9,7 @@ the output holds several tensors (``lstm[0]``, ``lstm[1][0]``, ``heads[logits]``
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import fnmatch
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,10 +17,7 @@ import torch
 from torch import nn
 
 from hookcli.checks import layer_label
-from hookcli.errors import UsageError
 from hookcli.session import CallRecord, Frame, HookSession, Probe
-
-ROOT_ALIASES = ("", "(root)")
 
 
 def named_tensors(
@@ -50,39 +45,6 @@ def named_tensors(
     ):
         for key, value in vars(obj).items():
             yield from named_tensors(value, f"{prefix}.{key}", _depth + 1)
-
-
-def _matches(name: str, pattern: str) -> bool:
-    if pattern in ROOT_ALIASES:
-        return name == ""
-    return name == pattern or fnmatch.fnmatchcase(name, pattern)
-
-
-def select_modules(model: nn.Module, patterns: Sequence[str]) -> list[tuple[str, nn.Module]]:
-    """The ``(name, module)`` pairs any pattern matches, in ``named_modules()`` order.
-
-    A pattern is a qualified name (``layer4``; ``""`` or ``(root)`` for the root)
-    or a glob (``layer3.*.conv2``). A pattern that matches nothing is exit 2,
-    naming the closest module names.
-    """
-    named = list(model.named_modules())
-    names = [n for n, _ in named]
-    for pattern in patterns:
-        if not any(_matches(n, pattern) for n in names):
-            raise UsageError(f"--layer {pattern!r} matches no module; {_suggest(pattern, names)}")
-    return [(n, m) for n, m in named if any(_matches(n, p) for p in patterns)]
-
-
-def _suggest(pattern: str, names: Sequence[str]) -> str:
-    real = [n for n in names if n]
-    stripped = pattern.replace("*", "").replace("?", "").strip(".")
-    close = difflib.get_close_matches(pattern, real, n=6, cutoff=0.5)
-    close += [n for n in real if stripped and stripped in n and n not in close]
-    close = close[:6]
-    if close:
-        return "close names: " + ", ".join(close)
-    shown = ", ".join(real[:8]) + (", ..." if len(real) > 8 else "")
-    return f"module names look like: {shown} (hookcli inspect MODEL lists them all)"
 
 
 @dataclass(frozen=True)

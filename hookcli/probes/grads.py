@@ -32,6 +32,7 @@ from hookcli.session import Probe
 from hookcli.structures import iter_tensors
 
 if TYPE_CHECKING:
+    from hookcli.report import Report, Row
     from hookcli.session import CallRecord, Frame, HookSession
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -519,3 +520,40 @@ def _l2(values: Sequence[float]) -> float:
     import math
 
     return math.sqrt(math.fsum(v * v for v in values)) if values else 0.0
+
+
+def render_table_with_params(report: Report) -> str:
+    """The grads table with the per-parameter table between the layers and the totals."""
+    import dataclasses
+
+    from hookcli.render import render_table
+
+    head = render_table(dataclasses.replace(report, checks=(), error=None), report.columns, ())
+    tail = render_table(dataclasses.replace(report, layers=(), notes=()), [], report.table_totals)
+    tail = tail.split("\n", 3)[-1]  # drop the header line, blank line and "(no layers)"
+    return head + "\nParameters:\n" + param_table(report.lists["params"]) + "\n" + tail
+
+
+def param_table(rows: Sequence[Row]) -> str:
+    """One line per parameter: shape, grad and weight norms, their ratio, NaN/Inf counts."""
+    import tabulate
+
+    from hookcli.render import fmt_int, fmt_shape
+
+    body = [
+        [
+            r.data["name"],
+            fmt_shape(r.data["shape"]),
+            fmt_float(r.data["grad_norm"]),
+            fmt_float(r.data["weight_norm"]),
+            fmt_float(r.data["grad_weight_ratio"]),
+            fmt_int(r.data["nan_count"]),
+            fmt_int(r.data["inf_count"]),
+        ]
+        for r in rows
+    ]
+    headers = ["Parameter", "Shape", "Grad norm", "Weight norm", "Grad/weight", "NaN", "Inf"]
+    align = ["left", "left", "right", "right", "right", "right", "right"]
+    return tabulate.tabulate(
+        body, headers=headers, colalign=align, tablefmt="simple", disable_numparse=True
+    )

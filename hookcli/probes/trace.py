@@ -18,6 +18,8 @@ from hookcli.structures import shapes_of
 if TYPE_CHECKING:
     from torch import nn
 
+    from hookcli.pipeline import Prepared, RunOutcome
+    from hookcli.report import Report
     from hookcli.session import HookSession
 
 FORWARD_PRE = "forward_pre"
@@ -116,3 +118,116 @@ class TraceProbe(Probe):
             previous = stamp
         self.events = tuple(events)
         self._raw.clear()
+
+
+def _ms(ns: int | None) -> float | None:
+    return None if ns is None else round(ns / 1e6, 4)
+
+
+def event_matches(event: Event, pattern: str) -> bool:
+    """``--filter``: a glob on the module name or class, or a module and its submodules."""
+    from hookcli.globs import name_matches
+
+    return name_matches(event.module, pattern, subtree=True, type_name=event.type)
+
+
+def trace_report(
+    prepared: Prepared,
+    probe: TraceProbe,
+    outcome: RunOutcome,
+    *,
+    depth: int | None = None,
+    filter: str | None = None,
+    limit: int | None = None,
+    backward: bool = False,
+) -> Report:
+    """The events kept by --depth, --filter and --limit; totals over every event."""
+    from collections import Counter
+
+    from hookcli.render import Column, fmt_float, fmt_shapes
+    from hookcli.report import Report, Row, shapes_list
+
+    events = probe.events
+    kept = [
+        e
+        for e in events
+        if (depth is None or e.depth <= depth) and (filter is None or event_matches(e, filter))
+    ]
+    if limit is not None:
+        kept = kept[:limit]
+
+    rows = []
+    for e in kept:
+        data = {
+            "seq": e.seq,
+            "event": e.event,
+            "module": e.module,
+            "type": e.type,
+            "depth": e.depth,
+            "call": e.call,
+            "shapes": shapes_list(e.shapes),
+            "elapsed_ms": _ms(e.elapsed_ns),
+            "at_ms": _ms(e.at_ns),
+            "duration_ms": _ms(e.duration_ns),
+            "failed": e.failed,
+        }
+        display = {"name": e.module}
+        if e.origin:
+            display["mark"] = "<- raised here"
+        elif e.failed:
+            display["mark"] = "<- raised (propagating)"
+        rows.append(Row.of(data, display))
+
+    counts = Counter(e.event for e in events)
+    outside = sorted({e.module for e in events if e.module.startswith("[")})
+    total_ms = _ms(events[-1].at_ns) if events else 0.0
+    totals = {
+        "events": len(events),
+        "shown": len(rows),
+        **{name: counts.get(name, 0) for name in EVENTS},
+        "outside_tree": outside,
+        "elapsed_ms": total_ms,
+    }
+    if outcome.loss is not None:
+        totals["loss"] = outcome.loss
+    notes = []
+    if filter is not None or limit is not None or depth is not None:
+        picked = [
+            f"--filter {filter}" if filter is not None else "",
+            f"--depth {depth}" if depth is not None else "",
+            f"--limit {limit}" if limit is not None else "",
+        ]
+        notes.append(
+            f"showing {len(rows)} of {len(events)} events ({' '.join(p for p in picked if p)})"
+        )
+    per_kind = ", ".join(f"{name} {counts.get(name, 0)}" for name in EVENTS if counts.get(name))
+    table_totals = [
+        ("Events", f"{len(events)} ({per_kind or 'none'})"),
+        ("Time", f"{fmt_float(total_ms)} ms from hooks attached to the last event"),
+    ]
+    if outside:
+        table_totals.append(("Outside the model's tree", ", ".join(outside)))
+    if outcome.loss is not None:
+        table_totals.append(("Loss (sum of outputs)", fmt_float(outcome.loss)))
+    return Report(
+        command="trace",
+        model=prepared.model_info(),
+        settings={**prepared.settings, "backward": backward},
+        inputs=prepared.input_dicts(),
+        totals=totals,
+        lists={"events": tuple(rows)},
+        primary="events",
+        notes=tuple(notes),
+        error=outcome.error.message if outcome.error else None,
+        columns=(
+            Column("seq", "Seq", str, "right"),
+            Column("event", "Event"),
+            Column("name", "Module"),
+            Column("type", "Type"),
+            Column("shapes", "Shapes", fmt_shapes),
+            Column("elapsed_ms", "dt (ms)", fmt_float, "right"),
+            Column("at_ms", "at (ms)", fmt_float, "right"),
+            Column("duration_ms", "took (ms)", fmt_float, "right"),
+        ),
+        table_totals=tuple(table_totals),
+    )
