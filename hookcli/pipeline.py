@@ -5,11 +5,12 @@ Commands (``hookcli.commands.*``) are presets of these stages plus their probes.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from hookcli.errors import RunError, UsageError
 from hookcli.options import Mode, ModelOptions, OutputOptions, RunOptions
@@ -28,6 +29,29 @@ if TYPE_CHECKING:
 def progress(message: str) -> None:
     """A diagnostic line on stderr (reports go to stdout)."""
     print(message, file=sys.stderr, flush=True)
+
+
+_REPORT_STREAMS: list[TextIO] = []
+
+
+@contextlib.contextmanager
+def model_output_to_stderr() -> Iterator[None]:
+    """While a command runs, ``sys.stdout`` is stderr: whatever the model prints while it
+    is imported, built or run stays out of the report. The report goes to the stdout
+    saved here (``report_stream``)."""
+    saved = sys.stdout
+    _REPORT_STREAMS.append(saved)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = saved
+        _REPORT_STREAMS.pop()
+
+
+def report_stream() -> TextIO:
+    """Where the report goes when there is no ``--output``: the real stdout."""
+    return _REPORT_STREAMS[-1] if _REPORT_STREAMS else sys.stdout
 
 
 @dataclass(frozen=True)
@@ -102,8 +126,12 @@ def prepare(
             model.to(torch_dtype(run_opts.dtype))
         model.to(device)
     except Exception as err:
-        from hookcli.errors import LoadError, first_line
+        from hookcli.errors import LoadError, ResourceError, first_line, is_oom, oom_cause
 
+        if is_oom(err):
+            raise ResourceError(
+                f"out of memory moving the model to {device}: {first_line(oom_cause(err))}"
+            ) from err
         raise LoadError(f"could not move the model to {device}: {first_line(err)}") from err
     inputs = None
     if need_inputs:
@@ -239,14 +267,14 @@ def conclude(report: Report, out: OutputOptions) -> int:
 
 
 def write_text(text: str, out: OutputOptions) -> None:
-    """Write rendered text to ``--output`` (folders created) or stdout."""
-    if out.output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    """Write rendered text to ``--output`` (atomically, folders created) or stdout (also
+    for ``-o -``)."""
+    from hookcli.atomic import atomic_write_text, is_stdout
+
+    if out.output is None or is_stdout(out.output):
+        stream = report_stream()
+        stream.write(text)
+        stream.flush()
         return
-    try:
-        out.output.parent.mkdir(parents=True, exist_ok=True)
-        out.output.write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise UsageError(f"cannot write --output {out.output}: {err.strerror or err}") from err
+    atomic_write_text(out.output, text, "--output")
     progress(f"report written to {out.output}")
