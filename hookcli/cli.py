@@ -150,7 +150,7 @@ def preflight(options: dict[str, Any]) -> dict[str, Any]:
     ``--batch-size``, ``--output`` (a folder or an unwritable path). ``-o -`` is stdout.
     """
     from hookcli.atomic import check_target, is_stdout
-    from hookcli.inputs import INT64_MAX, check_size, parse_device, parse_spec
+    from hookcli.inputs import INT64_MAX, check_order, check_size, parse_device, parse_spec
 
     seed = options.get("seed")
     if isinstance(seed, int) and not SEED_MIN <= seed <= SEED_MAX:
@@ -161,10 +161,11 @@ def preflight(options: dict[str, Any]) -> dict[str, Any]:
     batch = options.get("batch_size")
     if isinstance(batch, int) and batch > INT64_MAX:
         raise UsageError(f"--batch-size {batch} is out of range (at most 2**63 - 1)")
-    for text in options.get("input") or ():
-        spec = parse_spec(text)
+    specs = [parse_spec(text) for text in options.get("input") or ()]
+    check_order(specs)
+    for spec in specs:
         if isinstance(batch, int):
-            check_size((batch, *spec.dims[1:]), spec.dtype, f"{text} with -b {batch}")
+            check_size((batch, *spec.dims[1:]), spec.dtype, f"{spec.text} -b {batch}")
     device = options.get("device")
     if isinstance(device, str):
         parse_device(device)

@@ -255,6 +255,18 @@ def _plain_signature(sig: inspect.Signature) -> str:
     return str(sig.replace(parameters=params, return_annotation=sig.empty))
 
 
+def check_order(specs: Sequence[InputSpec]) -> None:
+    """Positional inputs first, each keyword once (exit 2); no torch needed."""
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name is None and seen:
+            raise UsageError("positional --input after a keyword one (NAME=SPEC): put it first")
+        if spec.name is not None:
+            if spec.name in seen:
+                raise UsageError(f"keyword input {spec.name!r} given twice")
+            seen.add(spec.name)
+
+
 def check_against_forward(model: nn.Module, specs: Sequence[InputSpec]) -> None:
     """More ``-i`` than forward takes, or ``-i NAME=`` it does not accept: exit 2 with
     forward's signature (a model whose forward takes ``*args``/``**kwargs`` accepts all)."""
@@ -406,7 +418,6 @@ def build_inputs(
 
     if texts:
         specs = [parse_spec(t) for t in texts]
-        check_against_forward(model, specs)
         source = "--input"
     else:
         example = getattr(model, "example_input_array", None)

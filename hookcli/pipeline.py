@@ -110,7 +110,14 @@ def prepare(
     loaded: LoadedModel | None = None,
 ) -> Prepared:
     """Build the model (unless given), cast and move it, and draw its inputs."""
-    from hookcli.inputs import build_inputs, parse_spec, resolve_device, torch_dtype
+    from hookcli.inputs import (
+        build_inputs,
+        check_against_forward,
+        check_order,
+        parse_spec,
+        resolve_device,
+        torch_dtype,
+    )
     from hookcli.options import FLOAT_DTYPES
 
     device = resolve_device(run_opts.device)  # bad --device is exit 2, before any build
@@ -135,6 +142,9 @@ def prepare(
         raise LoadError(f"could not move the model to {device}: {first_line(err)}") from err
     inputs = None
     if need_inputs:
+        specs = [parse_spec(t) for t in run_opts.inputs]
+        check_order(specs)
+        check_against_forward(model, specs)  # too many -i, an unknown NAME=: exit 2
         inputs = build_inputs(
             model,
             run_opts.inputs,
