@@ -476,8 +476,8 @@ def _out_of_memory(
     size = numel * _ITEMSIZE.get(dtype, 1)
     shape = "x".join(str(d) for d in spec.dims)
     return ResourceError(
-        f"out of memory drawing input {spec.text or shape} ({dtype}, {shape}, "
-        f"{size / 1e9:,.1f} GB on {dev}): {first_line(err)}"
+        f"out of memory drawing input {shape} {dtype} ({size / 1e9:,.1f} GB on {dev}): "
+        f"{first_line(err)}"
     )
 
 
