@@ -276,6 +276,16 @@ def conclude(report: Report, out: OutputOptions) -> int:
     return ci_conclude(report, out)
 
 
+def _discard_rest(stream: TextIO) -> None:
+    """Point a stream whose reader is gone at /dev/null, so the flush at exit is quiet."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+
+
 def write_text(text: str, out: OutputOptions) -> None:
     """Write rendered text to ``--output`` (atomically, folders created) or stdout (also
     for ``-o -``)."""
@@ -283,8 +293,11 @@ def write_text(text: str, out: OutputOptions) -> None:
 
     if out.output is None or is_stdout(out.output):
         stream = report_stream()
-        stream.write(text)
-        stream.flush()
+        try:
+            stream.write(text)
+            stream.flush()
+        except BrokenPipeError:  # the reader stopped early (| head): not an error
+            _discard_rest(stream)
         return
     atomic_write_text(out.output, text, "--output")
     progress(f"report written to {out.output}")

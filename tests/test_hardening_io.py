@@ -423,6 +423,17 @@ def test_signal_while_the_report_prints(sig: int, code: int, line: str) -> None:
     assert first.startswith(b"{") and len(first + out) < 700_000
 
 
+def test_a_reader_that_stops_early_is_not_an_error() -> None:
+    """``hookcli ... | head``: the report's reader leaves; hookcli exits quietly."""
+    proc = spawn("inspect", f"{HOSTILE}:Deep", "-f", "json")
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(300).startswith(b"{")
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 0, err
+    assert "error" not in err and "Traceback" not in err
+
+
 def test_interrupted_atomic_write_keeps_the_old_file_and_no_temp(tmp_path: Path) -> None:
     from hookcli.atomic import atomic_write
 
