@@ -1,6 +1,6 @@
 """The Typer app: parses options, calls the command, maps HookcliError to exit codes.
 
-Only this module turns errors into exit statuses (CLI.md "Exit status"). torch is
+Only this module turns errors into exit statuses (docs/exit-codes.md). torch is
 imported lazily by the commands, so ``hookcli --help`` and ``--version`` stay fast.
 """
 

@@ -1,4 +1,4 @@
-"""The exceptions hookcli raises, one class per exit status of CLI.md.
+"""The exceptions hookcli raises, one class per exit status (docs/exit-codes.md).
 
     HookcliError              (base; never raised itself)
      +-- UsageError           exit 2: bad option, bad input spec, no input known

@@ -1,4 +1,4 @@
-"""The input grammar of CLI.md -> seeded example tensors.
+"""The input grammar -> seeded example tensors.
 
     SPEC  := [NAME=][DTYPE:]DIMS[:LOW..HIGH]
 

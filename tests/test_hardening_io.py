@@ -607,6 +607,17 @@ def test_control_characters_in_markdown_and_error_lines() -> None:
     assert len(ours) == 1 and "forward failed in bad\\nname (Linear)" in ours[0], ours
 
 
+def test_control_characters_in_the_per_parameter_table() -> None:
+    result = invoke("grads", f"{HOSTILE}:OddNames", "--per-param")
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    start = lines.index("Parameters:") + 3  # title, header, rule
+    body = lines[start : lines.index("", start)]
+    # one line per parameter: 2 Linear layers with a weight and a bias each
+    assert len(body) == 4, body
+    assert body[0].startswith("line\\nbreak.weight")
+
+
 def test_json_keeps_the_exact_names() -> None:
     result = invoke("inspect", f"{HOSTILE}:OddNames", "-f", "json")
     names = [r["name"] for r in json.loads(result.stdout)["layers"]]

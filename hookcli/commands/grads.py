@@ -197,11 +197,12 @@ def _emit(report: "Report", out: "OutputOptions") -> int:
 def _param_table(rows: "tuple[Row, ...]") -> str:
     import tabulate
 
+    from hookcli.errors import printable
     from hookcli.render import fmt_float, fmt_int, fmt_shape
 
     body = [
         [
-            r.data["name"],
+            printable(r.data["name"]),  # a module name may hold a newline
             fmt_shape(r.data["shape"]),
             fmt_float(r.data["grad_norm"]),
             fmt_float(r.data["weight_norm"]),
