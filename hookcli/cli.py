@@ -4,17 +4,35 @@ Only this module turns errors into exit statuses (docs/reference.md "Exit status
 imported lazily by the commands, so ``hookcli --help`` and ``--version`` stay fast.
 """
 
+import contextlib
 import functools
 import gc
+import io
+import os
+import signal
 import sys
+import threading
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 
 from hookcli import __version__
-from hookcli.errors import EXIT_INTERRUPTED, EXIT_RESOURCE, EXIT_RUN, HookcliError, first_line
+from hookcli.errors import (
+    EXIT_INTERRUPTED,
+    EXIT_RESOURCE,
+    EXIT_RUN,
+    EXIT_TERMINATED,
+    HookcliError,
+    Terminated,
+    UsageError,
+    first_line,
+    is_oom,
+    oom_cause,
+    printable,
+)
 
 app = typer.Typer(
     name="hookcli",
@@ -54,28 +72,169 @@ def _root(
 
 
 def _fail(message: str, code: int) -> int:
-    print(f"hookcli: error: {message}", file=sys.stderr, flush=True)
+    print(f"hookcli: error: {printable(message)}", file=sys.stderr, flush=True)
     return code
 
 
+# -- signals -------------------------------------------------------------------------------
+
+_SIGNAL_LINES = {
+    signal.SIGINT: ("hookcli: interrupted", EXIT_INTERRUPTED),
+    signal.SIGTERM: ("hookcli: terminated", EXIT_TERMINATED),
+}
+
+
+class _Signals:
+    """SIGINT/SIGTERM while a command runs: raised where the program is (KeyboardInterrupt,
+    Terminated), so the session restores the model and temp files go; elsewhere: the one
+    line and the exit status at once (nothing to restore)."""
+
+    running = 0  # command bodies under way
+    received: int | None = None  # the first signal of this command
+
+    @classmethod
+    def handler(cls, signum: int, frame: Any) -> None:
+        if cls.running <= 0:
+            line, code = _SIGNAL_LINES[signal.Signals(signum)]
+            print(line, file=sys.stderr, flush=True)
+            os._exit(code)  # the report (if any) is written; stdout's leftovers are moot
+        if cls.received is not None:
+            return  # already unwinding: let the clean-up finish
+        cls.received = signum
+        if signum == signal.SIGTERM:
+            raise Terminated()
+        raise KeyboardInterrupt()
+
+
+def _install_signal_handlers() -> dict[int, Any]:
+    """Ours for SIGINT and SIGTERM; the previous handlers (none off the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    return {s: signal.signal(s, _Signals.handler) for s in _SIGNAL_LINES}
+
+
+@contextlib.contextmanager
+def _signals_guarded() -> Iterator[None]:
+    previous = _install_signal_handlers()
+    _Signals.running += 1
+    _Signals.received = None
+    try:
+        yield
+    finally:
+        _Signals.running -= 1
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _interrupted(err: BaseException | None = None) -> int:
+    from hookcli.atomic import remove_pending
+
+    remove_pending()
+    signum = _Signals.received
+    if signum is None:
+        signum = signal.SIGTERM if isinstance(err, Terminated) else signal.SIGINT
+    line, code = _SIGNAL_LINES[signal.Signals(signum)]
+    print(line, file=sys.stderr, flush=True)
+    return code
+
+
+# -- options checked before torch is imported --------------------------------------------
+
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed takes
+
+
+def preflight(options: dict[str, Any]) -> dict[str, Any]:
+    """Check the options every model command shares, before the model (and torch) load.
+
+    Usage errors come back at once: ``--seed`` range, ``--input`` specs, ``--device``,
+    ``--batch-size``, ``--output`` (a folder or an unwritable path). ``-o -`` is stdout.
+    """
+    from hookcli.atomic import check_target, is_stdout
+    from hookcli.inputs import INT64_MAX, check_order, check_size, parse_device, parse_spec
+
+    seed = options.get("seed")
+    if isinstance(seed, int) and not SEED_MIN <= seed <= SEED_MAX:
+        raise UsageError(
+            f"--seed {seed} is out of range: a seed is a whole number from 0 to "
+            f"{SEED_MAX} (2**64 - 1; negatives down to -2**63 are accepted as torch does)"
+        )
+    batch = options.get("batch_size")
+    if isinstance(batch, int) and batch > INT64_MAX:
+        raise UsageError(f"--batch-size {batch} is out of range (at most 2**63 - 1)")
+    specs = [parse_spec(text) for text in options.get("input") or ()]
+    check_order(specs)
+    for spec in specs:
+        if isinstance(batch, int):
+            check_size((batch, *spec.dims[1:]), spec.dtype, f"{spec.text} -b {batch}")
+    device = options.get("device")
+    if isinstance(device, str):
+        parse_device(device)
+    output = options.get("output")
+    if isinstance(output, Path):
+        if is_stdout(output):
+            options = {**options, "output": None}
+        else:
+            check_target(output, "--output")
+    return options
+
+
+# -- what the model writes ----------------------------------------------------------------
+
+
+def _route_fd1_to_stderr() -> None:
+    """File descriptor 1 becomes stderr, for C code and child processes the model starts;
+    ``sys.stdout`` keeps the original stdout, which only the report is written to."""
+    stream = sys.stdout
+    try:
+        fd = stream.fileno()
+        stream.flush()
+        report_fd = os.dup(fd)
+        os.dup2(sys.stderr.fileno(), fd)
+    except (AttributeError, OSError, ValueError, io.UnsupportedOperation):
+        return  # no real stdout (embedded, closed): nothing to route
+    sys.stdout = io.TextIOWrapper(
+        io.BufferedWriter(io.FileIO(report_fd, "w")),
+        encoding=getattr(stream, "encoding", None) or "utf-8",
+        errors=getattr(stream, "errors", None) or "strict",
+        line_buffering=bool(getattr(stream, "line_buffering", False)),
+    )
+
+
 def execute(fn: Callable[[], int], debug: bool) -> int:
-    """Run a command body and turn what it raises into an exit status and one line."""
+    """Run a command body and turn what it raises into an exit status and one line.
+
+    While it runs, SIGINT/SIGTERM unwind it (130/143) and whatever the model prints
+    goes to stderr: stdout carries only the report.
+    """
+    from hookcli.pipeline import model_output_to_stderr
+
+    with _signals_guarded(), model_output_to_stderr():
+        try:
+            return _outcome(fn, debug)
+        except KeyboardInterrupt as err:  # the signal came while an error line was printed
+            return _interrupted(err)
+
+
+def _outcome(fn: Callable[[], int], debug: bool) -> int:
     try:
         return fn()
     except HookcliError as err:
         if debug:
             traceback.print_exc()
         return _fail(err.message, err.exit_code)
-    except KeyboardInterrupt:
-        print("hookcli: interrupted", file=sys.stderr, flush=True)
-        return EXIT_INTERRUPTED
-    except MemoryError as err:
+    except KeyboardInterrupt as err:
+        return _interrupted(err)
+    except SystemExit as err:  # model code the loaders and the session did not wrap
         if debug:
             traceback.print_exc()
-        return _fail(f"out of memory: {first_line(err)}", EXIT_RESOURCE)
+        return _fail(f"the model called sys.exit({err.code!r}) while running", EXIT_RUN)
     except Exception as err:  # a bug in hookcli or torch: still one line, never a traceback
+        if _Signals.received is not None:
+            return _interrupted()  # a signal broke a library call (torch.save) midway
         if debug:
             traceback.print_exc()
+        if is_oom(err):
+            return _fail(f"out of memory: {first_line(oom_cause(err))}", EXIT_RESOURCE)
         hint = "" if debug else " (run with --debug for the traceback)"
         return _fail(f"internal error: {first_line(err)}{hint}", EXIT_RUN)
 
@@ -85,7 +244,7 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
 
     @functools.wraps(fn)
     def wrapper(**kwargs: Any) -> None:
-        code = execute(lambda: fn(**kwargs), bool(kwargs.get("debug")))
+        code = execute(lambda: fn(**preflight(kwargs)), bool(kwargs.get("debug")))
         if code:
             raise typer.Exit(code)
 
@@ -110,10 +269,19 @@ def main() -> None:
     # collection would rescan. Collection waits until the model is built; then
     # that heap is frozen out of later collections (pipeline.build_model).
     gc.disable()
+    _install_signal_handlers()  # a signal outside a command: the one line, at once
+    _route_fd1_to_stderr()
     try:
         app(prog_name="hookcli")
+    except SystemExit as done:
+        if done.code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+            # Interrupted: the line is printed and the model restored. Leave without
+            # flushing the rest of the report into a pipe nobody may read any more.
+            sys.stderr.flush()
+            os._exit(int(done.code))
+        raise
     finally:
         gc.unfreeze()  # let interpreter shutdown finalize everything as usual
 
 
-__all__ = ["app", "execute", "main"]
+__all__ = ["app", "execute", "main", "preflight"]

@@ -6,6 +6,9 @@
      +-- RunError             exit 4: forward or backward raised inside the model
      +-- ResourceError        exit 5: out of memory, or an estimate over --max-memory
 
+    KeyboardInterrupt         exit 130: SIGINT (Ctrl-C)
+     +-- Terminated           exit 143: SIGTERM, raised where the program is, like Ctrl-C
+
 Exit status 1 (a check failed) is not an error: the report is complete and
 carries the failed checks. Foreign exceptions are wrapped once, where they
 enter hookcli, with ``raise ... from err``; ``hookcli.cli`` alone turns these
@@ -21,6 +24,9 @@ EXIT_LOAD = 3
 EXIT_RUN = 4
 EXIT_RESOURCE = 5
 EXIT_INTERRUPTED = 130
+EXIT_TERMINATED = 143
+
+_OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
 
 
 class HookcliError(Exception):
@@ -69,3 +75,44 @@ def first_line(err: BaseException) -> str:
     text = str(err).strip()
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     return f"{type(err).__name__}: {line}" if line else type(err).__name__
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: unwinds like Ctrl-C (every ``finally`` runs, the model is restored), exit 143."""
+
+
+def is_oom(err: BaseException | None) -> bool:
+    """An out-of-memory error (MemoryError, torch.OutOfMemoryError, an allocator failure),
+    itself or as the cause of the error that wraps it. No torch import."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        if isinstance(err, MemoryError) or type(err).__name__ == "OutOfMemoryError":
+            return True
+        if isinstance(err, RuntimeError) and any(m in str(err).lower() for m in _OOM_MARKERS):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def oom_cause(err: BaseException) -> BaseException:
+    """The out-of-memory error in ``err``'s chain (``err`` itself when none is found)."""
+    seen: set[int] = set()
+    cur: BaseException | None = err
+    while cur is not None and id(cur) not in seen:
+        seen.add(id(cur))
+        if is_oom(cur) and not is_oom(cur.__cause__ or cur.__context__):
+            return cur
+        cur = cur.__cause__ or cur.__context__
+    return err
+
+
+def printable(text: str) -> str:
+    """Control characters (newline, tab, ESC...) written as escapes, so a name from a
+    model never breaks a table row or a one-line message, nor drives the terminal."""
+    if text.isprintable():
+        return text
+    return "".join(
+        ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
+        for ch in text
+    )

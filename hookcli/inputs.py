@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from hookcli.errors import UsageError
+from hookcli.errors import ResourceError, UsageError, first_line, is_oom
 from hookcli.options import DTYPES, FLOAT_DTYPES
 
 if TYPE_CHECKING:
@@ -27,6 +27,12 @@ GRAMMAR = (
     f"DTYPE one of {'|'.join(DTYPES)}; e.g. -i 8x3x32x32, -i int64:2x16:0..1000, -i mask=bool:2x16"
 )
 INT_DTYPES = ("int64", "long", "int32", "bool")
+INT64_MAX = 2**63 - 1
+INT64_MIN = -(2**63)
+# What torch.randint can draw for each integer dtype: [low, high), high exclusive.
+_INT_RANGES = {"int64": (INT64_MIN, INT64_MAX), "int32": (-(2**31), 2**31), "bool": (0, 2)}
+_ITEMSIZE = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8, "int64": 8, "int32": 4}
+DEVICES = "cpu, cuda, cuda:N, mps, meta"
 
 # Per-name overrides of the torchvision family defaults (the family default does not fit).
 _NAME_DEFAULTS: dict[str, str] = {
@@ -113,6 +119,7 @@ def parse_spec(text: str) -> InputSpec:
         raise _bad(text, "DIMS must be whole numbers joined by 'x' or ','") from None
     if any(d < 1 for d in dims):
         raise _bad(text, "every dimension must be at least 1")
+    check_size(dims, dtype, text)
     low, high = 0, 2
     if len(parts) == 2:
         if dtype not in INT_DTYPES:
@@ -124,7 +131,51 @@ def parse_spec(text: str) -> InputSpec:
             raise _bad(text, "the range must be LOW..HIGH with whole numbers") from None
         if not sep or low >= high:
             raise _bad(text, "the range must be LOW..HIGH with LOW < HIGH (HIGH exclusive)")
+        assert dtype is not None
+        lowest, highest = _INT_RANGES[dtype]
+        if low < lowest or high > highest:
+            raise _bad(
+                text, f"LOW..HIGH must lie within {lowest}..{highest} for {dtype} (HIGH exclusive)"
+            )
     return InputSpec(dims=dims, dtype=dtype, low=low, high=high, name=name, text=text)
+
+
+def check_size(dims: Sequence[int], dtype: str | None, text: str) -> None:
+    """Dims whose element count or byte size overflows int64 are a usage error (exit 2).
+
+    A size that fits but exceeds the memory is left to the allocator (exit 5).
+    """
+    numel = 1
+    for d in dims:
+        numel *= d
+    itemsize = _ITEMSIZE.get(dtype or "", 8)  # no dtype yet: --dtype may make it float64
+    if numel * itemsize > INT64_MAX:
+        raise _bad(
+            text,
+            f"DIMS hold {numel:.3g} elements, more than a tensor can address (2**63 bytes)",
+        )
+
+
+def parse_device(text: str) -> tuple[str, int | None]:
+    """``--device`` -> (type, index), without torch: cpu, cuda, cuda:N, mps or meta.
+
+    Anything else (``CPU``, ``tpu``, ``cpu:5``) is exit 2 listing hookcli's devices.
+    """
+    kind, sep, index = text.partition(":")
+    if kind in ("cpu", "mps", "meta") and not sep:
+        return kind, None
+    if kind == "cuda" and not sep:
+        return kind, None
+    if kind == "cuda" and index.isascii() and index.isdigit():
+        return kind, int(index)
+    why = "not a device hookcli runs on"
+    if kind in ("cpu", "mps", "meta"):
+        why = f"{kind} takes no device index"
+    elif kind == "cuda":
+        why = "the CUDA index must be a whole number (cuda:0)"
+    elif kind.strip().lower() in ("cpu", "cuda", "mps", "meta"):
+        why = f"device names are lower case ({kind.strip().lower()}{sep}{index})"
+    raise UsageError(f"bad --device {text!r}: {why}; hookcli's devices: {DEVICES}")
 
 
 def torch_dtype(name: str) -> torch.dtype:
@@ -183,29 +234,103 @@ def default_specs(family: str | None, name: str | None) -> list[InputSpec] | Non
     return specs
 
 
-def _with_batch(spec: InputSpec, batch_size: int | None) -> InputSpec:
+def _with_batch(spec: InputSpec, batch_size: int | None, dtype: str | None = None) -> InputSpec:
     if batch_size is None:
         return spec
-    return replace(spec, dims=(batch_size, *spec.dims[1:]))
+    dims = (batch_size, *spec.dims[1:])
+    check_size(
+        dims, spec.dtype or dtype, f"{spec.text or 'x'.join(map(str, spec.dims))} -b {batch_size}"
+    )
+    return replace(spec, dims=dims)
+
+
+def _plain_signature(sig: inspect.Signature) -> str:
+    """``(x, mask=None, *, labels=None)``: forward's parameters without annotations."""
+    params = []
+    for p in sig.parameters.values():
+        default = p.default
+        if default is not p.empty and len(repr(default)) > 24:
+            default = ...  # a long default (a tensor, a config) only hides the names
+        params.append(p.replace(annotation=p.empty, default=default))
+    return str(sig.replace(parameters=params, return_annotation=sig.empty))
+
+
+def check_order(specs: Sequence[InputSpec]) -> None:
+    """Positional inputs first, each keyword once (exit 2); no torch needed."""
+    seen: set[str] = set()
+    for spec in specs:
+        if spec.name is None and seen:
+            raise UsageError("positional --input after a keyword one (NAME=SPEC): put it first")
+        if spec.name is not None:
+            if spec.name in seen:
+                raise UsageError(f"keyword input {spec.name!r} given twice")
+            seen.add(spec.name)
+
+
+def check_against_forward(model: nn.Module, specs: Sequence[InputSpec]) -> None:
+    """More ``-i`` than forward takes, or ``-i NAME=`` it does not accept: exit 2 with
+    forward's signature (a model whose forward takes ``*args``/``**kwargs`` accepts all)."""
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return
+    params = sig.parameters
+    kinds = [p.kind for p in params.values()]
+    P = inspect.Parameter
+    positional = [
+        p.name for p in params.values() if p.kind in (P.POSITIONAL_ONLY, P.POSITIONAL_OR_KEYWORD)
+    ]
+    shown = f"{type(model).__name__}.forward{_plain_signature(sig)}"
+    given = [s for s in specs if s.name is None]
+    if len(given) > len(positional) and P.VAR_POSITIONAL not in kinds:
+        raise UsageError(
+            f"{len(given)} positional --input given, but forward takes {len(positional)}: {shown}"
+        )
+    for spec in specs:
+        if spec.name is None:
+            continue
+        param = params.get(spec.name)
+        if param is None or param.kind in (P.POSITIONAL_ONLY, P.VAR_POSITIONAL, P.VAR_KEYWORD):
+            if P.VAR_KEYWORD in kinds and (param is None or param.kind is P.VAR_KEYWORD):
+                continue
+            raise UsageError(
+                f"--input {spec.name}=...: forward takes no keyword input {spec.name!r}: {shown}"
+            )
+        if spec.name in positional[: len(given)]:
+            raise UsageError(
+                f"--input {spec.name}=... is also given positionally (forward's input "
+                f"{positional.index(spec.name) + 1}): {shown}"
+            )
 
 
 def _check_device(device: str) -> torch.device:
+    kind, index = parse_device(device)
     import torch
 
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError) as err:
-        raise UsageError(f"bad --device {device!r}: {err}") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise UsageError(f"--device {device}: CUDA is not available on this machine")
-    if dev.type == "cuda" and dev.index is not None and dev.index >= torch.cuda.device_count():
-        count = torch.cuda.device_count()
-        raise UsageError(f"--device {device}: this machine has {count} CUDA device(s)")
-    if dev.type == "mps" and not torch.backends.mps.is_available():
-        raise UsageError(f"--device {device}: MPS is not available on this machine")
-    if dev.type not in ("cpu", "cuda", "mps", "meta"):
-        raise UsageError(f"--device {device}: choose cpu, cuda, cuda:N, mps or meta")
-    return dev
+    def unavailable(why: str) -> UsageError:
+        here = ", ".join(_available_devices())
+        return UsageError(
+            f"--device {device}: {why}; hookcli's devices: {DEVICES} (on this machine: {here})"
+        )
+
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise unavailable("CUDA is not available on this machine")
+    if kind == "cuda" and index is not None and index >= torch.cuda.device_count():
+        raise unavailable(f"this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise unavailable("MPS is not available on this machine")
+    return torch.device(kind if index is None else f"{kind}:{index}")
+
+
+def _available_devices() -> list[str]:
+    import torch
+
+    found = ["cpu"]
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    found += [f"cuda:{i}" for i in range(count)]
+    if torch.backends.mps.is_available():
+        found.append("mps")
+    return [*found, "meta"]
 
 
 def resolve_device(device: str) -> torch.device:
@@ -315,14 +440,19 @@ def build_inputs(
     kwargs: dict[str, Any] = {}
     infos: list[InputInfo] = []
     for spec in specs:
-        spec = _with_batch(spec, batch_size)
+        spec = _with_batch(spec, batch_size, dtype)
         default_float = dtype or "float32"
-        if spec.as_list:
-            item = replace(spec, dims=spec.dims[1:], as_list=False)
-            value: Any = [_draw(item, g, default_float, dev) for _ in range(spec.dims[0])]
-        else:
-            value = _draw(spec, g, default_float, dev)
-        value = _move(value, dev, None)
+        try:
+            if spec.as_list:
+                item = replace(spec, dims=spec.dims[1:], as_list=False)
+                value: Any = [_draw(item, g, default_float, dev) for _ in range(spec.dims[0])]
+            else:
+                value = _draw(spec, g, default_float, dev)
+            value = _move(value, dev, None)
+        except (RuntimeError, MemoryError) as err:
+            if not is_oom(err):
+                raise
+            raise _out_of_memory(spec, spec.dtype or default_float, dev, err) from err
         if spec.name is not None:
             if spec.name in kwargs:
                 raise UsageError(f"keyword input {spec.name!r} given twice")
@@ -337,6 +467,20 @@ def build_inputs(
     return Inputs(tuple(args), kwargs, tuple(infos), source)
 
 
+def _out_of_memory(
+    spec: InputSpec, dtype: str, dev: torch.device, err: BaseException
+) -> ResourceError:
+    numel = 1
+    for d in spec.dims:
+        numel *= d
+    size = numel * _ITEMSIZE.get(dtype, 1)
+    shape = "x".join(str(d) for d in spec.dims)
+    return ResourceError(
+        f"out of memory drawing input {shape} {dtype} ({size / 1e9:,.1f} GB on {dev}): "
+        f"{first_line(err)}"
+    )
+
+
 def _from_example(
     example: Any,
     names: list[str],
@@ -349,15 +493,31 @@ def _from_example(
 
     def prep(value: Any) -> Any:
         if isinstance(value, torch.Tensor) and batch_size is not None and value.dim() > 0:
+            shape = (batch_size, *value.shape[1:])
+            check_size(shape, dtype_name(value.dtype), f"example_input_array -b {batch_size}")
             value = _redraw_like(value, batch_size, g)
         return _move(value, dev, float_dtype)
 
     if isinstance(example, Mapping):
-        kwargs = {str(k): prep(v) for k, v in example.items()}
+        try:
+            kwargs = {str(k): prep(v) for k, v in example.items()}
+        except (RuntimeError, MemoryError) as err:
+            if not is_oom(err):
+                raise
+            raise ResourceError(
+                f"out of memory preparing example_input_array: {first_line(err)}"
+            ) from err
         infos = [i for k, v in kwargs.items() for i in _infos_of(k, v)]
         return Inputs((), kwargs, tuple(infos), "example_input_array")
     items = list(example) if isinstance(example, (tuple, list)) else [example]
-    args = tuple(prep(v) for v in items)
+    try:
+        args = tuple(prep(v) for v in items)
+    except (RuntimeError, MemoryError) as err:
+        if not is_oom(err):
+            raise
+        raise ResourceError(
+            f"out of memory preparing example_input_array: {first_line(err)}"
+        ) from err
     infos = []
     for pos, v in enumerate(args):
         infos.extend(_infos_of(names[pos] if pos < len(names) else f"input{pos}", v))

@@ -24,7 +24,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from hookcli.errors import LoadError, UsageError, first_line
+from hookcli.errors import LoadError, ResourceError, UsageError, first_line, is_oom, oom_cause
 
 if TYPE_CHECKING:
     import torch
@@ -140,9 +140,9 @@ def _import_file(path: Path) -> ModuleType:
     sys.modules[mod_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as err:
+    except (Exception, SystemExit) as err:
         sys.modules.pop(mod_name, None)
-        raise LoadError(f"error while importing {path}: {first_line(err)}") from err
+        raise LoadError(f"error while importing {path}: {_why(err)}") from err
     return module
 
 
@@ -155,8 +155,8 @@ def _import_module(name: str) -> ModuleType:
         if err.name and name.startswith(err.name):
             raise LoadError(f"cannot import module {name!r}: no module named {err.name!r}") from err
         raise LoadError(f"error while importing {name!r}: {first_line(err)}") from err
-    except Exception as err:
-        raise LoadError(f"error while importing {name!r}: {first_line(err)}") from err
+    except (Exception, SystemExit) as err:
+        raise LoadError(f"error while importing {name!r}: {_why(err)}") from err
 
 
 def _split_dotted(spec: str) -> tuple[ModuleType, str]:
@@ -203,6 +203,32 @@ def _resolve_attr(module: ModuleType, attr: str, where: str) -> Any:
     return obj
 
 
+def _why(err: BaseException) -> str:
+    """The first line of an error; a SystemExit says the model called sys.exit."""
+    if isinstance(err, SystemExit):
+        return f"the model called sys.exit({err.code!r})"
+    return first_line(err)
+
+
+def is_factory(obj: Any) -> bool:
+    """An ``nn.Module`` subclass, or a function written in Python (a bound method or a
+    ``functools.partial`` of one too): the only things a MODEL spec may call.
+
+    Builtins (``os:system``, ``builtins:exec``) and other callables are never called.
+    """
+    import functools
+
+    from torch import nn
+
+    if inspect.isclass(obj):
+        return issubclass(obj, nn.Module)
+    if isinstance(obj, functools.partial):
+        return is_factory(obj.func)
+    if inspect.ismethod(obj):
+        return inspect.isfunction(obj.__func__)
+    return inspect.isfunction(obj)
+
+
 def _instantiate(obj: Any, kwargs: dict[str, Any], spec: str, seed: int) -> nn.Module:
     from torch import nn
 
@@ -212,10 +238,19 @@ def _instantiate(obj: Any, kwargs: dict[str, Any], spec: str, seed: int) -> nn.M
         return obj
     if not callable(obj):
         raise LoadError(f"{spec} is a {type(obj).__name__}, not an nn.Module, class or factory")
+    if not is_factory(obj):
+        kind = "a class" if inspect.isclass(obj) else f"a {type(obj).__name__}"
+        raise LoadError(
+            f"{spec} is {kind}, not a model factory: MODEL must name an nn.Module subclass, "
+            "a Python function that returns an nn.Module, or an nn.Module instance"
+        )
     _seed(seed)
     try:
         built = obj(**kwargs)
-    except Exception as err:
+    except (Exception, SystemExit) as err:
+        where = "its constructor" if inspect.isclass(obj) else "the factory"
+        if isinstance(err, SystemExit):
+            raise LoadError(f"could not build {spec}: {_why(err)} in {where}") from err
         raise LoadError(f"could not build {spec}: {first_line(err)}") from err
     if not isinstance(built, nn.Module):
         raise LoadError(f"{spec} returned a {type(built).__name__}, not an nn.Module")
@@ -332,6 +367,26 @@ def load_model(
     spec = spec.strip()
     if not spec:
         raise UsageError("MODEL is empty: give a torchvision name, pkg.module:attr or file.py:attr")
+    try:
+        return _load_checked(spec, kw, seed, weights, trust_pickle, device)
+    except SystemExit as err:  # a source that does not wrap it (hf, timm, torchvision)
+        raise LoadError(f"could not build {spec}: {_why(err)}") from err
+    except (LoadError, RuntimeError, MemoryError) as err:
+        if not is_oom(err):
+            raise
+        cause = oom_cause(err)
+        raise ResourceError(f"out of memory while building {spec}: {first_line(cause)}") from err
+
+
+def _load_checked(
+    spec: str,
+    kw: dict[str, Any],
+    seed: int,
+    weights: Path | None,
+    trust_pickle: bool,
+    device: torch.device | None,
+) -> LoadedModel:
+    """``load_model`` less the SystemExit and out-of-memory mapping."""
     try:
         with build_on(device):
             loaded = _load(spec, kw, seed)

@@ -5,11 +5,12 @@ Commands (``hookcli.commands.*``) are presets of these stages plus their probes.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from hookcli.errors import RunError, UsageError
 from hookcli.options import Mode, ModelOptions, OutputOptions, RunOptions
@@ -28,6 +29,29 @@ if TYPE_CHECKING:
 def progress(message: str) -> None:
     """A diagnostic line on stderr (reports go to stdout)."""
     print(message, file=sys.stderr, flush=True)
+
+
+_REPORT_STREAMS: list[TextIO] = []
+
+
+@contextlib.contextmanager
+def model_output_to_stderr() -> Iterator[None]:
+    """While a command runs, ``sys.stdout`` is stderr: whatever the model prints while it
+    is imported, built or run stays out of the report. The report goes to the stdout
+    saved here (``report_stream``)."""
+    saved = sys.stdout
+    _REPORT_STREAMS.append(saved)
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = saved
+        _REPORT_STREAMS.pop()
+
+
+def report_stream() -> TextIO:
+    """Where the report goes when there is no ``--output``: the real stdout."""
+    return _REPORT_STREAMS[-1] if _REPORT_STREAMS else sys.stdout
 
 
 @dataclass(frozen=True)
@@ -86,7 +110,14 @@ def prepare(
     loaded: LoadedModel | None = None,
 ) -> Prepared:
     """Build the model (unless given), cast and move it, and draw its inputs."""
-    from hookcli.inputs import build_inputs, parse_spec, resolve_device, torch_dtype
+    from hookcli.inputs import (
+        build_inputs,
+        check_against_forward,
+        check_order,
+        parse_spec,
+        resolve_device,
+        torch_dtype,
+    )
     from hookcli.options import FLOAT_DTYPES
 
     device = resolve_device(run_opts.device)  # bad --device is exit 2, before any build
@@ -103,11 +134,18 @@ def prepare(
         if not _all_on(model, device):  # .to() walks every module even when nothing moves
             model.to(device)
     except Exception as err:
-        from hookcli.errors import LoadError, first_line
+        from hookcli.errors import LoadError, ResourceError, first_line, is_oom, oom_cause
 
+        if is_oom(err):
+            raise ResourceError(
+                f"out of memory moving the model to {device}: {first_line(oom_cause(err))}"
+            ) from err
         raise LoadError(f"could not move the model to {device}: {first_line(err)}") from err
     inputs = None
     if need_inputs:
+        specs = [parse_spec(t) for t in run_opts.inputs]
+        check_order(specs)
+        check_against_forward(model, specs)  # too many -i, an unknown NAME=: exit 2
         inputs = build_inputs(
             model,
             run_opts.inputs,
@@ -251,15 +289,28 @@ def conclude(report: Report, out: OutputOptions) -> int:
     return ci_conclude(report, out)
 
 
+def _discard_rest(stream: TextIO) -> None:
+    """Point a stream whose reader is gone at /dev/null, so the flush at exit is quiet."""
+    import os
+
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+
+
 def write_text(text: str, out: OutputOptions) -> None:
-    """Write rendered text to ``--output`` (folders created) or stdout."""
-    if out.output is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    """Write rendered text to ``--output`` (atomically, folders created) or stdout (also
+    for ``-o -``)."""
+    from hookcli.atomic import atomic_write_text, is_stdout
+
+    if out.output is None or is_stdout(out.output):
+        stream = report_stream()
+        try:
+            stream.write(text)
+            stream.flush()
+        except BrokenPipeError:  # the reader stopped early (| head): not an error
+            _discard_rest(stream)
         return
-    try:
-        out.output.parent.mkdir(parents=True, exist_ok=True)
-        out.output.write_text(text, encoding="utf-8")
-    except OSError as err:
-        raise UsageError(f"cannot write --output {out.output}: {err.strerror or err}") from err
+    atomic_write_text(out.output, text, "--output")
     progress(f"report written to {out.output}")

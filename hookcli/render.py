@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hookcli.errors import printable
 from hookcli.options import Format
 from hookcli.report import Report, Row, jsonable
 
@@ -104,13 +105,14 @@ def render_table(
     """A human table: header lines, the rows, a totals block, the checks."""
     from tabulate import tabulate
 
-    lines = [header_line(report)]
-    lines.extend(report.notes)
+    lines = [printable(header_line(report))]
+    lines.extend(printable(n) for n in report.notes)
     lines.append("")
     rows = report.rows()
     if rows:
+        # printable: a name holding a newline or ESC (add_module accepts them) stays one row
         body = [
-            [name_cell(r) if c.key == "name" else c.fmt(r.get(c.key)) for c in columns]
+            [printable(name_cell(r) if c.key == "name" else c.fmt(r.get(c.key))) for c in columns]
             for r in rows
         ]
         lines.append(
@@ -135,10 +137,10 @@ def render_table(
         for c in report.checks:
             status = "PASS" if c.passed else "FAIL"
             where = f" [{', '.join(c.layers)}]" if c.layers and not c.passed else ""
-            lines.append(f"  {status}  {c.name}: {c.detail}{where}")
+            lines.append(printable(f"  {status}  {c.name}: {c.detail}{where}"))
     if report.error:
         lines.append("")
-        lines.append(f"ERROR: {report.error}")
+        lines.append(printable(f"ERROR: {report.error}"))
     return "\n".join(lines) + "\n"
 
 
@@ -195,7 +197,7 @@ def render_csv(report: Report) -> str:
 
 
 def _md_escape(value: Any) -> str:
-    return str(value).replace("|", "\\|").replace("\n", " ")
+    return printable(str(value)).replace("|", "\\|")
 
 
 def render_markdown(report: Report) -> str:

@@ -23,7 +23,7 @@ from torch.nn.modules import module as module_mod
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.hooks import RemovableHandle
 
-from hookcli.errors import ResourceError, RunError, first_line
+from hookcli.errors import ResourceError, RunError, first_line, is_oom, oom_cause
 from hookcli.modelinfo import depth_of, module_names
 from hookcli.options import HookKind, Mode
 from hookcli.structures import iter_tensors, shapes_of
@@ -119,13 +119,11 @@ class Probe:
         return {}
 
 
-_OOM_MARKERS = ("out of memory", "can't allocate memory", "not enough memory")
-
-
-def _is_oom(err: BaseException) -> bool:
-    if isinstance(err, torch.OutOfMemoryError | MemoryError):
-        return True
-    return isinstance(err, RuntimeError) and any(m in str(err).lower() for m in _OOM_MARKERS)
+def _reason(err: BaseException) -> str:
+    """The first line of what the model raised; SystemExit says the model called sys.exit."""
+    if isinstance(err, SystemExit):
+        return f"the model called sys.exit({err.code!r})"
+    return first_line(err)
 
 
 def _fmt_shapes(shapes: Sequence[Sequence[int]]) -> str:
@@ -512,10 +510,12 @@ class HookSession:
                 return self.call(*args, **(kwargs or {}))
         except KeyboardInterrupt:
             raise
-        except Exception as err:
-            if _is_oom(err):
-                raise ResourceError(f"out of memory during forward: {first_line(err)}") from err
-            reason = first_line(err)
+        except (Exception, SystemExit) as err:  # sys.exit in a model is a failure, not exit 0
+            if is_oom(err):
+                raise ResourceError(
+                    f"out of memory during forward: {first_line(oom_cause(err))}"
+                ) from err
+            reason = _reason(err)
             if meta is not None:
                 short = reason.split(". ")[0][:160]
                 reason = (
@@ -546,17 +546,19 @@ class HookSession:
                 loss.backward()
         except KeyboardInterrupt:
             raise
-        except Exception as err:
-            if _is_oom(err):
-                raise ResourceError(f"out of memory during backward: {first_line(err)}") from err
+        except (Exception, SystemExit) as err:
+            if is_oom(err):
+                raise ResourceError(
+                    f"out of memory during backward: {first_line(oom_cause(err))}"
+                ) from err
             open_frames = [f for stack in self._bw_open.values() for f in stack]
             where = max(open_frames, key=lambda f: self._bw_order.index(f), default=None)
             if where is not None:
                 self.backward_failure = where
                 label = where.name or "(root)"
-                msg = f"backward failed in {label} ({where.type}): {first_line(err)}"
+                msg = f"backward failed in {label} ({where.type}): {_reason(err)}"
                 raise RunError(msg, module=where.name) from err
-            raise RunError(f"backward failed: {first_line(err)}") from err
+            raise RunError(f"backward failed: {_reason(err)}") from err
 
     def finish(self) -> None:
         """Let every probe gather its results (call before leaving the ``with``)."""

@@ -1,13 +1,11 @@
 """``hookcli features MODEL --layer PATTERN``: save the outputs of matching modules."""
 
-import contextlib
-import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from hookcli.atomic import atomic_write, check_target
 from hookcli.cliopts import (
     AnnotateOpt,
     AtolOpt,
@@ -83,39 +81,6 @@ ChannelsOpt = Annotated[
         "--channels", min=1, metavar="N", help="Channels shown per 4-D feature map in --png."
     ),
 ]
-
-
-def atomic_write(path: Path, write: Callable[[IO[bytes]], object]) -> None:
-    """Write ``path`` through a temporary file in its folder, then rename it into place.
-
-    A failure (or Ctrl-C) midway leaves any previous file untouched and no temp file.
-    """
-    import tempfile
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    except OSError as err:
-        raise UsageError(f"cannot write {path}: {err.strerror or err}") from err
-    try:
-        with os.fdopen(fd, "wb") as f:
-            write(f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; give it the usual mode
-        os.replace(tmp, path)
-    except BaseException as err:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(err, OSError):
-            raise UsageError(f"cannot write {path}: {err.strerror or err}") from err
-        raise
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def _check_out(out: Path) -> str:
@@ -230,7 +195,9 @@ def command(
 
     if out is not None:
         _check_out(out)
+        check_target(out, "--out")
     if png is not None:
+        check_target(png, "--png")
         from hookcli.plot import require_matplotlib
 
         require_matplotlib()

@@ -538,11 +538,12 @@ def param_table(rows: Sequence[Row]) -> str:
     """One line per parameter: shape, grad and weight norms, their ratio, NaN/Inf counts."""
     import tabulate
 
+    from hookcli.errors import printable
     from hookcli.render import fmt_int, fmt_shape
 
     body = [
         [
-            r.data["name"],
+            printable(r.data["name"]),  # a module name may hold a newline
             fmt_shape(r.data["shape"]),
             fmt_float(r.data["grad_norm"]),
             fmt_float(r.data["weight_norm"]),

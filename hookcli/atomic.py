@@ -1,0 +1,125 @@
+"""Files hookcli writes (``--output``, ``features --out``/``--png``): checked early, written
+atomically.
+
+A file is written to a hidden temp file in its own folder, then renamed into place,
+so a reader never sees half a report and an interrupted write leaves the previous
+file untouched. Every temp file in flight is recorded, so the CLI can remove it even
+when a signal lands between its creation and the ``finally`` that would remove it.
+No torch import here: ``check_target`` runs before the model is built.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO
+
+from hookcli.errors import UsageError
+
+# Temp files created and not yet renamed or removed (paths as str).
+_PENDING: set[str] = set()
+_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+def is_stdout(path: Path | str | None) -> bool:
+    """``-o -`` (or no ``-o``) means stdout."""
+    return path is None or str(path) == "-"
+
+
+def check_target(path: Path, option: str) -> None:
+    """Exit 2 now, before any work, when ``path`` cannot be written.
+
+    A folder, a path under a regular file, a read-only file, or a folder where no file
+    can be created are refused. Missing parent folders are fine: they are created
+    when the file is written.
+    """
+    if path.is_dir():
+        raise UsageError(f"{option} {path}: is a folder; give a file name")
+    if path.exists() and not os.access(path, os.W_OK):
+        raise UsageError(f"{option} {path}: the file is not writable")
+    parent = path.absolute().parent
+    while not parent.exists():  # the nearest folder that exists decides
+        parent = parent.parent
+    if not parent.is_dir():
+        raise UsageError(f"{option} {path}: {parent} is not a folder")
+    try:  # a real try: os.access says yes to root on a read-only mount or in /proc
+        fd, probe = tempfile.mkstemp(dir=parent, prefix=".hookcli-probe.", suffix=".tmp")
+    except OSError as err:
+        why = err.strerror or str(err)
+        raise UsageError(f"{option} {path}: cannot create files in {parent} ({why})") from None
+    os.close(fd)
+    with contextlib.suppress(OSError):
+        os.unlink(probe)
+
+
+@contextlib.contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM for a few instructions, so a temp file is never left unrecorded."""
+    held = False
+    with contextlib.suppress(ValueError, OSError, AttributeError):  # not the main thread
+        signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
+        held = True
+    try:
+        yield
+    finally:
+        if held:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def atomic_write(path: Path, write: Callable[[IO[bytes]], object], option: str = "") -> None:
+    """Write ``path`` through a temp file in its folder, then rename it into place.
+
+    A failure, Ctrl-C or SIGTERM midway leaves any previous file untouched and no
+    temp file behind. An OS error is exit 2 naming the file (``option`` names the flag).
+    """
+    label = f"{option} {path}" if option else str(path)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with _signals_held():
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            _PENDING.add(tmp)
+    except OSError as err:
+        raise UsageError(f"cannot write {label}: {err.strerror or err}") from err
+    try:
+        with os.fdopen(fd, "wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; give it the usual mode
+        with _signals_held():
+            os.replace(tmp, path)
+            _PENDING.discard(tmp)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        _PENDING.discard(tmp)
+        if isinstance(err, OSError):
+            raise UsageError(f"cannot write {label}: {err.strerror or err}") from err
+        raise
+
+
+def atomic_write_text(path: Path, text: str, option: str = "") -> None:
+    """``atomic_write`` of UTF-8 text."""
+    data = text.encode("utf-8")
+    atomic_write(path, lambda f: f.write(data), option)
+
+
+def remove_pending() -> None:
+    """Remove every temp file still in flight (after an error or a signal)."""
+    for tmp in list(_PENDING):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        _PENDING.discard(tmp)
+
+
+__all__ = ["atomic_write", "atomic_write_text", "check_target", "is_stdout", "remove_pending"]
