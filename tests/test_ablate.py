@@ -600,3 +600,14 @@ def test_parse_op_values():
     assert c.lo is None and c.hi == 6
     with pytest.raises(UsageError):
         parse_op("clamp:..")
+
+
+def test_ablate_baseline_round_trip(tmp_path):
+    base = tmp_path / "ablate.json"
+    args = ["ablate", "sample_models:LeNet", "-l", "conv*", "--baseline", str(base)]
+    first = invoke(*args, "--update-baseline")
+    assert first.exit_code == 0, first.stderr
+    assert json.loads(base.read_text())["command"] == "ablate"
+    assert invoke(*args).exit_code == 0
+    other = invoke(*args[:-2], "-l", "fc1", "--baseline", str(base))
+    assert other.exit_code == 1

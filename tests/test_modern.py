@@ -463,3 +463,18 @@ def test_build_directly_on_cuda():
     assert all(p.is_cuda for p in loaded.module.parameters())
     report = invoke_json("inspect", "sample_models:LeNet", "--device", "cuda")
     assert report["settings"]["device"].startswith("cuda")
+
+
+def test_registrations_of_a_7b_model_on_meta():
+    result = run_limited(
+        "registrations", "sample_models.decoder:llama_7b", "--device", "meta", "-f", "json"
+    )
+    assert result.returncode == 0, result.stderr
+    report = json.loads(result.stdout)
+    with torch.device("meta"):
+        from sample_models import decoder
+
+        plain = decoder.llama_7b()
+    params = [r for r in report["registrations"] if r["kind"] == "parameter"]
+    assert len(params) == len(list(plain.parameters()))
+    assert sum(torch.Size(r["shape"]).numel() for r in params) == numel(plain)

@@ -7,20 +7,27 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from hookcli.cliopts import (
+    AnnotateOpt,
+    AtolOpt,
+    BaselineOpt,
     BatchOpt,
     DebugOpt,
     DeviceOpt,
     DtypeOpt,
     FormatOpt,
     InputOpt,
+    JunitOpt,
     KwargsOpt,
     LossOpt,
     ModelArg,
     ModeOpt,
     OutputOpt,
+    RtolOpt,
     SeedOpt,
     TrustPickleOpt,
+    UpdateBaselineOpt,
     WeightsOpt,
+    ci_options,
     model_options,
     output_options,
     run_options,
@@ -119,6 +126,12 @@ def command(
     mode: ModeOpt = None,
     format: FormatOpt = Format.TABLE,
     output: OutputOpt = None,
+    baseline: BaselineOpt = None,
+    update_baseline: UpdateBaselineOpt = False,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
+    annotate: AnnotateOpt = None,
+    junit: JunitOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
 ) -> int:
@@ -145,7 +158,8 @@ def command(
 
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL)
-    out = output_options(format, output, None, debug)
+    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
+    out = output_options(format, output, None, debug, ci)
 
     from hookcli.pipeline import prepare
 

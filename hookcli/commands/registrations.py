@@ -6,6 +6,7 @@ from hookcli.cliopts import (
     BaselineOpt,
     DebugOpt,
     DepthOpt,
+    DeviceOpt,
     FormatOpt,
     JunitOpt,
     KwargsOpt,
@@ -30,6 +31,7 @@ def command(
     kwargs: KwargsOpt = None,
     weights: WeightsOpt = None,
     trust_pickle: TrustPickleOpt = False,
+    device: DeviceOpt = "cpu",
     depth: DepthOpt = None,
     format: FormatOpt = Format.TABLE,
     output: OutputOpt = None,
@@ -43,6 +45,7 @@ def command(
     debug: DebugOpt = False,
 ) -> int:
     """Every registration while the model is built, in order: parent, kind, name, shape."""
+    from hookcli.inputs import resolve_device
     from hookcli.loading import is_torchvision_name
     from hookcli.pipeline import build_model, emit
     from hookcli.registrations import RegistrationRecorder, registrations_report
@@ -56,7 +59,7 @@ def command(
 
     recorder = RegistrationRecorder()
     with recorder:
-        loaded = build_model(mopts)
+        loaded = build_model(mopts, resolve_device(device))
     regs = recorder.resolve(loaded.module)
     recorder.release()
     return emit(registrations_report(loaded, regs, seed=mopts.seed, depth=out.depth), out)
