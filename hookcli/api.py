@@ -37,7 +37,6 @@ if TYPE_CHECKING:
     from hookcli.checks.grads import GradGates
     from hookcli.pipeline import Prepared
     from hookcli.probes.grads import GradFindings
-    from hookcli.render import Column
     from hookcli.report import CheckResult, Row
     from hookcli.session import CallRecord
 
@@ -226,8 +225,13 @@ def _depth(depth: int | None) -> int | None:
 
 def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
     """Shapes and parameters per module call."""
-    from hookcli.layers import PARAM_COLUMNS, layer_rows, param_totals, shape_columns
-    from hookcli.modelinfo import totals
+    from hookcli.layers import (
+        PARAM_COLUMNS,
+        inspect_totals,
+        layer_rows,
+        param_totals,
+        shape_columns,
+    )
     from hookcli.pipeline import run_session
     from hookcli.probes import backward_probes
 
@@ -238,11 +242,7 @@ def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
     rows, unshown = layer_rows(
         outcome.records, prepared.model, depth=plan.depth, kinds=kinds, probes=probes
     )
-    model_totals = dict(totals(prepared.model))
-    extra_cols: list[Column] = []
-    for p in probes:
-        model_totals.update(p.totals())
-        extra_cols.extend(getattr(p, "table_columns", ()))
+    model_totals, extra_cols = inspect_totals(prepared.model, probes)
     report = Report(
         command="inspect",
         model=prepared.model_info(),

@@ -483,9 +483,14 @@ def run_inspect(
     kinds: tuple[HookKind, ...],
 ) -> int:
     """``inspect --ddp``: every rank's calls; rows say on which ranks each call ran."""
-    from hookcli.layers import PARAM_COLUMNS, layer_rows, param_totals, shape_columns
+    from hookcli.layers import (
+        PARAM_COLUMNS,
+        inspect_totals,
+        layer_rows,
+        param_totals,
+        shape_columns,
+    )
     from hookcli.losses import reduce_output
-    from hookcli.modelinfo import totals
     from hookcli.pipeline import emit
     from hookcli.probes import backward_probes
     from hookcli.ranks import merge_rows
@@ -510,11 +515,7 @@ def run_inspect(
         return 0
     keys = ["output_shapes"] if HookKind.FORWARD in kinds else []
     merged = merge_rows([g.rows for g in gathered], per_rank_keys=keys)
-    model_totals: dict[str, Any] = dict(totals(prepared.model))
-    extra_cols: list[Column] = []
-    for p in probes:
-        model_totals.update(p.totals())
-        extra_cols.extend(getattr(p, "table_columns", ()))
+    model_totals, extra_cols = inspect_totals(prepared.model, probes)
     report = Report(
         command="inspect",
         model=prepared.model_info(),

@@ -131,6 +131,20 @@ def _uncalled_ancestors(
     return out
 
 
+def inspect_totals(
+    model: nn.Module, probes: Sequence[Probe]
+) -> tuple[dict[str, Any], list[Column]]:
+    """``inspect``'s totals (with the probes' own) and the table columns the probes add."""
+    from hookcli.modelinfo import totals
+
+    model_totals: dict[str, Any] = dict(totals(model))
+    extra_cols: list[Column] = []
+    for p in probes:
+        model_totals.update(p.totals())
+        extra_cols.extend(getattr(p, "table_columns", ()))
+    return model_totals, extra_cols
+
+
 def shape_columns(kinds: Iterable[HookKind]) -> list[Column]:
     """Name, Type, and the shape columns of the kinds attached."""
     kinds = frozenset(kinds)
