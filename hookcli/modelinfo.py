@@ -46,7 +46,9 @@ def packed_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     in ``_packed_params`` (a C++ object), not in parameters; their ``weight()`` and
     ``bias()`` methods unpack them.
     """
-    if not hasattr(module, "_packed_params"):
+    # a submodule (quantized Linear) or a plain attribute (quantized Conv); looked up
+    # in the dicts, since hasattr() costs an AttributeError on every other module
+    if "_packed_params" not in module._modules and "_packed_params" not in module.__dict__:
         return []
     out = []
     for attr in ("weight", "bias"):
@@ -65,8 +67,8 @@ def own_tensors(module: nn.Module) -> list[Held]:
     """The module's direct parameters and packed weights, each once."""
     out: list[Held] = []
     seen: set[int] = set()
-    for p in module.parameters(recurse=False):
-        if id(p) not in seen:
+    for p in module._parameters.values():  # parameters(recurse=False), without its walk
+        if p is not None and id(p) not in seen:
             seen.add(id(p))
             out.append(Held(id(p), p.numel(), p.requires_grad, p.numel() * p.element_size()))
     for attr, t in packed_tensors(module):
@@ -78,6 +80,7 @@ class TensorIndex:
     """Every module's own tensors, read once (packed weights are unpacked once)."""
 
     def __init__(self, model: nn.Module) -> None:
+        self.root = model
         self.own = {id(m): own_tensors(m) for m in model.modules()}
 
     def held(self, module: nn.Module, recurse: bool = True) -> list[Held]:
@@ -86,8 +89,14 @@ class TensorIndex:
             return list(self.own.get(id(module), ()))
         out: list[Held] = []
         seen: set[int | tuple[int, str]] = set()
-        for m in module.modules():
-            for h in self.own.get(id(m), ()):
+        # the root's subtree is every module indexed: no second walk of the tree
+        owners = (
+            self.own.values()
+            if module is self.root
+            else (self.own.get(id(m), ()) for m in module.modules())
+        )
+        for held in owners:
+            for h in held:
                 if h.key not in seen:
                     seen.add(h.key)
                     out.append(h)

@@ -49,4 +49,15 @@ def iter_tensors(obj: Any, _depth: int = 0) -> Iterator[torch.Tensor]:
 
 def shapes_of(*objs: Any) -> tuple[tuple[int, ...], ...]:
     """Shapes of every tensor in ``objs``."""
-    return tuple(tuple(t.shape) for obj in objs for t in iter_tensors(obj))
+    out = []
+    for obj in objs:
+        # the common cases, once per module call: a tensor, a tuple of tensors, no kwargs
+        if type(obj) is torch.Tensor or isinstance(obj, torch.Tensor):
+            out.append(tuple(obj.shape))
+        elif type(obj) is tuple and all(type(t) is torch.Tensor for t in obj):
+            out.extend(tuple(t.shape) for t in obj)
+        elif obj is None or (type(obj) is dict and not obj):
+            continue
+        else:
+            out.extend(tuple(t.shape) for t in iter_tensors(obj))
+    return tuple(out)
