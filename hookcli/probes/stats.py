@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from hookcli.checks import layer_label
+from hookcli.checks.origin import nonfinite_origin
 from hookcli.options import HookKind
 from hookcli.render import Column, fmt_float, fmt_int
 from hookcli.session import CallRecord, Frame, HookSession, Probe
@@ -272,23 +273,22 @@ class StatsProbe(Probe):
         self._find_origin(session.frames)
 
     def _find_origin(self, frames: Sequence[Frame]) -> None:
-        """The call that completed first among those with NaN/Inf out and finite inputs.
-
-        Parents finish after their children, so the innermost offender wins over
-        the ancestors whose (finite) inputs it poisoned.
-        """
+        """The origin (``checks.origin``) and how many calls output NaN/Inf."""
         if HookKind.FORWARD not in self.kinds:
             return
-        offenders = [
-            f
-            for f in frames
-            if (s := self.stats.get((HookKind.FORWARD, f.index))) is not None and s.nonfinite
-        ]
-        self.nonfinite_calls = len(offenders)
-        candidates = [f for f in offenders if self.inputs_finite.get(f.index, True)]
-        if candidates:
-            first = min(candidates, key=lambda f: self._done_order.get(f.index, len(frames)))
-            self.origin = Origin(first.index, first.name, first.type, first.call)
+
+        def output_holds(index: int) -> bool:
+            s = self.stats.get((HookKind.FORWARD, index))
+            return s is not None and s.nonfinite
+
+        by_index = {f.index: f for f in frames}
+        self.nonfinite_calls = sum(output_holds(i) for i in by_index)
+        # _done_order's keys are in the order the calls returned.
+        completed = [i for i in self._done_order if i in by_index]
+        first = nonfinite_origin(completed, output_holds, lambda i: self.inputs_finite.get(i, True))
+        if first is not None:
+            f = by_index[first]
+            self.origin = Origin(f.index, f.name, f.type, f.call)
 
     def forward_stats(self, index: int) -> TensorStats | None:
         """The output statistics of call ``index`` (None: no floating output)."""
