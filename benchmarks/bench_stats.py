@@ -1,6 +1,6 @@
-"""Peak memory (and time) of ``hookcli stats`` against a bare forward: resnet50, batch 8.
+"""Peak memory and time of ``hookcli stats`` against a bare forward: resnet50, batch 8.
 
-Each figure comes from its own fresh subprocess reading
+Memory: each figure comes from its own fresh subprocess reading
 its peak resident set at its end: ``VmHWM`` from ``/proc/self/status`` on Linux
 (``ru_maxrss`` would do elsewhere, but on Linux it carries over the high-water mark of
 the process that forked the child, so after an in-process benchmark every child would
@@ -11,15 +11,22 @@ report the parent's peak):
 - ``stats``: the full CLI, ``hookcli stats resnet50 -b 8 -f json -o /dev/null``.
 
 Printed: ``stats/bare`` (target <= 1.10) and, stricter, the memory the forward
-adds above ``idle`` in each case. Timing is informational: a plain forward vs the
-same forward inside a HookSession with the StatsProbe, best of 3, in one process
-on one thread (with several threads on a shared machine the figures swing 10x).
+adds above ``idle`` in each case.
 
-Usage: ``python benchmarks/run.py stats`` (or ``python benchmarks/bench_stats.py``).
+Time (target: stats/bare <= 2.0): a plain ``model(x)`` under ``torch.inference_mode()``
+against the same forward inside a HookSession with the StatsProbe (every hook, the
+figures fetched and pooled, the origin found), in one process per thread count
+(1 and 2 threads by default). After one warm-up of each, ``--rounds`` rounds each time
+both, alternating which goes first, so that a neighbour's load on a shared machine hits
+both alike; printed are the medians of each and the median of the per-round ratios.
+
+Usage: ``python benchmarks/bench_stats.py [--rounds 7] [--threads 1,2] [--time-only]``
+(``python benchmarks/run.py stats`` runs the defaults).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import subprocess
 import sys
@@ -81,8 +88,9 @@ SCRIPTS = {
 
 TIMING = textwrap.dedent(
     f"""
-    import time, torch
-    torch.set_num_threads(1)  # one thread: stable figures on a shared machine
+    import statistics, sys, time, torch
+    threads, rounds = int(sys.argv[1]), int(sys.argv[2])
+    torch.set_num_threads(threads)
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare, run_session
     from hookcli.probes.stats import StatsProbe
@@ -97,24 +105,35 @@ TIMING = textwrap.dedent(
     def stats():
         run_session(prepared, [StatsProbe()], mode=Mode.EVAL)
 
-    best = {{}}
-    for name, fn in (("bare", bare), ("stats", stats)):
-        fn()  # warm-up
-        times = []
-        for _ in range(3):
-            t0 = time.perf_counter()
-            fn()
-            times.append(time.perf_counter() - t0)
-        best[name] = min(times)
-    print(best["bare"], best["stats"])
+    def timed(fn):
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+
+    bare()  # warm-up
+    stats()
+    b, s = [], []
+    for r in range(rounds):
+        if r % 2:
+            s.append(timed(stats))
+            b.append(timed(bare))
+        else:
+            b.append(timed(bare))
+            s.append(timed(stats))
+    ratio = statistics.median(y / x for x, y in zip(b, s))
+    print(statistics.median(b), statistics.median(s), ratio)
     """
 )
 
 
-def _run(code: str) -> str:
+def _run(code: str, *argv: str) -> str:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False
+        [sys.executable, "-c", code, *argv],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
     )
     if done.returncode:
         raise RuntimeError(f"benchmark subprocess failed:\n{done.stderr[-2000:]}")
@@ -127,7 +146,7 @@ def _peak_mb(name: str) -> float:
     return min(int(_run(SCRIPTS[name])) * scale / 1e6 for _ in range(REPEAT))
 
 
-def main() -> None:
+def _memory() -> None:
     peaks = {name: _peak_mb(name) for name in SCRIPTS}
     idle, bare, stats = peaks["idle"], peaks["bare"], peaks["stats"]
     print(f"{MODEL} batch {BATCH}, peak RSS (MB, best of {REPEAT} fresh processes):")
@@ -139,12 +158,30 @@ def main() -> None:
     print(f"  stats/bare peak RSS ratio: {ratio:.3f} (target <= 1.10: {verdict})")
     if bare > idle:
         print(f"  forward's own memory, stats vs bare: {(stats - idle) / (bare - idle):.3f}")
-    t_bare, t_stats = (float(v) for v in _run(TIMING).split())
+
+
+def _time(threads: int, rounds: int) -> float:
+    t_bare, t_stats, ratio = (float(v) for v in _run(TIMING, str(threads), str(rounds)).split())
+    verdict = "ok" if ratio <= 2.0 else "OVER TARGET"
     print(
-        f"  time per forward, 1 thread: bare {t_bare:.2f} s, stats {t_stats:.2f} s "
-        f"(ratio {t_stats / t_bare:.2f}, informational)"
+        f"  time per forward, {threads} thread(s), median of {rounds}: bare {t_bare:.3f} s, "
+        f"stats {t_stats:.3f} s; stats/bare {ratio:.2f} (target <= 2.0: {verdict})"
     )
+    return ratio
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=7)
+    parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
+    parser.add_argument("--time-only", action="store_true", help="skip the memory figures")
+    args = parser.parse_args([] if argv is None else argv)
+    if not args.time_only:
+        _memory()
+    print(f"{MODEL} batch {BATCH}, time (interleaved rounds, medians):")
+    for threads in (int(t) for t in args.threads.split(",")):
+        _time(threads, args.rounds)
 
 
 if __name__ == "__main__":
-    main()
+    main(sys.argv[1:])
