@@ -17,7 +17,7 @@ import torch
 from hookcli.options import HookKind, Mode, ModelOptions, RunOptions
 from hookcli.pipeline import prepare, run_session
 from hookcli.probes import stats as stats_mod
-from hookcli.probes.stats import Scratch, StatsProbe, host_vector, tensor_vector
+from hookcli.probes.stats import Scratch, StatsProbe, host_all_finite, host_vector, tensor_vector
 from tests.test_stats import capture, ref_stats
 
 KEYS = ("mean", "var", "min", "max", "mean_abs", "zeros", "nan", "inf")
@@ -94,8 +94,11 @@ CASES: dict[str, Callable[[], torch.Tensor]] = {
 }
 
 
+# The chunk sizes of one thread and of several, and one that divides nothing evenly.
+@pytest.mark.parametrize("chunk", [CHUNK, stats_mod._SERIAL_CHUNK, 1000])
 @pytest.mark.parametrize("name", list(CASES))
-def test_host_vector_equals_float64_torch(name):
+def test_host_vector_equals_float64_torch(name, chunk, monkeypatch):
+    monkeypatch.setattr(stats_mod, "_chunk_size", lambda: chunk)
     t = CASES[name]()
     check(host_vector(t, Scratch()), reference(t))
 
@@ -155,3 +158,10 @@ def test_both_paths_equal_plain_pytorch_on_a_model(spec, cpu_reads):
                 assert g == pytest.approx(w, rel=2e-5, abs=1e-6), (rec.name, rec.call, k, g, w)
     if spec.endswith("InfModel"):
         assert probe.origin is not None and probe.origin.name == "blowup"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_host_all_finite_equals_isfinite(name):
+    t = CASES[name]()
+    finite = _randn(7)
+    assert host_all_finite([finite, t]) == bool(torch.isfinite(t).all())

@@ -148,6 +148,11 @@ def all_finite(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
 # streams through memory; count_nonzero and the L1 norm are scalar loops (5 and 1.5
 # ns per element on a ReLU output, against 0.15 for sum, aminmax or the L2 norm).
 _CHUNK = 1 << 18
+# With several threads, chunks no larger than torch's grain size (32768), which torch
+# runs on the calling thread: each parallel op waits for all its threads at its end,
+# and on a busy machine, where a neighbour holds a core, that wait costs more than the
+# op (docs/stats-speed.md has the figures).
+_SERIAL_CHUNK = 1 << 15
 # The float32 L2 norm accumulates lane by lane: over a whole 6M-element activation its
 # square is off by ~1e-5 (relative), over rows of 16384 by ~4e-6; over rows of this
 # length by ~5e-8, at the same speed. The rows' squares are summed in float64.
@@ -192,11 +197,16 @@ class Scratch:
         return buf
 
 
+def _chunk_size() -> int:
+    return _CHUNK if torch.get_num_threads() == 1 else _SERIAL_CHUNK
+
+
 def _abs_sum_min(f: torch.Tensor, buf: torch.Tensor) -> tuple[float, float]:
     """Sum and min of |x|, one chunk at a time through ``buf``."""
     sums, mins = [], []
-    for start in range(0, f.numel(), _CHUNK):
-        chunk = f[start : start + _CHUNK]
+    size = _chunk_size()
+    for start in range(0, f.numel(), size):
+        chunk = f[start : start + size]
         b = buf[: chunk.numel()]
         torch.abs(chunk, out=b)
         sums.append(b.sum())
@@ -208,8 +218,9 @@ def _abs_sum_min(f: torch.Tensor, buf: torch.Tensor) -> tuple[float, float]:
 def _nonzero_count(f: torch.Tensor, buf: torch.Tensor) -> int:
     """How many elements are not zero, one chunk at a time through ``buf``."""
     counts = []
-    for start in range(0, f.numel(), _CHUNK):
-        chunk = f[start : start + _CHUNK]
+    size = _chunk_size()
+    for start in range(0, f.numel(), size):
+        chunk = f[start : start + size]
         b = buf[: chunk.numel()]
         torch.ne(chunk, 0, out=b)  # 1.0 or 0.0: a chunk's sum is an exact integer
         counts.append(b.sum())
