@@ -17,7 +17,14 @@ import torch
 from hookcli.options import HookKind, Mode, ModelOptions, RunOptions
 from hookcli.pipeline import prepare, run_session
 from hookcli.probes import stats as stats_mod
-from hookcli.probes.stats import Scratch, StatsProbe, host_all_finite, host_vector, tensor_vector
+from hookcli.probes.stats import (
+    Scratch,
+    StatsProbe,
+    host_all_finite,
+    host_vector,
+    on_one_thread,
+    tensor_vector,
+)
 from tests.test_stats import capture, ref_stats
 
 KEYS = ("mean", "var", "min", "max", "mean_abs", "zeros", "nan", "inf")
@@ -94,11 +101,11 @@ CASES: dict[str, Callable[[], torch.Tensor]] = {
 }
 
 
-# The chunk sizes of one thread and of several, and one that divides nothing evenly.
-@pytest.mark.parametrize("chunk", [CHUNK, stats_mod._SERIAL_CHUNK, 1000])
+# The real chunk size, and one that divides nothing evenly.
+@pytest.mark.parametrize("chunk", [CHUNK, 1000])
 @pytest.mark.parametrize("name", list(CASES))
 def test_host_vector_equals_float64_torch(name, chunk, monkeypatch):
-    monkeypatch.setattr(stats_mod, "_chunk_size", lambda: chunk)
+    monkeypatch.setattr(stats_mod, "_CHUNK", chunk)
     t = CASES[name]()
     check(host_vector(t, Scratch()), reference(t))
 
@@ -165,3 +172,33 @@ def test_host_all_finite_equals_isfinite(name):
     t = CASES[name]()
     finite = _randn(7)
     assert host_all_finite([finite, t]) == bool(torch.isfinite(t).all())
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_on_one_thread_puts_the_thread_count_back_also_on_error(two_threads):
+    openmp = "parallel backend: OpenMP" in torch.__config__.parallel_info()
+    seen: list[int] = []
+
+    def boom() -> None:
+        seen.append(torch.get_num_threads())
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        on_one_thread(boom)
+    assert seen == [1 if openmp else 2]
+    assert torch.get_num_threads() == 2
+
+
+def test_a_stats_run_leaves_torch_threads_as_found(two_threads):
+    prepared = prepare(ModelOptions("sample_models:NaNModel"), RunOptions())
+    probe = StatsProbe((HookKind.FORWARD, HookKind.BACKWARD_PRE))
+    outcome = run_session(prepared, [probe], mode=Mode.EVAL, backward=True)
+    assert outcome.error is None and probe.origin is not None
+    assert torch.get_num_threads() == 2

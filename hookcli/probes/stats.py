@@ -31,9 +31,9 @@ Hook kinds and the columns they fill (``--hooks``):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
@@ -44,6 +44,8 @@ from hookcli.options import HookKind
 from hookcli.render import Column, fmt_float, fmt_int
 from hookcli.session import CallRecord, Frame, HookSession, Probe
 from hookcli.structures import iter_tensors
+
+_T = TypeVar("_T")
 
 STAT_KEYS = ("mean", "std", "min", "max", "mean_abs", "zero_fraction", "nan", "inf")
 STAT_KINDS = (HookKind.FORWARD, HookKind.BACKWARD_PRE, HookKind.BACKWARD, HookKind.TENSOR)
@@ -148,11 +150,6 @@ def all_finite(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
 # streams through memory; count_nonzero and the L1 norm are scalar loops (5 and 1.5
 # ns per element on a ReLU output, against 0.15 for sum, aminmax or the L2 norm).
 _CHUNK = 1 << 18
-# With several threads, chunks no larger than torch's grain size (32768), which torch
-# runs on the calling thread: each parallel op waits for all its threads at its end,
-# and on a busy machine, where a neighbour holds a core, that wait costs more than the
-# op (docs/stats-speed.md has the figures).
-_SERIAL_CHUNK = 1 << 15
 # The float32 L2 norm accumulates lane by lane: over a whole 6M-element activation its
 # square is off by ~1e-5 (relative), over rows of 16384 by ~4e-6; over rows of this
 # length by ~5e-8, at the same speed. The rows' squares are summed in float64.
@@ -197,16 +194,11 @@ class Scratch:
         return buf
 
 
-def _chunk_size() -> int:
-    return _CHUNK if torch.get_num_threads() == 1 else _SERIAL_CHUNK
-
-
 def _abs_sum_min(f: torch.Tensor, buf: torch.Tensor) -> tuple[float, float]:
     """Sum and min of |x|, one chunk at a time through ``buf``."""
     sums, mins = [], []
-    size = _chunk_size()
-    for start in range(0, f.numel(), size):
-        chunk = f[start : start + size]
+    for start in range(0, f.numel(), _CHUNK):
+        chunk = f[start : start + _CHUNK]
         b = buf[: chunk.numel()]
         torch.abs(chunk, out=b)
         sums.append(b.sum())
@@ -218,9 +210,8 @@ def _abs_sum_min(f: torch.Tensor, buf: torch.Tensor) -> tuple[float, float]:
 def _nonzero_count(f: torch.Tensor, buf: torch.Tensor) -> int:
     """How many elements are not zero, one chunk at a time through ``buf``."""
     counts = []
-    size = _chunk_size()
-    for start in range(0, f.numel(), size):
-        chunk = f[start : start + size]
+    for start in range(0, f.numel(), _CHUNK):
+        chunk = f[start : start + _CHUNK]
         b = buf[: chunk.numel()]
         torch.ne(chunk, 0, out=b)  # 1.0 or 0.0: a chunk's sum is an exact integer
         counts.append(b.sum())
@@ -262,6 +253,32 @@ def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
         if abs_min == 0:
             zeros = n - _nonzero_count(f, buf)
     return [mean, var, lo, hi, mean_abs, float(zeros), 0.0, 0.0]
+
+
+_openmp: bool | None = None
+
+
+def on_one_thread(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` with torch's intra-op threads set to 1, then put back.
+
+    A parallel op waits for all its threads at its end. On a machine whose cores are
+    busy with other work, each wait lasts until the scheduler gives the other thread
+    a turn: with 2 threads on a shared 2-core machine the hooks' few hundred small
+    parallel reductions took resnet50's stats from 1.2x to 2.2x a bare forward, and
+    to 0.9-1.2x run on the calling thread (docs/stats-speed.md). Only where torch's
+    threads are OpenMP's: the native backend cannot change its count once used.
+    """
+    global _openmp
+    n = torch.get_num_threads()
+    if n > 1 and _openmp is None:
+        _openmp = "parallel backend: OpenMP" in torch.__config__.parallel_info()
+    if n == 1 or not _openmp:
+        return fn(*args)
+    torch.set_num_threads(1)
+    try:
+        return fn(*args)
+    finally:
+        torch.set_num_threads(n)
 
 
 def host_all_finite(tensors: Sequence[torch.Tensor]) -> bool:
@@ -343,7 +360,7 @@ class StatsProbe(Probe):
     def _add(self, kind: HookKind, key: int, tensors: Sequence[torch.Tensor]) -> None:
         for t in tensors:
             if self.cpu_reads and t.device.type == "cpu":
-                self._chunks.append(host_vector(t, self._scratch))
+                self._chunks.append(on_one_thread(host_vector, t, self._scratch))
             else:
                 self._chunks.append(tensor_vector(t))
             self._where.append((kind, key, t.numel()))
@@ -373,7 +390,7 @@ class StatsProbe(Probe):
         if not inputs:
             return
         if self.cpu_reads and all(t.device.type == "cpu" for t in inputs):
-            self.inputs_finite[frame.index] = host_all_finite(inputs)
+            self.inputs_finite[frame.index] = on_one_thread(host_all_finite, inputs)
         else:
             flag = all_finite(inputs)
             self._chunks.append(flag.to(_acc_dtype(flag.device)).reshape(1))
