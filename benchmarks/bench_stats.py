@@ -23,13 +23,18 @@ both alike; printed are the medians of each and the median of the per-round rati
 holding the core does not stretch (with one thread; with more, torch's threads also
 spend CPU time waiting for each other).
 
-Usage: ``python benchmarks/bench_stats.py [--rounds 7] [--threads 1,2] [--time-only]``
-(``python benchmarks/run.py stats`` runs the defaults).
+``--baseline FILE`` times another version of ``hookcli/probes/stats.py`` in the same
+rounds (``git show REV:hookcli/probes/stats.py > FILE``), for a before/after under the
+same load.
+
+Usage: ``python benchmarks/bench_stats.py [--rounds 7] [--threads 1,2] [--time-only]
+[--baseline FILE]`` (``python benchmarks/run.py stats`` runs the defaults).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -91,8 +96,8 @@ SCRIPTS = {
 
 TIMING = textwrap.dedent(
     f"""
-    import statistics, sys, time, torch
-    threads, rounds = int(sys.argv[1]), int(sys.argv[2])
+    import importlib.util, json, statistics, sys, time, torch
+    threads, rounds, baseline = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     torch.set_num_threads(threads)
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare, run_session
@@ -105,28 +110,33 @@ TIMING = textwrap.dedent(
         with torch.inference_mode():
             model(*args)
 
-    def stats():
-        run_session(prepared, [StatsProbe()], mode=Mode.EVAL)
+    def session(probe_class):
+        return lambda: run_session(prepared, [probe_class()], mode=Mode.EVAL)
 
-    def timed(fn, wall, cpu):
-        c0, t0 = time.process_time(), time.perf_counter()
-        fn()
-        wall.append(time.perf_counter() - t0)
-        cpu.append(time.process_time() - c0)
-
-    bare()  # warm-up
-    stats()
-    b, s, bc, sc = [], [], [], []
+    runs = {{"bare": bare, "stats": session(StatsProbe)}}
+    if baseline:  # another version of the probe module, timed alongside
+        spec = importlib.util.spec_from_file_location("baseline_stats", baseline)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["baseline_stats"] = module
+        spec.loader.exec_module(module)
+        runs["baseline"] = session(module.StatsProbe)
+    wall = {{k: [] for k in runs}}
+    cpu = {{k: [] for k in runs}}
+    for fn in runs.values():
+        fn()  # warm-up
+    names = list(runs)
     for r in range(rounds):
-        if r % 2:
-            timed(stats, s, sc)
-            timed(bare, b, bc)
-        else:
-            timed(bare, b, bc)
-            timed(stats, s, sc)
+        for k in names[r % len(names):] + names[: r % len(names)]:  # rotate who goes first
+            c0, t0 = time.process_time(), time.perf_counter()
+            runs[k]()
+            wall[k].append(time.perf_counter() - t0)
+            cpu[k].append(time.process_time() - c0)
     med = statistics.median
-    ratio = med(y / x for x, y in zip(b, s))
-    print(med(b), med(s), ratio, med(bc), med(sc))
+    out = {{}}
+    for k in names:
+        out[k] = {{"wall": med(wall[k]), "cpu": med(cpu[k]),
+                  "ratio": med(y / x for x, y in zip(wall["bare"], wall[k]))}}
+    print(json.dumps(out))
     """
 )
 
@@ -165,19 +175,22 @@ def _memory() -> None:
         print(f"  forward's own memory, stats vs bare: {(stats - idle) / (bare - idle):.3f}")
 
 
-def _time(threads: int, rounds: int) -> float:
-    out = _run(TIMING, str(threads), str(rounds)).split()
-    t_bare, t_stats, ratio, c_bare, c_stats = (float(v) for v in out)
-    verdict = "ok" if ratio <= 2.0 else "OVER TARGET"
+def _time(threads: int, rounds: int, baseline: str) -> float:
+    res = json.loads(_run(TIMING, str(threads), str(rounds), baseline))
+    b, st = res["bare"], res["stats"]
+    verdict = "ok" if st["ratio"] <= 2.0 else "OVER TARGET"
     print(
-        f"  {threads} thread(s), medians of {rounds} rounds: bare {t_bare:.3f} s, "
-        f"stats {t_stats:.3f} s; stats/bare {ratio:.2f} (target <= 2.0: {verdict})"
+        f"  {threads} thread(s), medians of {rounds} rounds: bare {b['wall']:.3f} s, "
+        f"stats {st['wall']:.3f} s; stats/bare {st['ratio']:.2f} (target <= 2.0: {verdict})"
     )
-    print(
-        f"    CPU time of the process (what a busy neighbour does not inflate at 1 thread): "
-        f"bare {c_bare:.3f} s, stats {c_stats:.3f} s, ratio {c_stats / c_bare:.2f}"
-    )
-    return ratio
+    if "baseline" in res:
+        bl = res["baseline"]
+        print(f"    baseline probe: {bl['wall']:.3f} s; baseline/bare {bl['ratio']:.2f}")
+    cpu = f"bare {b['cpu']:.3f} s, stats {st['cpu']:.3f} s, ratio {st['cpu'] / b['cpu']:.2f}"
+    if "baseline" in res:
+        cpu += f"; baseline {res['baseline']['cpu']:.3f} s"
+    print(f"    CPU time of the process: {cpu}")
+    return float(st["ratio"])
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -185,12 +198,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--time-only", action="store_true", help="skip the memory figures")
+    parser.add_argument(
+        "--baseline",
+        default="",
+        help="another version of hookcli/probes/stats.py to time alongside "
+        "(git show REV:hookcli/probes/stats.py > FILE)",
+    )
     args = parser.parse_args([] if argv is None else argv)
     if not args.time_only:
         _memory()
     print(f"{MODEL} batch {BATCH}, time (interleaved rounds, medians):")
     for threads in (int(t) for t in args.threads.split(",")):
-        _time(threads, args.rounds)
+        _time(threads, args.rounds, str(Path(args.baseline).resolve()) if args.baseline else "")
 
 
 if __name__ == "__main__":

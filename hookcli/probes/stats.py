@@ -113,9 +113,9 @@ def _acc_dtype(device: torch.device) -> torch.dtype:
 def tensor_vector(t: torch.Tensor) -> torch.Tensor:
     """The 8 statistics of one tensor as a small device tensor (no host sync).
 
-    Each is one or two cheap kernels (measured on CPU: min and max apart beat
-    aminmax, count_nonzero beats summing a bool mask, the L1 norm beats
-    ``abs().mean()``); min, max, mean and mean |x| propagate NaN/Inf as torch does.
+    The reduction for accelerators, and for CPU tensors holding NaN/Inf. Each
+    statistic is one or two kernels, whatever the values; min, max, mean and
+    mean |x| propagate NaN/Inf as torch does.
     """
     x = t.detach()
     if x.dtype in (torch.float16, torch.bfloat16):
@@ -147,8 +147,8 @@ def all_finite(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
 # Elements per elementwise step on the CPU: the step writes into a reused scratch
 # buffer of this size (1 MiB in float32), which stays in the core's L2 cache for the
 # reduction that follows. A full-size temporary costs page faults on every call and
-# streams through memory; count_nonzero and the L1 norm are scalar loops (5 and 1.5
-# ns per element on a ReLU output, against 0.15 for sum, aminmax or the L2 norm).
+# streams through memory, and count_nonzero and the L1 norm are several times slower
+# than sum, aminmax or the L2 norm (docs/stats-speed.md has the kernel timings).
 _CHUNK = 1 << 18
 # The float32 L2 norm accumulates lane by lane: over a whole 6M-element activation its
 # square is off by ~1e-5 (relative), over rows of 16384 by ~4e-6; over rows of this
@@ -263,10 +263,10 @@ def on_one_thread(fn: Callable[..., _T], *args: Any) -> _T:
 
     A parallel op waits for all its threads at its end. On a machine whose cores are
     busy with other work, each wait lasts until the scheduler gives the other thread
-    a turn: with 2 threads on a shared 2-core machine the hooks' few hundred small
-    parallel reductions took resnet50's stats from 1.2x to 2.2x a bare forward, and
-    to 0.9-1.2x run on the calling thread (docs/stats-speed.md). Only where torch's
-    threads are OpenMP's: the native backend cannot change its count once used.
+    a turn, and the hooks make hundreds of small reductions per forward: with 2
+    threads on a shared 2-core machine they doubled the time of resnet50's stats
+    (docs/stats-speed.md). Only where torch's threads are OpenMP's: the native
+    backend cannot change its count once used.
     """
     global _openmp
     n = torch.get_num_threads()
