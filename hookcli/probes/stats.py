@@ -150,9 +150,9 @@ def all_finite(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
 # streams through memory, and count_nonzero and the L1 norm are several times slower
 # than sum, aminmax or the L2 norm (docs/stats-speed.md has the kernel timings).
 _CHUNK = 1 << 18
-# The float32 L2 norm accumulates lane by lane: over a whole 6M-element activation its
-# square is off by ~1e-5 (relative), over rows of 16384 by ~4e-6; over rows of this
-# length by ~5e-8, at the same speed. The rows' squares are summed in float64.
+# The float32 L2 norm accumulates lane by lane: over 1M elements its square is off by
+# ~2e-5 (relative), over rows of 16384 by ~4e-6; over rows of this length by ~5e-8,
+# at the same speed. The rows' squares are summed in float64.
 _BLOCK = 512
 # var = E[x^2] - mean^2 loses about log10(E[x^2] / var) digits to cancellation. Up to
 # this ratio the error stays below ~1e-6 (relative); past it the two-pass torch.var.
