@@ -19,7 +19,7 @@ from torch import nn
 import sample_models
 from hookcli.options import HookKind, Mode, ModelOptions, RunOptions
 from hookcli.pipeline import prepare, run_session
-from hookcli.probes.stats import StatsProbe, pool, tensor_vector
+from hookcli.probes.stats import Scratch, StatsProbe, host_vector, pool, tensor_vector
 from hookcli.structures import iter_tensors
 from tests.conftest import (
     assert_no_hooks,
@@ -482,6 +482,16 @@ def test_csv_and_markdown_carry_the_statistics(tmp_path):
 
 
 # -- pooling several tensors of one output --------------------------------------------------------
+def _device_vector(t: torch.Tensor) -> list[float]:
+    return tensor_vector(t).tolist()
+
+
+def _host_vector(t: torch.Tensor) -> list[float]:
+    return host_vector(t, Scratch())
+
+
+# Both reductions: the device one (tensor_vector) and the CPU one that skips passes.
+@pytest.mark.parametrize("vector", [_device_vector, _host_vector], ids=["device", "cpu"])
 @settings(max_examples=60, deadline=None)
 @given(
     st.lists(
@@ -490,9 +500,9 @@ def test_csv_and_markdown_carry_the_statistics(tmp_path):
         max_size=4,
     )
 )
-def test_pooled_statistics_equal_those_of_the_concatenation(chunks):
+def test_pooled_statistics_equal_those_of_the_concatenation(vector, chunks):
     tensors = [torch.tensor(c, dtype=torch.float32) for c in chunks]
-    pooled = pool([(t.numel(), tensor_vector(t).tolist()) for t in tensors])
+    pooled = pool([(t.numel(), vector(t)) for t in tensors])
     ref = ref_stats(tensors)
     assert ref is not None
     for k in STAT_KEYS:
@@ -556,10 +566,11 @@ class StrictStatsProbe(StatsProbe):
             torch.Tensor.cpu = original  # type: ignore[method-assign]
 
 
-def test_hooks_never_read_the_host_and_finish_copies_once():
+def test_device_path_hooks_never_read_the_host_and_finish_copies_once():
+    # cpu_reads=False: the reduction an accelerator gets, run here on the CPU.
     prepared = prepare(ModelOptions("sample_models:BNMLP"), RunOptions())
     kinds = (HookKind.FORWARD, HookKind.BACKWARD_PRE, HookKind.BACKWARD)
-    probe = StrictStatsProbe(kinds)
+    probe = StrictStatsProbe(kinds, cpu_reads=False)
     StrictStatsProbe.transfers = 0
     outcome = run_session(prepared, [probe], mode=Mode.TRAIN, backward=True)
     assert outcome.error is None

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from hookcli.checks import layer_label, make_check
+from hookcli.checks.origin import nonfinite_origin
 from hookcli.options import HookKind
 from hookcli.report import CheckResult
 
@@ -140,13 +141,15 @@ def nonfinite_check(
     ]
     origin: str | None = None
     if findings.watched_forward:
-        for index in findings.forward_order:
+
+        def output_holds(index: int) -> bool:
             call = findings.calls.get(index)
-            if call is not None and (call.output_nan if name == "nan" else call.output_inf):
-                rec = by_index.get(index)
-                if rec is not None:
-                    origin = layer_label(rec.name, rec.call)
-                break
+            return call is not None and (call.output_nan if name == "nan" else call.output_inf)
+
+        # The grads probe does not watch inputs: every call counts as fed finite values.
+        first = nonfinite_origin(findings.forward_order, output_holds)
+        if first is not None and (rec := by_index.get(first)) is not None:
+            origin = layer_label(rec.name, rec.call)
     loss_bad = loss is not None and (math.isnan(loss) if name == "nan" else math.isinf(loss))
     if not layers and not bad_params_names and not loss_bad:
         return CheckResult(name, True, f"no {word} in any gradient; the loss is {_loss_text(loss)}")

@@ -1,10 +1,22 @@
-"""``StatsProbe``: activation (and gradient) statistics per module call, kept on the device.
+"""``StatsProbe``: activation (and gradient) statistics per module call.
 
-Each hook reduces the floating tensors it sees to a handful of device scalars
-(mean, population variance, min, max, mean |x|, zero/NaN/Inf counts) and drops
-the tensor; nothing leaves the device until ``finish``, which concatenates every
-scalar and copies them to the host in one transfer. Several floating tensors in
-one output (an LSTM's ``(out, (h, c))``) are pooled as if concatenated.
+Each hook reduces the floating tensors it sees to a handful of scalars (mean,
+population variance, min, max, mean |x|, zero/NaN/Inf counts) and drops the
+tensor. Several floating tensors in one output (an LSTM's ``(out, (h, c))``)
+are pooled as if concatenated.
+
+Two ways to reduce, with the same figures:
+
+- on an accelerator (``tensor_vector``), the scalars stay on the device until
+  ``finish``, which concatenates them and copies them to the host in one transfer:
+  no hook waits for the device;
+- on the CPU (``host_vector``), where reading a scalar waits for nothing, the hook
+  reads min and max first and skips the passes they make needless: finite min and
+  max mean no NaN/Inf to count; min > 0 or max < 0 means no zero to count; one sign
+  throughout makes mean |x| the |mean|. The variance comes from one sum and one sum
+  of squares unless the mean dominates it (see ``_CANCEL``), and the elementwise
+  steps left (|x|, x != 0) run in cache-sized chunks. docs/stats-speed.md has the
+  measurements behind each choice.
 
 Hook kinds and the columns they fill (``--hooks``):
 
@@ -19,18 +31,21 @@ Hook kinds and the columns they fill (``--hooks``):
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch import nn
 
 from hookcli.checks import layer_label
+from hookcli.checks.origin import nonfinite_origin
 from hookcli.options import HookKind
 from hookcli.render import Column, fmt_float, fmt_int
 from hookcli.session import CallRecord, Frame, HookSession, Probe
 from hookcli.structures import iter_tensors
+
+_T = TypeVar("_T")
 
 STAT_KEYS = ("mean", "std", "min", "max", "mean_abs", "zero_fraction", "nan", "inf")
 STAT_KINDS = (HookKind.FORWARD, HookKind.BACKWARD_PRE, HookKind.BACKWARD, HookKind.TENSOR)
@@ -98,9 +113,9 @@ def _acc_dtype(device: torch.device) -> torch.dtype:
 def tensor_vector(t: torch.Tensor) -> torch.Tensor:
     """The 8 statistics of one tensor as a small device tensor (no host sync).
 
-    Each is one or two cheap kernels (measured on CPU: min and max apart beat
-    aminmax, count_nonzero beats summing a bool mask, the L1 norm beats
-    ``abs().mean()``); min, max, mean and mean |x| propagate NaN/Inf as torch does.
+    The reduction for accelerators, and for CPU tensors holding NaN/Inf. Each
+    statistic is one or two kernels, whatever the values; min, max, mean and
+    mean |x| propagate NaN/Inf as torch does.
     """
     x = t.detach()
     if x.dtype in (torch.float16, torch.bfloat16):
@@ -127,6 +142,152 @@ def all_finite(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
         for t in tensors
     ]
     return torch.cat(flags).all()
+
+
+# Elements per elementwise step on the CPU: the step writes into a reused scratch
+# buffer of this size (1 MiB in float32), which stays in the core's L2 cache for the
+# reduction that follows. A full-size temporary costs page faults on every call and
+# streams through memory, and count_nonzero and the L1 norm are several times slower
+# than sum, aminmax or the L2 norm (docs/stats-speed.md has the kernel timings).
+_CHUNK = 1 << 18
+# The float32 L2 norm accumulates lane by lane: over 1M elements its square is off by
+# ~2e-5 (relative), over rows of 16384 by ~4e-6; over rows of this length by ~5e-8,
+# at the same speed. The rows' squares are summed in float64.
+_BLOCK = 512
+# var = E[x^2] - mean^2 loses about log10(E[x^2] / var) digits to cancellation. Up to
+# this ratio the error stays below ~1e-6 (relative); past it the two-pass torch.var.
+_CANCEL = 4.0
+
+
+def _flat(x: torch.Tensor) -> torch.Tensor:
+    """``x`` as a 1-D view of its elements, in memory order (a copy only if it overlaps
+    or has gaps): every statistic here is order-free."""
+    if x.is_contiguous():
+        return x.view(-1)
+    by_stride = x.permute(sorted(range(x.dim()), key=x.stride, reverse=True))
+    return by_stride.view(-1) if by_stride.is_contiguous() else x.reshape(-1)
+
+
+def _sum_sq(f: torch.Tensor) -> torch.Tensor:
+    """Sum of squares of a 1-D tensor, as a float64 0-dim tensor (blocked L2 norms)."""
+    n = f.numel()
+    if n < 2 * _BLOCK:
+        return torch.linalg.vector_norm(f).double().square()
+    k = n // _BLOCK
+    rows = torch.linalg.vector_norm(f[: k * _BLOCK].view(k, _BLOCK), dim=1)
+    q = rows.double().square().sum()
+    if k * _BLOCK < n:
+        q = q + torch.linalg.vector_norm(f[k * _BLOCK :]).double().square()
+    return q
+
+
+class Scratch:
+    """Reusable buffers (one per dtype) for the CPU's chunked elementwise steps."""
+
+    def __init__(self) -> None:
+        self._bufs: dict[torch.dtype, torch.Tensor] = {}
+
+    def get(self, dtype: torch.dtype) -> torch.Tensor:
+        buf = self._bufs.get(dtype)
+        if buf is None:
+            buf = self._bufs[dtype] = torch.empty(_CHUNK, dtype=dtype)
+        return buf
+
+
+def _abs_sum_min(f: torch.Tensor, buf: torch.Tensor) -> tuple[float, float]:
+    """Sum and min of |x|, one chunk at a time through ``buf``."""
+    sums, mins = [], []
+    for start in range(0, f.numel(), _CHUNK):
+        chunk = f[start : start + _CHUNK]
+        b = buf[: chunk.numel()]
+        torch.abs(chunk, out=b)
+        sums.append(b.sum())
+        mins.append(b.min())
+    total, low = torch.stack([torch.stack(sums).double().sum(), torch.stack(mins).double().min()])
+    return total.item(), low.item()
+
+
+def _nonzero_count(f: torch.Tensor, buf: torch.Tensor) -> int:
+    """How many elements are not zero, one chunk at a time through ``buf``."""
+    counts = []
+    for start in range(0, f.numel(), _CHUNK):
+        chunk = f[start : start + _CHUNK]
+        b = buf[: chunk.numel()]
+        torch.ne(chunk, 0, out=b)  # 1.0 or 0.0: a chunk's sum is an exact integer
+        counts.append(b.sum())
+    return round(torch.stack(counts).double().sum().item())
+
+
+def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
+    """The 8 statistics of one CPU tensor, as ``tensor_vector`` gives them.
+
+    Reads min and max first and does only the passes they leave open (see the
+    module docstring): a finite tensor takes aminmax, sum and the sum of squares,
+    plus one chunked step when its sign changes.
+    """
+    x = t.detach()
+    if x.dtype in (torch.float16, torch.bfloat16):
+        x = x.float()  # reduce half types in float32
+    f = _flat(x)
+    n = f.numel()
+    lo_t, hi_t = torch.aminmax(f)  # both propagate NaN, and show any Inf
+    lo, hi = torch.stack([lo_t, hi_t]).tolist()
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        return tensor_vector(x).tolist()  # NaN/Inf to count: every exact pass
+    s, q = torch.stack([f.sum().double(), _sum_sq(f)]).tolist()
+    mean = s / n
+    var = q / n - mean * mean
+    if not (math.isfinite(q) and q / n <= _CANCEL * var):
+        var = f.var(correction=0).item()  # the mean dominates: two passes
+        if not math.isfinite(var):  # (x - mean)^2 overflows float32
+            var = f.double().var(correction=0).item()
+    zeros = 0
+    if lo >= 0 or hi <= 0:  # one sign: |x| sums to |sum|
+        mean_abs = abs(mean)
+        if lo == 0 or hi == 0:
+            zeros = n - _nonzero_count(f, scratch.get(f.dtype))
+    else:
+        buf = scratch.get(f.dtype)
+        abs_sum, abs_min = _abs_sum_min(f, buf)
+        mean_abs = abs_sum / n
+        if abs_min == 0:
+            zeros = n - _nonzero_count(f, buf)
+    return [mean, var, lo, hi, mean_abs, float(zeros), 0.0, 0.0]
+
+
+_openmp: bool | None = None
+
+
+def on_one_thread(fn: Callable[..., _T], *args: Any) -> _T:
+    """``fn(*args)`` with torch's intra-op threads set to 1, then put back.
+
+    A parallel op waits for all its threads at its end. On a machine whose cores are
+    busy with other work, each wait lasts until the scheduler gives the other thread
+    a turn, and the hooks make hundreds of small reductions per forward: with 2
+    threads on a shared 2-core machine they doubled the time of resnet50's stats
+    (docs/stats-speed.md). Only where torch's threads are OpenMP's: the native
+    backend cannot change its count once used.
+    """
+    global _openmp
+    n = torch.get_num_threads()
+    if n > 1 and _openmp is None:
+        _openmp = "parallel backend: OpenMP" in torch.__config__.parallel_info()
+    if n == 1 or not _openmp:
+        return fn(*args)
+    torch.set_num_threads(1)
+    try:
+        return fn(*args)
+    finally:
+        torch.set_num_threads(n)
+
+
+def host_all_finite(tensors: Sequence[torch.Tensor]) -> bool:
+    """No NaN/Inf in any of the CPU ``tensors`` (one aminmax each)."""
+    for t in tensors:
+        lo, hi = torch.aminmax(t.detach())
+        if not (math.isfinite(lo.item()) and math.isfinite(hi.item())):
+            return False
+    return True
 
 
 def pool(parts: Sequence[tuple[int, Sequence[float]]]) -> TensorStats:
@@ -169,11 +330,21 @@ class Origin:
 
 
 class StatsProbe(Probe):
-    """Statistics of outputs (and grads) per call; NaN/Inf origin; one host transfer."""
+    """Statistics of outputs (and grads) per call; NaN/Inf origin; one host transfer.
 
-    def __init__(self, kinds: Iterable[HookKind] = (HookKind.FORWARD,)) -> None:
+    ``cpu_reads`` (default True) lets hooks read scalars of CPU tensors to skip
+    passes (``host_vector``); False reduces CPU tensors the accelerator way, with
+    no host read before ``finish``.
+    """
+
+    def __init__(
+        self, kinds: Iterable[HookKind] = (HookKind.FORWARD,), *, cpu_reads: bool = True
+    ) -> None:
         self.kinds = frozenset(k for k in kinds if k in STAT_KINDS)
-        self._chunks: list[torch.Tensor] = []
+        self.cpu_reads = cpu_reads
+        self._scratch = Scratch()
+        # Per chunk: a device vector, or (CPU) the host floats already read.
+        self._chunks: list[torch.Tensor | list[float]] = []
         # (kind, key, numel) per chunk: key is a frame index (a parameter id for
         # TENSOR); kind None marks a one-element "inputs were finite" flag.
         self._where: list[tuple[HookKind | None, int, int]] = []
@@ -188,7 +359,10 @@ class StatsProbe(Probe):
     # -- hooks ------------------------------------------------------------------------
     def _add(self, kind: HookKind, key: int, tensors: Sequence[torch.Tensor]) -> None:
         for t in tensors:
-            self._chunks.append(tensor_vector(t))
+            if self.cpu_reads and t.device.type == "cpu":
+                self._chunks.append(on_one_thread(host_vector, t, self._scratch))
+            else:
+                self._chunks.append(tensor_vector(t))
             self._where.append((kind, key, t.numel()))
 
     def attach(self, session: HookSession) -> None:
@@ -213,7 +387,11 @@ class StatsProbe(Probe):
         if HookKind.FORWARD not in self.kinds:
             return
         inputs = _stat_tensors((args, kwargs))
-        if inputs:
+        if not inputs:
+            return
+        if self.cpu_reads and all(t.device.type == "cpu" for t in inputs):
+            self.inputs_finite[frame.index] = on_one_thread(host_all_finite, inputs)
+        else:
             flag = all_finite(inputs)
             self._chunks.append(flag.to(_acc_dtype(flag.device)).reshape(1))
             self._where.append((None, frame.index, 0))
@@ -240,16 +418,20 @@ class StatsProbe(Probe):
     def _transfer(self) -> list[list[float]]:
         """Every chunk as host floats, with one device-to-host copy per device."""
         values: list[list[float]] = [[] for _ in self._chunks]
-        by_device: dict[torch.device, list[int]] = {}
+        on_device: dict[torch.device, list[torch.Tensor]] = {}
+        slots: dict[torch.device, list[int]] = {}
         for i, c in enumerate(self._chunks):
-            by_device.setdefault(c.device, []).append(i)
-        for idxs in by_device.values():
-            flat = torch.cat([self._chunks[i] for i in idxs]).cpu().tolist()
+            if isinstance(c, list):
+                values[i] = c  # read in the hook already
+            else:
+                on_device.setdefault(c.device, []).append(c)
+                slots.setdefault(c.device, []).append(i)
+        for device, chunks in on_device.items():
+            flat = torch.cat(chunks).cpu().tolist()
             pos = 0
-            for i in idxs:
-                size = self._chunks[i].numel()
-                values[i] = flat[pos : pos + size]
-                pos += size
+            for i, c in zip(slots[device], chunks, strict=True):
+                values[i] = flat[pos : pos + c.numel()]
+                pos += c.numel()
         return values
 
     def finish(self, session: HookSession) -> None:
@@ -272,23 +454,22 @@ class StatsProbe(Probe):
         self._find_origin(session.frames)
 
     def _find_origin(self, frames: Sequence[Frame]) -> None:
-        """The call that completed first among those with NaN/Inf out and finite inputs.
-
-        Parents finish after their children, so the innermost offender wins over
-        the ancestors whose (finite) inputs it poisoned.
-        """
+        """The origin (``checks.origin``) and how many calls output NaN/Inf."""
         if HookKind.FORWARD not in self.kinds:
             return
-        offenders = [
-            f
-            for f in frames
-            if (s := self.stats.get((HookKind.FORWARD, f.index))) is not None and s.nonfinite
-        ]
-        self.nonfinite_calls = len(offenders)
-        candidates = [f for f in offenders if self.inputs_finite.get(f.index, True)]
-        if candidates:
-            first = min(candidates, key=lambda f: self._done_order.get(f.index, len(frames)))
-            self.origin = Origin(first.index, first.name, first.type, first.call)
+
+        def output_holds(index: int) -> bool:
+            s = self.stats.get((HookKind.FORWARD, index))
+            return s is not None and s.nonfinite
+
+        by_index = {f.index: f for f in frames}
+        self.nonfinite_calls = sum(output_holds(i) for i in by_index)
+        # _done_order's keys are in the order the calls returned.
+        completed = [i for i in self._done_order if i in by_index]
+        first = nonfinite_origin(completed, output_holds, lambda i: self.inputs_finite.get(i, True))
+        if first is not None:
+            f = by_index[first]
+            self.origin = Origin(f.index, f.name, f.type, f.call)
 
     def forward_stats(self, index: int) -> TensorStats | None:
         """The output statistics of call ``index`` (None: no floating output)."""

@@ -1,0 +1,204 @@
+"""The CPU reduction of ``stats`` (``host_vector``): every branch against plain float64 PyTorch.
+
+``host_vector`` reads min and max and skips the passes they make needless; each
+case below lands in one branch (NaN/Inf, one sign, zeros or not, a dominant mean,
+odd layouts and sizes) and is compared with the statistics torch computes in
+float64 on the same values.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from hookcli.options import HookKind, Mode, ModelOptions, RunOptions
+from hookcli.pipeline import prepare, run_session
+from hookcli.probes import stats as stats_mod
+from hookcli.probes.stats import (
+    Scratch,
+    StatsProbe,
+    host_all_finite,
+    host_vector,
+    on_one_thread,
+    tensor_vector,
+)
+from tests.test_stats import capture, ref_stats
+
+KEYS = ("mean", "var", "min", "max", "mean_abs", "zeros", "nan", "inf")
+CHUNK = stats_mod._CHUNK
+
+
+def reference(t: torch.Tensor) -> dict[str, Any]:
+    """The 8 figures straight from torch, in float64 (var is the population variance)."""
+    x = t.detach().reshape(-1).double()
+    return {
+        "mean": x.mean().item(),
+        "var": x.var(correction=0).item(),
+        "min": x.min().item(),
+        "max": x.max().item(),
+        "mean_abs": x.abs().mean().item(),
+        "zeros": int((x == 0).sum()),
+        "nan": int(x.isnan().sum()),
+        "inf": int(x.isinf().sum()),
+    }
+
+
+def check(got: list[float], want: dict[str, Any], rel: float = 2e-6) -> None:
+    for k, g in zip(KEYS, got, strict=True):
+        w = want[k]
+        if k in ("zeros", "nan", "inf", "min", "max"):
+            assert g == w or (g != g and w != w), (k, g, w)  # exact (NaN == NaN here)
+        elif w != w:
+            assert g != g, (k, g)
+        else:
+            assert g == pytest.approx(w, rel=rel, abs=1e-9), (k, g, w)
+
+
+def _g() -> torch.Generator:
+    return torch.Generator().manual_seed(0)
+
+
+def _randn(*shape: int) -> torch.Tensor:
+    return torch.randn(shape, generator=_g())
+
+
+def _with(x: torch.Tensor, index: int, value: float) -> torch.Tensor:
+    x = x.clone()
+    x.view(-1)[index] = value
+    return x
+
+
+CASES: dict[str, Callable[[], torch.Tensor]] = {
+    "mixed signs, no zero": lambda: _randn(3, 70000),
+    "mixed signs, a few zeros": lambda: _with(_with(_randn(5, 60000), 7, 0.0), 299_999, -0.0),
+    "relu output": lambda: _randn(8, 16, 33, 33).relu(),
+    "all positive": lambda: _randn(4, 1000).exp(),
+    "all negative": lambda: -_randn(1001).exp(),
+    "non-positive with zeros": lambda: -_randn(2, CHUNK + 3).relu(),
+    "all zeros": lambda: torch.zeros(CHUNK * 2 + 1),
+    "constant": lambda: torch.full((3, 5), 7.25),
+    "one element": lambda: torch.tensor([-3.5]),
+    "0-dim": lambda: torch.tensor(2.0),
+    "dominant mean (fallback variance)": lambda: _randn(50000) * 1e-3 + 100.0,
+    "dominant mean, mixed signs": lambda: _randn(4, 4) + torch.tensor(-100.0),
+    "subnormal values": lambda: _with(_randn(1000), 3, 1e-44),
+    "large values (squares overflow float32)": lambda: _randn(1000) * 1e25,
+    "NaN": lambda: _with(_randn(3, 300), 5, float("nan")),
+    "+Inf": lambda: _with(_randn(3, 300), 5, float("inf")),
+    "-Inf and zeros": lambda: _with(_randn(300).relu(), 9, float("-inf")),
+    "+Inf and -Inf": lambda: _with(_with(_randn(300), 1, float("inf")), 2, float("-inf")),
+    "NaN and Inf": lambda: _with(_with(_randn(300), 1, float("nan")), 2, float("inf")),
+    "transposed": lambda: _randn(300, 200).relu().t(),
+    "channels_last": lambda: (_randn(2, 8, 30, 30) - 0.5).to(memory_format=torch.channels_last),
+    "expanded (stride 0)": lambda: _randn(1, 500).expand(40, 500),
+    "strided slice": lambda: _randn(400, 300)[::3, 1::2],
+    "float64": lambda: _randn(3, 10000).double() * 3 - 1,
+    "bfloat16": lambda: _randn(3, 1000).bfloat16(),
+    "float16 relu": lambda: _randn(3, 1000).half().relu(),
+}
+
+
+# The real chunk size, and one that divides nothing evenly.
+@pytest.mark.parametrize("chunk", [CHUNK, 1000])
+@pytest.mark.parametrize("name", list(CASES))
+def test_host_vector_equals_float64_torch(name, chunk, monkeypatch):
+    monkeypatch.setattr(stats_mod, "_CHUNK", chunk)
+    t = CASES[name]()
+    check(host_vector(t, Scratch()), reference(t))
+
+
+# The device reduction's variance overflows float32 where the CPU's falls back to float64.
+@pytest.mark.parametrize("name", [n for n in CASES if "overflow" not in n])
+def test_host_and_device_reductions_agree(name):
+    t = CASES[name]()
+    device = dict(zip(KEYS, tensor_vector(t).tolist(), strict=True))
+    check(host_vector(t, Scratch()), device, rel=2e-5)  # the device's L1 norm: ~5e-6
+
+
+def test_zero_count_is_exact_past_float32_integers():
+    # 2**24 + 3 zeros: float32 cannot hold that count, the chunked float64 total can.
+    n = (1 << 24) + 3
+    x = torch.zeros(n + 2)
+    x[-2:] = torch.tensor([-1.0, 2.0])
+    got = host_vector(x, Scratch())
+    assert got[5] == n
+    assert got[4] == pytest.approx(3.0 / (n + 2))
+
+
+def test_finite_tensor_takes_no_counting_pass(monkeypatch):
+    # A finite tensor of one sign without zeros needs aminmax, a sum and a sum of
+    # squares: the NaN/Inf, zero and |x| passes are never run.
+    def forbidden(*a: Any, **k: Any) -> Any:
+        raise AssertionError("needless pass")
+
+    monkeypatch.setattr(stats_mod, "tensor_vector", forbidden)
+    monkeypatch.setattr(stats_mod, "_nonzero_count", forbidden)
+    monkeypatch.setattr(stats_mod, "_abs_sum_min", forbidden)
+    x = _randn(4, 5000).exp()
+    check(host_vector(x, Scratch()), reference(x))
+
+
+@pytest.mark.parametrize("cpu_reads", [True, False], ids=["cpu", "device"])
+@pytest.mark.parametrize("spec", ["resnet18", "sample_models:InfModel"])
+def test_both_paths_equal_plain_pytorch_on_a_model(spec, cpu_reads):
+    prepared = prepare(
+        ModelOptions(spec), RunOptions(inputs=("1x3x48x48",) if spec == "resnet18" else ())
+    )
+    probe = StatsProbe((HookKind.FORWARD,), cpu_reads=cpu_reads)
+    outcome = run_session(prepared, [probe], mode=Mode.EVAL)
+    assert outcome.error is None
+    assert prepared.inputs is not None
+    ref = capture(prepared.model.eval(), prepared.inputs.args)
+    assert len(outcome.records) == len(ref)
+    for rec in outcome.records:
+        got = probe.forward_stats(rec.index)
+        want = ref_stats(ref[(rec.name, rec.call)]["out"])
+        assert got is not None and want is not None
+        for k, w in want.items():
+            g = getattr(got, k)
+            if w != w:
+                assert g != g, (rec.name, k)
+            else:
+                assert g == pytest.approx(w, rel=2e-5, abs=1e-6), (rec.name, rec.call, k, g, w)
+    if spec.endswith("InfModel"):
+        assert probe.origin is not None and probe.origin.name == "blowup"
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_host_all_finite_equals_isfinite(name):
+    t = CASES[name]()
+    finite = _randn(7)
+    assert host_all_finite([finite, t]) == bool(torch.isfinite(t).all())
+
+
+@pytest.fixture
+def two_threads():
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    yield
+    torch.set_num_threads(before)
+
+
+def test_on_one_thread_puts_the_thread_count_back_also_on_error(two_threads):
+    openmp = "parallel backend: OpenMP" in torch.__config__.parallel_info()
+    seen: list[int] = []
+
+    def boom() -> None:
+        seen.append(torch.get_num_threads())
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        on_one_thread(boom)
+    assert seen == [1 if openmp else 2]
+    assert torch.get_num_threads() == 2
+
+
+def test_a_stats_run_leaves_torch_threads_as_found(two_threads):
+    prepared = prepare(ModelOptions("sample_models:NaNModel"), RunOptions())
+    probe = StatsProbe((HookKind.FORWARD, HookKind.BACKWARD_PRE))
+    outcome = run_session(prepared, [probe], mode=Mode.EVAL, backward=True)
+    assert outcome.error is None and probe.origin is not None
+    assert torch.get_num_threads() == 2
