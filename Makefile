@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test run lint zoo bench clean golden
+.PHONY: install test run lint zoo slow bench clean golden
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ lint: $(STAMP)
 
 zoo: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow tests/test_zoo.py tests/test_cost_zoo.py
+
+# Every slow test: the zoo, plus signal, example-script and CUDA tests (CUDA skips without one).
+slow: $(STAMP)
+	$(BIN)/python -m pytest -q -m slow
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
