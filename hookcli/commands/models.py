@@ -60,7 +60,7 @@ def command(
     if "hf" in wanted and importlib.util.find_spec("transformers") is not None:
         from hookcli.sources import hf
 
-        found += [(f"hf:{n}", "transformers", "hf") for n in hf.names()]
+        found += [(f"hf:{n}", "hf", "hf") for n in hf.names()]
     if "timm" in wanted and importlib.util.find_spec("timm") is not None:
         from hookcli.sources import timm_models
 
@@ -68,7 +68,7 @@ def command(
     if "samples" in wanted:
         from sample_models import SAMPLES
 
-        found += [(spec, "sample_models", "sample") for spec in SAMPLES]
+        found += [(spec, "samples", "sample") for spec in SAMPLES]
     rows = [
         Row.of({"name": n, "source": src, "family": fam})
         for n, src, fam in found
