@@ -103,27 +103,19 @@ def measure(
 
     Returns the probe, the records of the measured pass and the failure, if any.
     """
-    import contextlib
-
-    import torch
 
     from hookcli.errors import RunError
     from hookcli.losses import reduce_output
+    from hookcli.pipeline import note_meta_assumptions
     from hookcli.probes.cost import CostProbe
     from hookcli.session import HookSession
-
-    class GradSession(HookSession):
-        """A session whose forward records autograd's graph, with no backward hooks."""
-
-        def _grad_context(self) -> contextlib.AbstractContextManager[Any]:
-            return torch.enable_grad()
 
     assert prepared.inputs is not None
     args, kwargs = prepared.inputs.args, dict(prepared.inputs.kwargs)
     model = prepared.model
     probe = CostProbe(model, fused_attention=prepared.settings.get("device") == "meta")
     error: RunError | None = None
-    with GradSession(model, [probe], mode=mode, global_hooks=global_hooks) as session:
+    with HookSession(model, [probe], mode=mode, global_hooks=global_hooks, grad=True) as session:
         try:
             _progress("forward (counting FLOPs, saved tensors, live activations)")
             with probe.measuring([args, kwargs]):
@@ -142,6 +134,7 @@ def measure(
         except RunError as err:
             error = err
         session.finish()
+        note_meta_assumptions(session)
         n = probe.measured_calls if probe.measured_calls is not None else len(session.frames)
         records = session.records[:n]
     return probe, records, error

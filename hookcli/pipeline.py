@@ -245,12 +245,7 @@ def run_session(
         except RunError as err:
             error = err
         session.finish()
-        if session.meta_assumed:
-            progress(
-                f"hookcli: note: on meta, {session.meta_assumed} data-dependent boolean "
-                "check(s) in the model (such as 'is the mask all ones?') were taken as true; "
-                "run on cpu for the model's exact control flow"
-            )
+        note_meta_assumptions(session)
         if after_run is not None:
             after_run(session)
         records = session.records
@@ -260,6 +255,16 @@ def run_session(
         error=error,
         loss=loss_value,
     )
+
+
+def note_meta_assumptions(session: HookSession) -> None:
+    """One stderr line when a run on meta took data-dependent boolean checks as true."""
+    if session.meta_assumed:
+        progress(
+            f"hookcli: note: on meta, {session.meta_assumed} data-dependent boolean "
+            "check(s) in the model (such as 'is the mask all ones?') were taken as true; "
+            "run on cpu for the model's exact control flow"
+        )
 
 
 def emit(

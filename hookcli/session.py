@@ -192,6 +192,7 @@ class HookSession:
         always_call: bool = False,
         only: Collection[nn.Module] | None = None,
         call: Callable[..., Any] | None = None,
+        grad: bool = False,
     ) -> None:
         self.model = model
         # what forward calls: a wrapper around model (DistributedDataParallel), else model
@@ -207,6 +208,8 @@ class HookSession:
             kinds |= p.kinds
         self.kinds = frozenset(kinds)
         self.backward_needed = backward or any(k.is_backward for k in self.kinds)
+        # forward records autograd's graph (cost's saved tensors) even with no backward
+        self.grad = grad or self.backward_needed
         self.names = module_names(model)
         self.frames: list[Frame] = []
         self.failure: Frame | None = None
@@ -500,7 +503,7 @@ class HookSession:
 
     # -- running -------------------------------------------------------------------
     def _grad_context(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.enable_grad() if self.backward_needed else torch.inference_mode()
+        return torch.enable_grad() if self.grad else torch.inference_mode()
 
     def forward(self, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> Any:
         """Run the model once; a failure raises RunError naming the module."""

@@ -478,3 +478,12 @@ def test_registrations_of_a_7b_model_on_meta():
     params = [r for r in report["registrations"] if r["kind"] == "parameter"]
     assert len(params) == len(list(plain.parameters()))
     assert sum(torch.Size(r["shape"]).numel() for r in params) == numel(plain)
+
+
+@pytest.mark.parametrize("command", ["inspect", "cost"])
+def test_meta_run_says_which_checks_it_took_as_true(command):
+    result = invoke(command, "hf:llama", *kw_args(LLAMA_SMALL), "--device", "meta", "-d", "0")
+    assert result.exit_code == 0, result.stderr
+    assert "data-dependent boolean check(s)" in result.stderr
+    plain = invoke(command, "sample_models.decoder:Decoder", "--device", "meta", "-d", "0")
+    assert plain.exit_code == 0 and "data-dependent" not in plain.stderr

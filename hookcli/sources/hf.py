@@ -93,22 +93,17 @@ def _config(tf: Any, name: str, overrides: dict[str, Any]) -> Any:
 
 def _warn_unknown(config: Any, overrides: dict[str, Any]) -> None:
     """A -k key the config class does not define is most likely a typo: say so."""
-    known = set(type(config)().to_dict()) if _constructible(config) else set()
+    try:
+        known = set(type(config)().to_dict())
+    except Exception:  # a config class that needs arguments: nothing to compare with
+        return
     for key in overrides:
-        if known and key not in known:
+        if key not in known:
             print(
                 f"hookcli: note: {type(config).__name__} has no attribute {key!r}; set anyway",
                 file=sys.stderr,
                 flush=True,
             )
-
-
-def _constructible(config: Any) -> bool:
-    try:
-        type(config)()
-    except Exception:
-        return False
-    return True
 
 
 def build(name: str, kwargs: dict[str, Any], seed: int) -> LoadedModel:
