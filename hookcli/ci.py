@@ -254,11 +254,9 @@ def _note(message: str) -> None:
 
 def write_baseline(report: Report, path: Path) -> None:
     """Save the report as JSON: the snapshot later runs are compared with."""
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(report.to_json() + "\n", encoding="utf-8")
-    except OSError as err:
-        raise UsageError(f"cannot write --baseline {path}: {err.strerror or err}") from err
+    from hookcli.atomic import atomic_write_text
+
+    atomic_write_text(path, report.to_json() + "\n", "--baseline")
     _note(f"baseline written to {path}")
 
 
@@ -284,11 +282,10 @@ def compare_baseline(report: Report, ci: CIOptions) -> DiffResult:
 
 
 def write_junit(path: Path, suites: Iterable[Suite]) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(junit_xml(suites), encoding="utf-8")
-    except OSError as err:
-        raise UsageError(f"cannot write --junit {path}: {err.strerror or err}") from err
+    """Write the JUnit XML atomically: a test reporter never reads half a file."""
+    from hookcli.atomic import atomic_write_text
+
+    atomic_write_text(path, junit_xml(suites), "--junit")
 
 
 def conclude(report: Report, out: OutputOptions, diff: DiffResult | None = None) -> int:

@@ -147,7 +147,8 @@ def preflight(options: dict[str, Any]) -> dict[str, Any]:
     """Check the options every model command shares, before the model (and torch) load.
 
     Usage errors come back at once: ``--seed`` range, ``--input`` specs, ``--device``,
-    ``--batch-size``, ``--output`` (a folder or an unwritable path). ``-o -`` is stdout.
+    ``--batch-size``, ``--output``, ``--junit`` and ``--baseline`` with ``--update-baseline``
+    (a folder or an unwritable path). ``-o -`` is stdout.
     """
     from hookcli.atomic import check_target, is_stdout
     from hookcli.inputs import INT64_MAX, check_order, check_size, parse_device, parse_spec
@@ -175,6 +176,12 @@ def preflight(options: dict[str, Any]) -> dict[str, Any]:
             options = {**options, "output": None}
         else:
             check_target(output, "--output")
+    junit = options.get("junit")
+    if isinstance(junit, Path):
+        check_target(junit, "--junit")
+    baseline = options.get("baseline")
+    if isinstance(baseline, Path) and options.get("update_baseline"):
+        check_target(baseline, "--baseline")
     return options
 
 

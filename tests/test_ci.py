@@ -72,6 +72,26 @@ def test_baseline_usage_errors(args: tuple[str, ...], message: str) -> None:
     assert result.stdout == ""
 
 
+@pytest.mark.parametrize("option", ["--junit", "--baseline"])
+def test_unwritable_ci_file_is_refused_before_the_run(tmp_path: Path, option: str) -> None:
+    """A folder given as the file is exit 2 before the model is built, like --output."""
+    extra = ("--update-baseline",) if option == "--baseline" else ()
+    result = invoke("grads", "tests/fixtures/broken.py:RaisesInMiddle", option, str(tmp_path), *extra)
+    assert result.exit_code == 2  # the model would have failed with 4 had it run
+    assert f"{option} {tmp_path}: is a folder" in result.stderr
+    assert result.stdout == ""
+
+
+def test_ci_files_are_written_atomically(tmp_path: Path) -> None:
+    base, junit = tmp_path / "b.json", tmp_path / "j.xml"
+    base.write_text("old")
+    made = invoke(*LENET, "--baseline", str(base), "--update-baseline", "--junit", str(junit))
+    assert made.exit_code == 0, made.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "j.xml"]  # no temp file
+    assert json.loads(base.read_text())["command"] == "grads"
+    ET.parse(junit)
+
+
 def test_baseline_of_another_command_is_exit_2(tmp_path: Path) -> None:
     base = tmp_path / "b.json"
     assert (
