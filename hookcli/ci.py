@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hookcli.errors import EXIT_CHECK_FAILED, EXIT_OK, UsageError
+from hookcli.errors import EXIT_CHECK_FAILED, EXIT_OK
 from hookcli.options import Annotate, CIOptions, OutputOptions
 
 if TYPE_CHECKING:

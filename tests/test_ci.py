@@ -76,7 +76,9 @@ def test_baseline_usage_errors(args: tuple[str, ...], message: str) -> None:
 def test_unwritable_ci_file_is_refused_before_the_run(tmp_path: Path, option: str) -> None:
     """A folder given as the file is exit 2 before the model is built, like --output."""
     extra = ("--update-baseline",) if option == "--baseline" else ()
-    result = invoke("grads", "tests/fixtures/broken.py:RaisesInMiddle", option, str(tmp_path), *extra)
+    result = invoke(
+        "grads", "tests/fixtures/broken.py:RaisesInMiddle", option, str(tmp_path), *extra
+    )
     assert result.exit_code == 2  # the model would have failed with 4 had it run
     assert f"{option} {tmp_path}: is a folder" in result.stderr
     assert result.stdout == ""
