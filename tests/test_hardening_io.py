@@ -676,3 +676,43 @@ def test_output_and_features_out_share_one_writer(
     x = torch.randn((1, 1, 32, 32), generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         assert torch.allclose(saved["conv1"], model.conv1(x))
+
+
+# -- the process's end ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("full_exit", ["", "1"])
+def test_exit_runs_atexit_handlers_and_flushes_the_report(tmp_path: Path, full_exit: str) -> None:
+    """hookcli leaves without the interpreter's finalization (docs/performance.md), yet
+    the model's atexit handlers run and the whole report reaches the pipe."""
+    marker = tmp_path / "m"
+    args = ("inspect", f"{HOSTILE}:LeavesWork", "-k", f"marker='{marker}'", "-f", "json")
+    proc = subprocess.run(
+        [sys.executable, "-m", "hookcli", *args],
+        cwd=ROOT,
+        env={**_env(), "HOOKCLI_FULL_EXIT": full_exit},
+        capture_output=True,
+        timeout=120,
+        preexec_fn=_limit_memory,
+    )
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)  # complete: the last byte was flushed
+    assert report["totals"]["params"] == 4 * 4 + 4
+    assert (tmp_path / "m.atexit").read_text() == "ran"
+
+
+def test_exit_waits_for_the_model_threads(tmp_path: Path) -> None:
+    """A non-daemon thread the model started is waited for, as Python would."""
+    marker = tmp_path / "m"
+    result = run_cli(
+        "inspect", f"{HOSTILE}:LeavesWork", "-k", f"marker='{marker}'", "-k", "thread_seconds=1.0"
+    )
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "m.thread").read_text() == "ran"
+    assert (tmp_path / "m.atexit").read_text() == "ran"
+
+
+def test_exit_code_of_a_failed_check_survives_the_fast_exit() -> None:
+    result = run_cli("grads", "sample_models:UnusedBranch", "--fail-on", "unused")
+    assert result.returncode == 1, result.stderr
+    assert "unused" in result.stdout
