@@ -14,7 +14,8 @@
    forward (target <= 1.15x), and ``hf:llama -k num_hidden_layers=400`` on meta
    (5,204 calls). The per-call overhead is measured in process.
 
-Runs are interleaved (plain, hookcli, plain, ...) and the medians reported; peak
+Runs are interleaved (plain, hookcli, hookcli with HOOKCLI_FULL_EXIT=1, plain, ...)
+and the medians reported; peak
 RSS is the child's VmHWM read from /proc (``ru_maxrss`` would report the parent's).
 """
 
@@ -61,9 +62,9 @@ with torch.inference_mode():
 """
 
 
-def _run(argv: list[str]) -> tuple[float, int]:
+def _run(argv: list[str], extra_env: dict[str, str] | None = None) -> tuple[float, int]:
     """Wall seconds and peak RSS (bytes) of one child process; stdout discarded."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **(extra_env or {})}
     with tempfile.TemporaryFile() as out:
         start = time.perf_counter()
         proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.PIPE)
@@ -88,24 +89,36 @@ def _hwm(pid: int) -> int:
     return 0
 
 
+FULL_EXIT = {"HOOKCLI_FULL_EXIT": "1"}
+
+
 def compare(name: str, plain: list[str], hooked: list[str]) -> dict[str, float]:
-    """Interleaved runs; medians of time, maxima of peak RSS; ratios hooked/plain."""
-    times: dict[str, list[float]] = {"plain": [], "hookcli": []}
-    peaks: dict[str, list[int]] = {"plain": [], "hookcli": []}
+    """Interleaved runs; medians of time and peak RSS; ratios hooked/plain.
+
+    hookcli runs twice per round: as shipped (it leaves with ``os._exit`` once the
+    report is out, skipping torch's teardown), and with an ordinary interpreter
+    shutdown (``HOOKCLI_FULL_EXIT=1``), which is what the plain scripts pay.
+    """
+    runs = {"plain": (plain, None), "hookcli": (hooked, None), "full exit": (hooked, FULL_EXIT)}
+    times: dict[str, list[float]] = {key: [] for key in runs}
+    peaks: dict[str, list[int]] = {key: [] for key in runs}
     _run(plain)  # warm the page cache
     for _ in range(REPEATS):
-        for key, argv in (("plain", plain), ("hookcli", hooked)):
-            t, rss = _run(argv)
+        for key, (argv, env) in runs.items():
+            t, rss = _run(argv, env)
             times[key].append(t)
             peaks[key].append(rss)
-    tp, th = statistics.median(times["plain"]), statistics.median(times["hookcli"])
-    rp, rh = statistics.median(peaks["plain"]), statistics.median(peaks["hookcli"])
+    t = {key: statistics.median(v) for key, v in times.items()}
+    r = {key: statistics.median(v) for key, v in peaks.items()}
     print(
-        f"{name:<44} plain {tp:6.2f} s {rp / 2**30:5.2f} GiB | hookcli {th:6.2f} s "
-        f"{rh / 2**30:5.2f} GiB | time x{th / tp:.2f}, RSS x{rh / rp:.2f}",
+        f"{name:<44} plain {t['plain']:6.2f} s {r['plain'] / 2**30:5.2f} GiB | hookcli "
+        f"{t['hookcli']:6.2f} s {r['hookcli'] / 2**30:5.2f} GiB | time x"
+        f"{t['hookcli'] / t['plain']:.2f}, RSS x{r['hookcli'] / r['plain']:.2f} | full exit: "
+        f"{t['full exit']:6.2f} s {r['full exit'] / 2**30:5.2f} GiB, time x"
+        f"{t['full exit'] / t['plain']:.2f}, RSS x{r['full exit'] / r['plain']:.2f}",
         flush=True,
     )
-    return {"time": th / tp, "rss": rh / rp}
+    return {"time": t["hookcli"] / t["plain"], "rss": r["hookcli"] / r["plain"]}
 
 
 def per_call_overhead(repeats: int = 5) -> None:
