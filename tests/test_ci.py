@@ -84,11 +84,23 @@ def test_unwritable_ci_file_is_refused_before_the_run(tmp_path: Path, option: st
     assert result.stdout == ""
 
 
-def test_ci_files_are_written_atomically(tmp_path: Path) -> None:
+def test_ci_files_are_written_atomically(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both files go through the one atomic writer (temp file, then rename)."""
+    import hookcli.atomic as atomic
+
+    written: list[str] = []
+    original = atomic.atomic_write
+
+    def recording(path: Path, write: Any, option: str = "") -> None:
+        written.append(option)
+        original(path, write, option)
+
+    monkeypatch.setattr(atomic, "atomic_write", recording)
     base, junit = tmp_path / "b.json", tmp_path / "j.xml"
     base.write_text("old")
     made = invoke(*LENET, "--baseline", str(base), "--update-baseline", "--junit", str(junit))
     assert made.exit_code == 0, made.stderr
+    assert sorted(written) == ["--baseline", "--junit"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["b.json", "j.xml"]  # no temp file
     assert json.loads(base.read_text())["command"] == "grads"
     ET.parse(junit)
