@@ -1,73 +1,359 @@
-"""FLOP formulas per aten op: torch's ``flop_registry`` plus the ops it lacks that matter.
+"""FLOP formulas per aten op, all of them hookcli's own.
 
-Counting convention (torch's, and the one torchvision's published figures use):
-an op's FLOPs are those of its multiply-accumulate work (matrix products,
-convolutions, attention, recurrent cells), a multiply-add counting 2, so that
-MACs are exactly half the FLOPs. Ops that move or create data (views, copies,
-concatenation, indexing, allocation, random fills) count 0 by nature
-(``ZERO_FLOP_OPS``). Any other op that has no formula (elementwise arithmetic,
-normalization, softmax, pooling, reductions) is not guessed at: the caller lists
-it as uncounted.
+Counting convention (the one torchvision's published figures and
+``torch.utils.flop_counter`` use): an op's FLOPs are those of its
+multiply-accumulate work (matrix products, convolutions, attention, recurrent
+cells), a multiply-add counting 2, so that MACs are exactly half the FLOPs. Ops
+that move or create data (views, copies, concatenation, indexing, allocation,
+random fills) count 0 by nature (``ZERO_FLOP_OPS``). Any other op that has no
+formula (elementwise arithmetic, normalization, softmax, pooling, reductions) is
+not guessed at: the caller lists it as uncounted.
 
-The extra formulas make a fused kernel count what the decomposed math counts,
-so the figure does not depend on the path PyTorch picks: a CPU LSTM runs one
+Every formula here is written in this module and registered whatever the
+installed torch has: a figure never depends on the torch version. torch's own
+``flop_registry`` has differed between releases (2.14 has no formula for the CPU
+flash-attention kernel, so attention counted 0 there); where it has a formula,
+``tests/test_flops.py`` checks that hookcli's agrees with it, except where
+hookcli corrects it (the weight gradient of a grouped convolution).
+
+The formulas also make a fused kernel count what the decomposed math counts, so
+the figure does not depend on the path PyTorch picks: a CPU LSTM runs one
 ``mkldnn_rnn_layer`` per layer where ``--device meta`` runs an ``addmm`` per
-step, and both come out as ``steps*batch*(|W_ih| + |W_hh|)`` MACs.
+step, and both come out as ``steps*batch*(|W_ih| + |W_hh|)`` MACs; every
+attention kernel counts ``QK^T`` and ``(attention)V``.
+
+A formula receives the op's arguments as the dispatcher passes them (tensors,
+lists, numbers) plus ``out_val``, the op's result.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-from torch.utils.flop_counter import (
-    flop_registry,
-    sdpa_backward_flop_count,
-    sdpa_flop_count,
-    shape_wrapper,
-)
 
 aten = torch.ops.aten
 Formula = Callable[..., int]
+Shape = Sequence[int]
 
 
-def _prod(shape: Sequence[int]) -> int:
+def _prod(shape: Shape) -> int:
     n = 1
     for d in shape:
         n *= int(d)
     return n
 
 
-def _mv_flop(mat_shape: Sequence[int], vec_shape: Sequence[int], *_: Any, **__: Any) -> int:
-    return 2 * _prod(mat_shape)
+def _dims(x: Any) -> tuple[int, ...]:
+    """The shape of a tensor, or a shape given as a sequence."""
+    if isinstance(x, torch.Tensor):
+        return tuple(x.shape)
+    return tuple(int(d) for d in x)
 
 
-def _addmv_flop(
-    _self: Any, mat_shape: Sequence[int], vec_shape: Sequence[int], *_: Any, **__: Any
+def _arg(args: Sequence[Any], kwargs: dict[str, Any], pos: int, name: str, default: Any) -> Any:
+    if len(args) > pos:
+        return args[pos]
+    return kwargs.get(name, default)
+
+
+# -- matrix products ------------------------------------------------------------------
+
+
+def mm_flops(a: Shape, b: Shape) -> int:
+    """[m, k] @ [k, n]: 2*m*k*n."""
+    m, k = a[-2], a[-1]
+    return 2 * int(m) * int(k) * int(b[-1])
+
+
+def bmm_flops(a: Shape, b: Shape) -> int:
+    """[b, m, k] @ [b, k, n]: 2*b*m*k*n."""
+    return 2 * int(a[0]) * int(a[1]) * int(a[2]) * int(b[2])
+
+
+def _mm(a: Any, b: Any, *_: Any, **__: Any) -> int:
+    return mm_flops(_dims(a), _dims(b))
+
+
+def _addmm(_self: Any, a: Any, b: Any, *_: Any, **__: Any) -> int:
+    return mm_flops(_dims(a), _dims(b))
+
+
+def _bmm(a: Any, b: Any, *_: Any, **__: Any) -> int:
+    return bmm_flops(_dims(a), _dims(b))
+
+
+def _baddbmm(_self: Any, a: Any, b: Any, *_: Any, **__: Any) -> int:
+    return bmm_flops(_dims(a), _dims(b))
+
+
+def _addbmm(_self: Any, b1: Any, b2: Any, *_: Any, **__: Any) -> int:
+    return bmm_flops(_dims(b1), _dims(b2))
+
+
+def _mv(mat: Any, _vec: Any, *_: Any, **__: Any) -> int:
+    return 2 * _prod(_dims(mat))
+
+
+def _addmv(_self: Any, mat: Any, _vec: Any, *_: Any, **__: Any) -> int:
+    return 2 * _prod(_dims(mat))
+
+
+def _dot(a: Any, _b: Any, *_: Any, **__: Any) -> int:
+    return 2 * _prod(_dims(a))
+
+
+def _addr(_self: Any, v1: Any, v2: Any, *_: Any, **__: Any) -> int:
+    return 2 * _prod(_dims(v1)) * _prod(_dims(v2))
+
+
+# -- convolutions ---------------------------------------------------------------------
+
+
+def conv_flops(x: Shape, w: Shape, out: Shape, transposed: bool = False) -> int:
+    """2 * batch * (spatial points) * (kernel points) * w[0] * w[1].
+
+    The spatial points are the output's for a convolution and the input's for a
+    transposed one (each input point is spread over a kernel's worth of outputs).
+    ``w`` is the weight as stored ([C_out, C_in/groups, *k], or [C_in, C_out/groups,
+    *k] when transposed), so groups are already accounted for. Bias adds are not
+    counted, as in torch's and torchvision's convention.
+    """
+    spatial = (x if transposed else out)[2:]
+    return 2 * int(x[0]) * _prod(spatial) * _prod(w[2:]) * int(w[0]) * int(w[1])
+
+
+def _out_shape(out_val: Any) -> tuple[int, ...]:
+    return _dims(out_val[0] if isinstance(out_val, (tuple, list)) else out_val)
+
+
+def _convolution(
+    x: Any,
+    w: Any,
+    _bias: Any = None,
+    _stride: Any = None,
+    _padding: Any = None,
+    _dilation: Any = None,
+    transposed: bool = False,
+    *_: Any,
+    out_val: Any = None,
+    **__: Any,
 ) -> int:
-    return 2 * _prod(mat_shape)
+    """convolution, _convolution, convolution_overrideable: ``transposed`` is argument 6."""
+    return conv_flops(_dims(x), _dims(w), _out_shape(out_val), bool(transposed))
 
 
-def _dot_flop(a_shape: Sequence[int], b_shape: Sequence[int], *_: Any, **__: Any) -> int:
-    return 2 * _prod(a_shape)
+def _conv_plain(x: Any, w: Any, *_: Any, out_val: Any = None, **__: Any) -> int:
+    """Backend kernels that are never transposed (cudnn, mkldnn, slow, nnpack)."""
+    return conv_flops(_dims(x), _dims(w), _out_shape(out_val), False)
 
 
-def _addr_flop(_self: Any, v1: Sequence[int], v2: Sequence[int], *_: Any, **__: Any) -> int:
-    return 2 * _prod(v1) * _prod(v2)
+def _conv_transposed(x: Any, w: Any, *_: Any, out_val: Any = None, **__: Any) -> int:
+    """Backend kernels of transposed convolutions."""
+    return conv_flops(_dims(x), _dims(w), _out_shape(out_val), True)
 
 
-def _addbmm_flop(_self: Any, b1: Sequence[int], b2: Sequence[int], *_: Any, **__: Any) -> int:
-    b, n, m = b1
-    return 2 * int(b) * int(n) * int(m) * int(b2[-1])
+def _swap01(shape: Shape) -> tuple[int, ...]:
+    return (int(shape[1]), int(shape[0]), *(int(d) for d in shape[2:]))
 
 
-def _addmm_flop(_self: Any, a: Sequence[int], b: Sequence[int], *_: Any, **__: Any) -> int:
-    return 2 * int(a[0]) * int(a[1]) * int(b[1])
+def _convolution_backward(
+    grad_out: Any, x: Any, w: Any, *args: Any, out_val: Any = None, **kwargs: Any
+) -> int:
+    """The input gradient (a convolution of grad_out with the weight, the other way
+    round) plus the weight gradient (a convolution of the input with grad_out).
+
+    The weight gradient of a grouped convolution meets each input channel with
+    the output channels of its group only: its count is divided by ``groups``.
+    torch's formula (2.15) does not divide, and counted a depthwise conv's
+    backward C times too large.
+    """
+    transposed = bool(_arg(args, kwargs, 4, "transposed", False))
+    groups = int(_arg(args, kwargs, 6, "groups", 1))
+    mask = list(_arg(args, kwargs, 7, "output_mask", [True, True, True]))
+    g, xs, ws = _dims(grad_out), _dims(x), _dims(w)
+    outs = out_val if isinstance(out_val, (tuple, list)) else (None, None, None)
+    total = 0
+    if mask[0]:
+        gi = _dims(outs[0]) if outs[0] is not None else xs
+        total += conv_flops(g, ws, gi, not transposed)
+    if mask[1]:
+        gw = _dims(outs[1]) if outs[1] is not None else ws
+        if transposed:
+            weight_term = conv_flops(_swap01(g), _swap01(xs), _swap01(gw), False)
+        else:
+            weight_term = conv_flops(_swap01(xs), _swap01(g), _swap01(gw), False)
+        total += weight_term // groups
+    return total
 
 
-def _int_mm_flop(a: Sequence[int], b: Sequence[int], *_: Any, **__: Any) -> int:
-    return 2 * int(a[0]) * int(a[1]) * int(b[1])
+# -- attention ------------------------------------------------------------------------
+
+
+def sdpa_flops(q: Shape, k: Shape, v: Shape) -> int:
+    """Scaled dot-product attention on [..., S, D] tensors: ``QK^T`` and ``(attention)V``.
+
+    Grouped-query attention (fewer key/value heads) counts every query head, as
+    the kernels broadcast the key/value heads. Neither the causal mask nor the
+    softmax is taken off or added, as in torch's convention.
+    """
+    bh, s_q, d_q = _prod(q[:-2]), int(q[-2]), int(q[-1])
+    s_k, d_v = int(k[-2]), int(v[-1])
+    return 2 * bh * s_q * s_k * (d_q + d_v)
+
+
+def sdpa_backward_flops(q: Shape, k: Shape, v: Shape) -> int:
+    """The backward of ``sdpa_flops``: the scores recomputed (``QK^T``), the gradients
+    of the attention and of V, then of Q and of K: five products of the forward's sizes."""
+    bh, s_q, d_q = _prod(q[:-2]), int(q[-2]), int(q[-1])
+    s_k, d_v = int(k[-2]), int(v[-1])
+    return 2 * bh * s_q * s_k * (3 * d_q + 2 * d_v)
+
+
+def _bhsd(t: Any, seq_first: bool) -> tuple[int, ...]:
+    """A [B, S, H, D] kernel tensor as [B, H, S, D]."""
+    s = _dims(t)
+    return (s[0], s[2], s[1], s[3]) if seq_first and len(s) == 4 else s
+
+
+def _lengths(offsets: Any, max_len: Any) -> list[int]:
+    """Per-sequence lengths of a packed (nested) batch; the maximum each where the
+    offsets hold no values (meta, fake tensors)."""
+    if isinstance(offsets, torch.Tensor) and offsets.device.type != "meta":
+        try:
+            return [int(n) for n in offsets.diff().tolist()]
+        except (RuntimeError, NotImplementedError):
+            pass
+    return [int(max_len)] * (int(offsets.shape[0]) - 1)
+
+
+def _packed_shapes(
+    q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: Any, max_k: Any, seq_first: bool
+) -> Iterator[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
+    """[B, H, S, D] shapes of a kernel's query, key and value, one per sequence when
+    the batch is packed (cumulative sequence offsets given)."""
+    if cu_q is None:
+        yield _bhsd(q, seq_first), _bhsd(k, seq_first), _bhsd(v, seq_first)
+        return
+    qs, ks, vs = _dims(q), _dims(k), _dims(v)
+    for lq, lk in zip(_lengths(cu_q, max_q), _lengths(cu_k, max_k), strict=False):
+        yield (1, qs[-2], lq, qs[-1]), (1, ks[-2], lk, ks[-1]), (1, vs[-2], lk, vs[-1])
+
+
+def _sdpa(q: Any, k: Any, v: Any, *_: Any, **__: Any) -> int:
+    """The SDPA kernels on [B, H, S, D]: math, flash (CPU and CUDA), efficient, cudnn,
+    overrideable."""
+    return sdpa_flops(_dims(q), _dims(k), _dims(v))
+
+
+def _sdpa_backward(_g: Any, q: Any, k: Any, v: Any, *_: Any, **__: Any) -> int:
+    return sdpa_backward_flops(_dims(q), _dims(k), _dims(v))
+
+
+def _flash_forward(
+    q: Any,
+    k: Any,
+    v: Any,
+    cu_q: Any = None,
+    cu_k: Any = None,
+    max_q: Any = 0,
+    max_k: Any = 0,
+    *_: Any,
+    **__: Any,
+) -> int:
+    """aten._flash_attention_forward: [B, S, H, D], or packed [T, H, D] with offsets."""
+    return sum(sdpa_flops(*s) for s in _packed_shapes(q, k, v, cu_q, cu_k, max_q, max_k, True))
+
+
+def _flash_backward(
+    _g: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    _out: Any = None,
+    _lse: Any = None,
+    cu_q: Any = None,
+    cu_k: Any = None,
+    max_q: Any = 0,
+    max_k: Any = 0,
+    *_: Any,
+    **__: Any,
+) -> int:
+    shapes = _packed_shapes(q, k, v, cu_q, cu_k, max_q, max_k, True)
+    return sum(sdpa_backward_flops(*s) for s in shapes)
+
+
+def _efficient_forward(
+    q: Any,
+    k: Any,
+    v: Any,
+    _bias: Any = None,
+    cu_q: Any = None,
+    cu_k: Any = None,
+    max_q: Any = 0,
+    max_k: Any = 0,
+    *_: Any,
+    **__: Any,
+) -> int:
+    """aten._efficient_attention_forward: [B, S, H, D] (packed: B is 1, offsets given)."""
+    if cu_q is not None:
+        qs, ks, vs = _dims(q), _dims(k), _dims(v)
+        pairs = zip(_lengths(cu_q, max_q), _lengths(cu_k, max_k), strict=False)
+        return sum(
+            sdpa_flops((1, qs[2], lq, qs[3]), (1, ks[2], lk, ks[3]), (1, vs[2], lk, vs[3]))
+            for lq, lk in pairs
+        )
+    return sdpa_flops(_bhsd(q, True), _bhsd(k, True), _bhsd(v, True))
+
+
+def _efficient_backward(
+    _g: Any,
+    q: Any,
+    k: Any,
+    v: Any,
+    _bias: Any = None,
+    _out: Any = None,
+    cu_q: Any = None,
+    cu_k: Any = None,
+    max_q: Any = 0,
+    max_k: Any = 0,
+    *_: Any,
+    **__: Any,
+) -> int:
+    if cu_q is not None:
+        qs, ks, vs = _dims(q), _dims(k), _dims(v)
+        pairs = zip(_lengths(cu_q, max_q), _lengths(cu_k, max_k), strict=False)
+        return sum(
+            sdpa_backward_flops((1, qs[2], lq, qs[3]), (1, ks[2], lk, ks[3]), (1, vs[2], lk, vs[3]))
+            for lq, lk in pairs
+        )
+    return sdpa_backward_flops(_bhsd(q, True), _bhsd(k, True), _bhsd(v, True))
+
+
+def _native_mha(q: Any, k: Any, v: Any, embed_dim: int, num_heads: int, *_: Any, **__: Any) -> int:
+    """nn.MultiheadAttention's fast path: q/k/v projections, attention, output projection."""
+    qs, ks = _dims(q), _dims(k)
+    e = int(embed_dim)
+    lq, lk = _prod(qs[:-1]), _prod(ks[:-1])  # batch * length
+    batch = _prod(qs[:-2]) if len(qs) > 2 else 1
+    len_q, len_k = int(qs[-2]) if len(qs) > 1 else 1, int(ks[-2]) if len(ks) > 1 else 1
+    macs = lq * e * e + 2 * lk * e * e + 2 * batch * len_q * len_k * e + lq * e * e
+    return 2 * macs
+
+
+def _encoder_layer(src: Any, embed_dim: int, num_heads: int, *args: Any, **kwargs: Any) -> int:
+    """nn.TransformerEncoderLayer's fast path: attention block plus the two FFN linears."""
+    ffn1 = args[11] if len(args) > 11 else kwargs["ffn_weight_1"]
+    s = _dims(src)
+    e, ff = int(embed_dim), int(_dims(ffn1)[0])
+    tokens = _prod(s[:-1])
+    batch, length = (_prod(s[:-2]), int(s[-2])) if len(s) > 2 else (1, int(s[0]))
+    macs = 4 * tokens * e * e + 2 * batch * length * length * e + 2 * tokens * e * ff
+    return 2 * macs
+
+
+# -- recurrent kernels ----------------------------------------------------------------
 
 
 def _rnn_macs(steps_times_batch: int, weights: Sequence[torch.Tensor | None]) -> int:
@@ -75,164 +361,100 @@ def _rnn_macs(steps_times_batch: int, weights: Sequence[torch.Tensor | None]) ->
     return steps_times_batch * sum(w.numel() for w in weights if w is not None and w.dim() == 2)
 
 
-def _mkldnn_rnn_flop(
+def _mkldnn_rnn(
     inp: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, *_: Any, **__: Any
 ) -> int:
     """One LSTM/GRU layer and direction on CPU (input [T, B, I] or batch first)."""
     return 2 * _rnn_macs(inp.numel() // inp.shape[-1], (w_ih, w_hh))
 
 
-def _mkldnn_rnn_backward_flop(
+def _mkldnn_rnn_backward(
     inp: torch.Tensor, w_ih: torch.Tensor, w_hh: torch.Tensor, *_: Any, **__: Any
 ) -> int:
     # grads w.r.t. inputs and w.r.t. weights: twice the forward, as for mm
-    return 2 * _mkldnn_rnn_flop(inp, w_ih, w_hh)
+    return 2 * _mkldnn_rnn(inp, w_ih, w_hh)
 
 
-def _cudnn_rnn_flop(inp: torch.Tensor, weights: Sequence[torch.Tensor], *_: Any, **__: Any) -> int:
+def _cudnn_rnn(inp: torch.Tensor, weights: Sequence[torch.Tensor], *_: Any, **__: Any) -> int:
     """All layers and directions of a cuDNN RNN (packed input: [sum(batch_sizes), I])."""
     return 2 * _rnn_macs(inp.numel() // inp.shape[-1], weights)
 
 
-def _cudnn_rnn_backward_flop(
+def _cudnn_rnn_backward(
     inp: torch.Tensor, weights: Sequence[torch.Tensor], *_: Any, **__: Any
 ) -> int:
-    return 2 * _cudnn_rnn_flop(inp, weights)
+    return 2 * _cudnn_rnn(inp, weights)
 
 
-def _native_mha_flop(
-    q: Sequence[int],
-    k: Sequence[int],
-    v: Sequence[int],
-    embed_dim: int,
-    num_heads: int,
-    *_: Any,
-    **__: Any,
-) -> int:
-    """nn.MultiheadAttention's fast path: q/k/v projections, attention, output projection."""
-    e = int(embed_dim)
-    lq, lk = _prod(q[:-1]), _prod(k[:-1])  # batch * length
-    batch = _prod(q[:-2]) if len(q) > 2 else 1
-    len_q, len_k = int(q[-2]) if len(q) > 1 else 1, int(k[-2]) if len(k) > 1 else 1
-    macs = lq * e * e + 2 * lk * e * e + 2 * batch * len_q * len_k * e + lq * e * e
-    return 2 * macs
+# -- the table ------------------------------------------------------------------------
 
+_TABLE: dict[str, Formula] = {
+    # matrix products
+    "mm": _mm,
+    "_int_mm": _mm,
+    "_scaled_mm": _mm,
+    "addmm": _addmm,
+    "_addmm_activation": _addmm,
+    "bmm": _bmm,
+    "baddbmm": _baddbmm,
+    "addbmm": _addbmm,
+    "mv": _mv,
+    "addmv": _addmv,
+    "dot": _dot,
+    "vdot": _dot,
+    "addr": _addr,
+    # convolutions
+    "convolution": _convolution,
+    "_convolution": _convolution,
+    "convolution_overrideable": _convolution,
+    "cudnn_convolution": _conv_plain,
+    "mkldnn_convolution": _conv_plain,
+    "miopen_convolution": _conv_plain,
+    "miopen_depthwise_convolution": _conv_plain,
+    "_slow_conv2d_forward": _conv_plain,
+    "slow_conv3d_forward": _conv_plain,
+    "slow_conv_dilated2d": _conv_plain,
+    "slow_conv_dilated3d": _conv_plain,
+    "_nnpack_spatial_convolution": _conv_plain,
+    "thnn_conv2d": _conv_plain,
+    "_conv_depthwise2d": _conv_plain,
+    "conv_depthwise3d": _conv_plain,
+    "cudnn_convolution_transpose": _conv_transposed,
+    "miopen_convolution_transpose": _conv_transposed,
+    "slow_conv_transpose2d": _conv_transposed,
+    "slow_conv_transpose3d": _conv_transposed,
+    "convolution_backward": _convolution_backward,
+    # attention: every scaled-dot-product kernel, forward and backward
+    "_scaled_dot_product_attention_math": _sdpa,
+    "_scaled_dot_product_attention_math_for_mps": _sdpa,
+    "_scaled_dot_product_flash_attention": _sdpa,
+    "_scaled_dot_product_flash_attention_backward": _sdpa_backward,
+    "_scaled_dot_product_flash_attention_for_cpu": _sdpa,
+    "_scaled_dot_product_flash_attention_for_cpu_backward": _sdpa_backward,
+    "_scaled_dot_product_efficient_attention": _sdpa,
+    "_scaled_dot_product_efficient_attention_backward": _sdpa_backward,
+    "_scaled_dot_product_cudnn_attention": _sdpa,
+    "_scaled_dot_product_cudnn_attention_backward": _sdpa_backward,
+    "_scaled_dot_product_fused_attention_overrideable": _sdpa,
+    "_scaled_dot_product_fused_attention_overrideable_backward": _sdpa_backward,
+    "_flash_attention_forward": _flash_forward,
+    "_flash_attention_backward": _flash_backward,
+    "_efficient_attention_forward": _efficient_forward,
+    "_efficient_attention_backward": _efficient_backward,
+    "_native_multi_head_attention": _native_mha,
+    "_transformer_encoder_layer_fwd": _encoder_layer,
+    # recurrent kernels
+    "mkldnn_rnn_layer": _mkldnn_rnn,
+    "mkldnn_rnn_layer_backward": _mkldnn_rnn_backward,
+    "_cudnn_rnn": _cudnn_rnn,
+    "_cudnn_rnn_backward": _cudnn_rnn_backward,
+    "miopen_rnn": _cudnn_rnn,
+}
 
-def _encoder_layer_flop(
-    src: Sequence[int], embed_dim: int, num_heads: int, *args: Any, **kwargs: Any
-) -> int:
-    """nn.TransformerEncoderLayer's fast path: attention block plus the two FFN linears."""
-    ffn1 = args[11] if len(args) > 11 else kwargs["ffn_weight_1"]
-    e, ff = int(embed_dim), int(ffn1[0])
-    tokens = _prod(src[:-1])
-    batch, length = (_prod(src[:-2]), int(src[-2])) if len(src) > 2 else (1, int(src[0]))
-    macs = 4 * tokens * e * e + 2 * batch * length * length * e + 2 * tokens * e * ff
-    return 2 * macs
-
-
-def _sdpa_overrideable_flop(q: Any, k: Any, v: Any, *_: Any, **__: Any) -> int:
-    return int(sdpa_flop_count(q, k, v))
-
-
-def _sdpa_overrideable_backward_flop(g: Any, q: Any, k: Any, v: Any, *_: Any, **__: Any) -> int:
-    return int(sdpa_backward_flop_count(g, q, k, v))
-
-
-def _shape(x: Any) -> Any:
-    if isinstance(x, torch.Tensor):
-        return x.shape
-    if isinstance(x, (list, tuple)) and any(isinstance(i, torch.Tensor) for i in x):
-        return type(x)(i.shape if isinstance(i, torch.Tensor) else i for i in x)
-    return x
-
-
-def _fast_shapes(fn: Callable[..., Any]) -> Formula:
-    """Like torch's ``shape_wrapper``, one level deep: ops take tensors or lists of them,
-    and a pytree walk per op call cost more than the formula itself."""
-
-    def f(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
-        return fn(
-            *[_shape(a) for a in args],
-            out_shape=_shape(out_val),
-            **{k: _shape(v) for k, v in kwargs.items()},
-        )
-
-    return f
-
-
-def _unwrapped(fn: Formula) -> Formula:
-    """A registered formula with torch's pytree shape wrapper swapped for the fast one."""
-    inner = getattr(fn, "__wrapped__", None)
-    if inner is not None and fn.__code__ is shape_wrapper(lambda: 0).__code__:
-        return _fast_shapes(inner)
-    return fn
-
-
-def _raw(fn: Callable[..., Any]) -> Formula:
-    """A formula that receives tensors (like torch's ``get_raw=True``)."""
-
-    def f(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
-        return fn(*args, **kwargs)
-
-    return f
-
-
-def _extra() -> dict[Any, Formula]:
-    shaped: dict[str, Callable[..., Any]] = {
-        "mv": _mv_flop,
-        "addmv": _addmv_flop,
-        "dot": _dot_flop,
-        "vdot": _dot_flop,
-        "addr": _addr_flop,
-        "addbmm": _addbmm_flop,
-        "_addmm_activation": _addmm_flop,
-        "_int_mm": _int_mm_flop,
-        "_native_multi_head_attention": _native_mha_flop,
-        "_transformer_encoder_layer_fwd": _encoder_layer_flop,
-        "_scaled_dot_product_fused_attention_overrideable": _sdpa_overrideable_flop,
-        "_scaled_dot_product_fused_attention_overrideable_backward": (
-            _sdpa_overrideable_backward_flop
-        ),
-    }
-    raw: dict[str, Callable[..., Any]] = {
-        "mkldnn_rnn_layer": _mkldnn_rnn_flop,
-        "mkldnn_rnn_layer_backward": _mkldnn_rnn_backward_flop,
-        "_cudnn_rnn": _cudnn_rnn_flop,
-        "_cudnn_rnn_backward": _cudnn_rnn_backward_flop,
-        "miopen_rnn": _cudnn_rnn_flop,
-    }
-    out: dict[Any, Formula] = {}
-    for name, fn in shaped.items():
-        if hasattr(aten, name):
-            out[getattr(aten, name)] = _fast_shapes(fn)
-    for name, fn in raw.items():
-        if hasattr(aten, name):
-            out[getattr(aten, name)] = _raw(fn)
-    return out
-
-
-def _conv_backward_flop(*args: Any, out_val: Any = None, **kwargs: Any) -> int:
-    """torch's convolution_backward formula with the weight-gradient term divided by groups.
-
-    torch's formula (2.15) counts the weight gradient of a grouped convolution
-    as if every input channel met every output channel: a depthwise conv's
-    backward came out C times too large. The input-gradient term is right as is.
-    """
-    base = flop_registry[aten.convolution_backward]
-    groups, mask = int(args[9]), list(args[10])
-    grad_input = [*args[:10], [mask[0], False, False], *args[11:]]
-    grad_weight = [*args[:10], [False, mask[1], False], *args[11:]]
-    return (
-        int(base(*grad_input, out_val=out_val)) + int(base(*grad_weight, out_val=out_val)) // groups
-    )
-
-
-# torch's formulas win where both exist (they are the reference figures), except
-# where hookcli corrects one.
+# Every formula hookcli counts with, keyed by overload packet; ops this torch lacks are
+# left out. Nothing here comes from torch's ``flop_registry``.
 FORMULAS: dict[Any, Formula] = {
-    **_extra(),
-    **{k: _unwrapped(v) for k, v in flop_registry.items()},
-    aten.convolution_backward: _conv_backward_flop,
+    getattr(aten, name): fn for name, fn in _TABLE.items() if hasattr(aten, name)
 }
 
 # Ops that move, view, create or fill data: no arithmetic, 0 FLOPs by nature.
@@ -256,7 +478,7 @@ slice_scatter diagonal_scatter as_strided_scatter _has_compatible_shallow_copy_t
 is_nonzero _assert_async _assert_tensor_metadata _functional_assert_async sym_constrain_range
 _unsafe_index_put nonzero _unique2 unique_dim unique_consecutive sort_stable sym_is_contiguous
 is_contiguous is_strides_like_format is_non_overlapping_and_dense size sym_size stride
-sym_stride storage_offset sym_storage_offset numel sym_numel dim
+sym_stride storage_offset sym_storage_offset numel sym_numel dim _fused_sdp_choice
 """
 _ZERO_NAMES = _ZERO_TEXT.split()
 ZERO_FLOP_OPS = frozenset(getattr(aten, n) for n in _ZERO_NAMES if hasattr(aten, n))

@@ -178,6 +178,46 @@ class _CountingMode(TorchDispatchMode):
         return out
 
 
+def _cpu_stand_in(t: Any) -> Any:
+    """A CPU tensor with ``t``'s shape, dtype, last-dim stride and requires_grad, over one
+    row of storage (the other strides 0): enough for the kernel choice, which reads
+    metadata only, at no allocation worth the name."""
+    if not isinstance(t, torch.Tensor):
+        return t
+    if t.dim() == 0:
+        return torch.zeros((), dtype=t.dtype)
+    last = t.stride(-1)
+    strides = [0] * t.dim()
+    strides[-1] = 1 if last == 1 else 0
+    base = torch.zeros(t.shape[-1] if last == 1 else 1, dtype=t.dtype)
+    view = base.as_strided(tuple(t.shape), strides)
+    if t.requires_grad and t.dtype.is_floating_point:
+        view = view.detach().requires_grad_(True)
+    return view
+
+
+_FLASH = 1  # sdp::SDPBackend::flash_attention
+
+
+def _cpu_choice(args: tuple[Any, ...], kwargs: dict[str, Any]) -> int | None:
+    """The SDPA backend the CPU would pick for these arguments (None: unknown)."""
+    choose = getattr(torch.ops.aten, "_fused_sdp_choice", None)
+    if choose is None:
+        return None
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    try:
+        with _disable_current_modes():
+            return int(
+                choose(
+                    *(_cpu_stand_in(a) for a in args),
+                    **{k: _cpu_stand_in(v) for k, v in kwargs.items()},
+                )
+            )
+    except (RuntimeError, TypeError, ValueError):
+        return None
+
+
 def _fused_sdpa(
     query: torch.Tensor,
     key: torch.Tensor,
@@ -188,17 +228,31 @@ def _fused_sdpa(
     scale: float | None = None,
     enable_gqa: bool = False,
 ) -> torch.Tensor | None:
-    """SDPA through the fused flash kernel, as CPU and CUDA run it; None where it cannot."""
-    if not (query.is_meta and query.dim() == 4 and key.dim() == 4 and value.dim() == 4):
+    """SDPA on meta through the kernel the CPU would pick; None where that is the math
+    decomposition (which the meta device runs by itself) or cannot be told.
+
+    The choice is the CPU's own (``aten._fused_sdp_choice`` asked with CPU stand-ins of
+    the same metadata); the flash kernel is then called as the CPU's composite
+    ``scaled_dot_product_attention`` calls it, a boolean mask first turned into an
+    additive one.
+    """
+    if not (isinstance(query, torch.Tensor) and query.is_meta):
         return None
-    if key.shape[1] != query.shape[1] or value.shape[1] != query.shape[1]:
-        return None  # grouped-query heads: left to PyTorch
-    if attn_mask is not None and (is_causal or attn_mask.dtype == torch.bool):
+    extra: dict[str, Any] = {"scale": scale}
+    if enable_gqa:
+        extra["enable_gqa"] = True
+    choice = _cpu_choice((query, key, value, attn_mask, dropout_p, is_causal), extra)
+    if choice != _FLASH:
         return None
+    mask = attn_mask
+    if mask is not None and mask.dtype == torch.bool:
+        mask = torch.zeros_like(mask, dtype=query.dtype).masked_fill_(
+            mask.logical_not(), float("-inf")
+        )
     try:
         op = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu
         out: torch.Tensor = op(
-            query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+            query, key, value, dropout_p, is_causal, attn_mask=mask, scale=scale
         )[0]
         return out
     except (RuntimeError, TypeError, AttributeError):
@@ -206,18 +260,47 @@ def _fused_sdpa(
 
 
 class _FusedAttentionOnMeta(TorchFunctionMode):
-    """On meta, run F.scaled_dot_product_attention as a fused kernel.
+    """On meta, run F.scaled_dot_product_attention through the kernel the CPU picks.
 
     The meta device has no fused attention and falls back to the math
     decomposition, which keeps the [seq, seq] attention matrices for backward;
-    CPU and CUDA pick a flash kernel that keeps q, k, v, the output and a
-    log-sum-exp. The FLOPs are the same either way; the saved bytes are those
-    of the fused kernel, as on a real device.
+    the CPU picks a flash kernel that keeps q, k, v, the output and a log-sum-exp.
+    The FLOPs are the same either way; the saved bytes and the activation peak
+    are those of the CPU's kernel, so that cpu and meta agree.
+
+    A torch-function mode sees the calls the model makes itself, but not those
+    made inside another torch function that the mode handles (the mode is off
+    while its handler runs): ``F.multi_head_attention_forward`` calls SDPA so.
+    ``torch.nn.functional.scaled_dot_product_attention`` is therefore also
+    replaced while the mode is on, and put back after.
     """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._original = torch.nn.functional.scaled_dot_product_attention
+
+    def _sdpa(self, *args: Any, **kwargs: Any) -> Any:
+        out = _fused_sdpa(*args, **kwargs)
+        return out if out is not None else self._original(*args, **kwargs)
+
+    def __enter__(self) -> _FusedAttentionOnMeta:
+        torch.nn.functional.scaled_dot_product_attention = self._sdpa
+        try:
+            super().__enter__()
+        except BaseException:
+            torch.nn.functional.scaled_dot_product_attention = self._original
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            torch.nn.functional.scaled_dot_product_attention = self._original
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if func is torch.nn.functional.scaled_dot_product_attention:
+        if func is self._original:
             out = _fused_sdpa(*args, **kwargs)
             if out is not None:
                 return out
