@@ -491,4 +491,3 @@ def test_7b_decoder_on_meta_equals_closed_form_at_full_depth() -> None:
         "0",
     )["totals"]
     assert totals["macs"] == _decoder_closed_form(128, 32)
-
