@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test run lint zoo slow bench clean golden
+.PHONY: install test run lint zoo slow bench clean golden matrix matrix-zoo
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -24,8 +24,8 @@ run: $(STAMP)
 	$(BIN)/hookcli inspect resnet18
 
 lint: $(STAMP)
-	$(BIN)/ruff check hookcli sample_models tests benchmarks
-	$(BIN)/ruff format --check hookcli sample_models tests benchmarks
+	$(BIN)/ruff check hookcli sample_models tests benchmarks noxfile.py
+	$(BIN)/ruff format --check hookcli sample_models tests benchmarks noxfile.py
 	$(BIN)/mypy
 
 zoo: $(STAMP)
@@ -38,8 +38,15 @@ slow: $(STAMP)
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py
 
+# The torch matrix (noxfile.py): one venv per torch/torchvision pair in .nox/.
+matrix: $(STAMP)
+	$(BIN)/nox -s tests
+
+matrix-zoo: $(STAMP)
+	$(BIN)/nox -s zoo
+
 golden: $(STAMP)
 	$(BIN)/python -m pytest -q tests/test_golden.py --update-golden
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) .nox build *.egg-info .pytest_cache .mypy_cache .ruff_cache
