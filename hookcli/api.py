@@ -230,6 +230,7 @@ def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
         inspect_totals,
         layer_rows,
         param_totals,
+        params_not_run,
         shape_columns,
     )
     from hookcli.pipeline import run_session
@@ -243,6 +244,7 @@ def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
         outcome.records, prepared.model, depth=plan.depth, kinds=kinds, probes=probes
     )
     model_totals, extra_cols = inspect_totals(prepared.model, probes)
+    model_totals["params_not_run"] = params_not_run(outcome.records, prepared.model)
     report = Report(
         command="inspect",
         model=prepared.model_info(),
@@ -393,7 +395,13 @@ def plan_grads(
 def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
     """Gradient flow per module call, the totals and the checks."""
     from hookcli.checks.grads import run_checks
-    from hookcli.layers import PARAM_COLUMNS, layer_rows, param_totals, shape_columns
+    from hookcli.layers import (
+        PARAM_COLUMNS,
+        layer_rows,
+        param_totals,
+        params_not_run,
+        shape_columns,
+    )
     from hookcli.losses import reduce_output
     from hookcli.modelinfo import totals
     from hookcli.pipeline import progress, run_session
@@ -427,6 +435,7 @@ def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
     )
     rows = _mark(rows, checks, findings, outcome.records)
     model_totals: dict[str, Any] = dict(totals(prepared.model))
+    model_totals["params_not_run"] = params_not_run(outcome.records, prepared.model)
     model_totals["loss"] = outcome.loss
     model_totals.update(probe.totals())
     settings = {**prepared.settings, "loss": loss_kind.value}

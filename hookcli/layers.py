@@ -136,8 +136,12 @@ def inspect_totals(
 ) -> tuple[dict[str, Any], list[Column]]:
     """``inspect``'s totals (with the probes' own) and the table columns the probes add."""
     from hookcli.modelinfo import totals
+    from hookcli.parameters import pruned_counts
 
     model_totals: dict[str, Any] = dict(totals(model))
+    pruned = pruned_counts(model)
+    if pruned is not None:
+        model_totals.update(pruned)
     extra_cols: list[Column] = []
     for p in probes:
         model_totals.update(p.totals())
@@ -175,6 +179,34 @@ def param_totals(t: dict[str, int], unshown: int) -> list[tuple[str, str]]:
     ]
     if t.get("packed_params"):
         out.append(("Packed (quantized) params", fmt_int(t["packed_params"])))
+    if "pruned_params" in t:
+        from hookcli.parameters import pruned_line
+
+        out.append(("Unpruned params", pruned_line(t)))
     if unshown:
         out.append(("Params in modules that did not run", fmt_int(unshown)))
     return out
+
+
+def params_not_run(records: Sequence[CallRecord], model: nn.Module) -> int:
+    """Elements of the parameters no module that ran holds (each tensor once).
+
+    A module "ran" when its forward was called, or when it is a container whose
+    descendants ran (its row is ``called: false``); so this is an unused branch's
+    parameters, whatever ``--depth`` shows.
+    """
+    from hookcli.modelinfo import TensorIndex
+
+    index = TensorIndex(model)
+    by_name = dict(model.named_modules())
+    ran: set[int] = {rec.module_id for rec in records}
+    for rec in records:
+        name = rec.name
+        while name and name in by_name:
+            name = name.rpartition(".")[0]
+            ran.add(id(by_name[name]))
+    used: set[int | tuple[int, str]] = set()
+    for module_id, held in index.own.items():
+        if module_id in ran:
+            used.update(h.key for h in held)
+    return sum(h.numel for h in index.held(model) if h.key not in used)
