@@ -205,16 +205,23 @@ class InspectPlan:
     kinds: tuple[HookKind, ...]
     depth: int | None = None
     global_hooks: bool = False
+    columns: tuple[str, ...] = ()  # --columns: kernel_size, groups, mult_adds, ...
 
 
 INSPECT_KINDS = (HookKind.PRE, HookKind.FORWARD)
 
 
 def plan_inspect(
-    hooks: Hooks = None, depth: int | None = None, global_hooks: bool = False
+    hooks: Hooks = None,
+    depth: int | None = None,
+    global_hooks: bool = False,
+    columns: Names = None,
 ) -> InspectPlan:
     """Check the options of ``inspect`` (UsageError)."""
-    return InspectPlan(_kinds(hooks) or INSPECT_KINDS, _depth(depth), global_hooks)
+    from hookcli.layers import parse_columns
+
+    cols = parse_columns(_names(columns))
+    return InspectPlan(_kinds(hooks) or INSPECT_KINDS, _depth(depth), global_hooks, cols)
 
 
 def _depth(depth: int | None) -> int | None:
@@ -232,6 +239,7 @@ def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
         param_totals,
         params_not_run,
         shape_columns,
+        with_columns,
     )
     from hookcli.pipeline import run_session
     from hookcli.probes import backward_probes
@@ -245,6 +253,14 @@ def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
     )
     model_totals, extra_cols = inspect_totals(prepared.model, probes)
     model_totals["params_not_run"] = params_not_run(outcome.records, prepared.model)
+    rows, chosen = with_columns(
+        prepared,
+        rows,
+        plan.columns,
+        model_totals["params"],
+        ran=outcome.error is None,
+        global_hooks=plan.global_hooks,
+    )
     report = Report(
         command="inspect",
         model=prepared.model_info(),
@@ -253,7 +269,7 @@ def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
         layers=rows,
         totals=model_totals,
         error=outcome.error.message if outcome.error else None,
-        columns=(*shape_columns(kinds), *extra_cols, *PARAM_COLUMNS),
+        columns=(*shape_columns(kinds), *extra_cols, *PARAM_COLUMNS, *chosen),
         table_totals=tuple(param_totals(model_totals, unshown)),
     )
     return report, outcome.error
@@ -268,6 +284,7 @@ def inspect(
     global_hooks: bool = False,
     depth: int | None = None,
     seed: int | None = None,
+    columns: Names = None,
 ) -> Report:
     """Per-layer input/output shapes and parameter counts, like ``hookcli inspect``.
 
@@ -281,6 +298,8 @@ def inspect(
         global_hooks: attach through the global ``register_module_*`` hooks.
         depth: rows for modules at depth <= N only.
         seed: ``torch.manual_seed(seed)`` before the run (the RNG state is restored after).
+        columns: extra row keys, as ``--columns``: ``kernel_size``, ``groups``,
+            ``param_percent``, ``mult_adds``, ``trainable`` (a comma string or a list).
 
     Returns:
         The ``Report``: ``layers`` rows with ``name``, ``type``, ``depth``, ``call``,
@@ -290,7 +309,7 @@ def inspect(
     Raises:
         UsageError: a bad option or no inputs known. RunError: the model raised.
     """
-    plan = plan_inspect(hooks, depth, global_hooks)
+    plan = plan_inspect(hooks, depth, global_hooks, columns)
     return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_inspect(p, plan))
 
 

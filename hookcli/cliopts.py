@@ -91,6 +91,24 @@ InputsFromOpt = Annotated[
         show_default=False,
     ),
 ]
+NoForwardOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-forward",
+        help="Run nothing: the module tree with parameters and buffers per module, no "
+        "shapes. For a model whose inputs are unknown, and TorchScript models.",
+    ),
+]
+ColumnsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--columns",
+        metavar="NAMES",
+        help="Extra columns, comma-separated: kernel_size, groups, param_percent, mult_adds "
+        "(cost's MACs per call: one more counted forward), trainable. In every format.",
+        show_default=False,
+    ),
+]
 BatchOpt = Annotated[
     int | None,
     typer.Option(
@@ -362,6 +380,7 @@ __all__ = [
     "AtolOpt",
     "BaselineOpt",
     "BatchOpt",
+    "ColumnsOpt",
     "DebugOpt",
     "DepthOpt",
     "DeviceOpt",
@@ -378,6 +397,7 @@ __all__ = [
     "LossOpt",
     "ModeOpt",
     "ModelArg",
+    "NoForwardOpt",
     "OutputOpt",
     "RtolOpt",
     "SeedOpt",

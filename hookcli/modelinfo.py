@@ -76,7 +76,9 @@ def numel(t: torch.Tensor) -> int:
 
 def is_lazy(t: torch.Tensor) -> bool:
     """An ``UninitializedParameter`` / ``UninitializedBuffer`` (a lazy module before forward)."""
-    return isinstance(t, torch.nn.parameter.UninitializedTensorMixin)
+    from torch.nn.parameter import is_lazy as lazy
+
+    return bool(lazy(t))
 
 
 def own_tensors(module: nn.Module) -> list[Held]:
