@@ -84,14 +84,19 @@ def _read_torch(path: Path) -> Any:
     try:
         return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as err:
-        text = first_line(err)
-        if "weights_only" in text or "Unsupported global" in text or "GLOBAL" in text:
+        import re
+
+        full = str(err)
+        found = re.search(r"GLOBAL ([\w.]+)", full) or re.search(r"global:? ([\w.]+)", full)
+        if found:
             raise UsageError(
-                f"--input-file {path}: holds Python objects that torch.load(weights_only=True) "
-                "refuses to unpickle (only tensors, lists, tuples, dicts, numbers, strings and "
-                "None are read); save plain structures, or build the inputs in Python with "
-                "--inputs-from FILE.py:fn"
+                f"--input-file {path}: holds a Python object ({found.group(1)}) that "
+                "torch.load(weights_only=True) refuses to unpickle (only tensors, lists, tuples, "
+                "dicts, numbers, strings and None are read); save plain structures, or build "
+                "the inputs in Python with --inputs-from FILE.py:fn"
             ) from None
+        m = re.search(r"WeightsUnpickler error:\s*(.+)", full)
+        text = m.group(1).strip() if m else first_line(err)
         raise UsageError(f"--input-file {path}: not a torch.save file: {text}") from None
     except (RuntimeError, EOFError, ValueError, OSError, AttributeError, KeyError) as err:
         if isinstance(err, RuntimeError) and is_oom(err):
@@ -375,8 +380,14 @@ def _check_signature(
         sig = inspect.signature(model.forward)
     except (TypeError, ValueError):
         return
+    shown = f"{type(model).__name__}.forward{_plain_signature(sig)}"
+    P = inspect.Parameter
+    params = sig.parameters
+    if not any(p.kind is P.VAR_KEYWORD for p in params.values()):
+        for key in kwargs:
+            if key not in params or params[key].kind in (P.POSITIONAL_ONLY, P.VAR_POSITIONAL):
+                raise UsageError(f"{source}: forward takes no keyword input {key!r}: {shown}")
     try:
         sig.bind(*args, **kwargs)
     except TypeError as err:
-        shown = f"{type(model).__name__}.forward{_plain_signature(sig)}"
         raise UsageError(f"{source}: {err}: {shown}") from None
