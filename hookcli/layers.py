@@ -184,7 +184,7 @@ def param_totals(t: dict[str, int], unshown: int) -> list[tuple[str, str]]:
     if "pruned_params" in t:
         from hookcli.parameters import pruned_line
 
-        out.append(("Unpruned params", pruned_line(t)))
+        out.append(("Params after pruning", pruned_line(t)))
     if unshown:
         out.append(("Params in modules that did not run", fmt_int(unshown)))
     return out

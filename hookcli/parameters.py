@@ -166,7 +166,7 @@ def params_report(
             ("Packed (quantized)", f"{fmt_int(packed_numel)}, read with weight() / bias()")
         )
     if pruned is not None:
-        table_totals.append(("Unpruned (mask kept)", pruned_line(pruned)))
+        table_totals.append(("After pruning", pruned_line(pruned)))
     if groups:
         table_totals.append(
             ("Shared", "; ".join(" = ".join(g) for g in groups) + " (each counted once)")
