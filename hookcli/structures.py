@@ -81,13 +81,51 @@ def iter_named_tensors(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.
             open_ids.discard(oid)
 
 
+def _values(obj: Any) -> Iterable[Any] | None:
+    """The items of a container (as ``children``, without their names), or None."""
+    if isinstance(obj, (list, tuple)):
+        return obj
+    if type(obj) is dict:  # before the Mapping ABC check, which is slow
+        return obj.values()
+    if isinstance(obj, Mapping):
+        return obj.values()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [getattr(obj, f.name, None) for f in dataclasses.fields(obj)]
+    if _is_record(obj):
+        return list(vars(obj).values())
+    return None
+
+
 def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
-    """Every tensor in ``obj``, depth first, in order."""
+    """Every tensor in ``obj``, depth first, in order (``iter_named_tensors`` without
+    the names: this one runs on every module call)."""
     if isinstance(obj, torch.Tensor):
         yield obj
         return
-    for _, t in iter_named_tensors(obj):
-        yield t
+    first = None if obj is None else _values(obj)
+    if first is None:
+        return
+    open_ids = {id(obj)}
+    stack: list[tuple[Iterator[Any], int]] = [(iter(first), id(obj))]
+    tensor = torch.Tensor
+    while stack:
+        items, oid = stack[-1]
+        for value in items:
+            if value is None:
+                continue
+            if isinstance(value, tensor):
+                yield value
+                continue
+            if id(value) in open_ids:
+                continue
+            sub = _values(value)
+            if sub is not None:
+                open_ids.add(id(value))
+                stack.append((iter(sub), id(value)))
+                break
+        else:
+            stack.pop()
+            open_ids.discard(oid)
 
 
 def shapes_of(*objs: Any) -> tuple[tuple[int, ...], ...]:
