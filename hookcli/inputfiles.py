@@ -391,3 +391,45 @@ def _check_signature(
         sig.bind(*args, **kwargs)
     except TypeError as err:
         raise UsageError(f"{source}: {err}: {shown}") from None
+
+
+def initialize_lazy(model: nn.Module, inputs: Inputs) -> None:
+    """Give lazy modules (``nn.LazyLinear``, ...) their real parameters before any hook
+    goes on: one plain forward in eval mode under ``no_grad``, the RNG state and the
+    training flags restored after. Without it, hooks on uninitialized parameters (the
+    tensor hooks of ``grads``, the storages ``cost`` follows) fail. A note on stderr
+    says so; nothing happens for a model without lazy parameters.
+    """
+    import torch
+
+    from hookcli.errors import RunError
+    from hookcli.modelinfo import is_lazy
+
+    lazy = [n for n, p in model.named_parameters() if is_lazy(p)]
+    lazy += [n for n, b in model.named_buffers() if is_lazy(b)]
+    if not lazy:
+        return
+    print(
+        f"hookcli: note: {len(lazy)} parameter(s)/buffer(s) of lazy modules are not "
+        "initialized: one forward in eval mode (no hooks, no grad) initializes them first",
+        file=sys.stderr,
+        flush=True,
+    )
+    modes = {m: m.training for m in model.modules()}
+    rng = torch.get_rng_state()
+    try:
+        model.eval()
+        with torch.no_grad():
+            model(*inputs.args, **dict(inputs.kwargs))
+    except Exception as err:
+        if is_oom(err):
+            raise ResourceError(
+                f"out of memory initializing lazy modules: {first_line(err)}"
+            ) from err
+        raise RunError(
+            f"forward failed while initializing lazy modules: {first_line(err)}"
+        ) from err
+    finally:
+        torch.set_rng_state(rng)
+        for m, training in modes.items():
+            m.training = training

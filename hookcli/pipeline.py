@@ -179,6 +179,10 @@ def prepare(
             defaults=loaded.default_inputs,
             defaults_source=loaded.input_source,
         )
+    if inputs is not None:
+        from hookcli.inputfiles import initialize_lazy
+
+        initialize_lazy(model, inputs)
     settings = {
         "device": str(device),
         "dtype": run_opts.dtype or _model_dtype(model),

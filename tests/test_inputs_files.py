@@ -366,3 +366,19 @@ def test_pruned_params_count_unmasked_weights() -> None:
     assert params["totals"]["pruned_params"] == total - zeros
     plain = invoke_json("inspect", "sample_models:LeNet")
     assert "pruned_params" not in plain["totals"]
+
+
+def test_grads_and_cost_on_lazy_modules_initialize_them_first() -> None:
+    report = invoke_json("grads", f"{M}:lazy_mlp", "-i", "2x7")
+    torch.manual_seed(0)
+    model = im.lazy_mlp()
+    x = torch.randn(2, 7, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        model.eval()(x)  # the initializing forward, as documented
+    model.train()(x).sum().backward()
+    norm = torch.linalg.vector_norm(torch.stack([p.grad.norm() for p in model.parameters()]))
+    assert report["totals"]["grad_norm"] == pytest.approx(norm.item(), rel=1e-5)
+    assert report["totals"]["params"] == 7 * 5 + 5 + 12
+    cost = invoke("cost", f"{M}:lazy_mlp", "-i", "2x7")
+    assert cost.exit_code == 0, cost.stderr
+    assert "lazy modules" in cost.stderr
