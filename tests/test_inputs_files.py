@@ -382,3 +382,21 @@ def test_grads_and_cost_on_lazy_modules_initialize_them_first() -> None:
     cost = invoke("cost", f"{M}:lazy_mlp", "-i", "2x7")
     assert cost.exit_code == 0, cost.stderr
     assert "lazy modules" in cost.stderr
+
+
+def test_api_columns_leave_the_model_as_found() -> None:
+    import hookcli
+    from sample_models import LeNet
+    from tests.conftest import assert_no_hooks, state_snapshot
+
+    torch.manual_seed(0)
+    model = LeNet().train()
+    x = torch.randn(2, 1, 32, 32)
+    before = state_snapshot(model)
+    report = hookcli.inspect(model, x, columns=["mult_adds", "trainable"])
+    cost = hookcli.cost(model, x)
+    assert [r["mult_adds"] for r in report.layers] == [r["macs"] for r in cost.layers]
+    assert_no_hooks(model)
+    after = state_snapshot(model)
+    assert after["training"] == before["training"]
+    assert all(m.training for m in model.modules())
