@@ -205,16 +205,23 @@ class InspectPlan:
     kinds: tuple[HookKind, ...]
     depth: int | None = None
     global_hooks: bool = False
+    columns: tuple[str, ...] = ()  # --columns: kernel_size, groups, mult_adds, ...
 
 
 INSPECT_KINDS = (HookKind.PRE, HookKind.FORWARD)
 
 
 def plan_inspect(
-    hooks: Hooks = None, depth: int | None = None, global_hooks: bool = False
+    hooks: Hooks = None,
+    depth: int | None = None,
+    global_hooks: bool = False,
+    columns: Names = None,
 ) -> InspectPlan:
     """Check the options of ``inspect`` (UsageError)."""
-    return InspectPlan(_kinds(hooks) or INSPECT_KINDS, _depth(depth), global_hooks)
+    from hookcli.layers import parse_columns
+
+    cols = parse_columns(_names(columns))
+    return InspectPlan(_kinds(hooks) or INSPECT_KINDS, _depth(depth), global_hooks, cols)
 
 
 def _depth(depth: int | None) -> int | None:
@@ -230,7 +237,9 @@ def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
         inspect_totals,
         layer_rows,
         param_totals,
+        params_not_run,
         shape_columns,
+        with_columns,
     )
     from hookcli.pipeline import run_session
     from hookcli.probes import backward_probes
@@ -243,6 +252,15 @@ def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
         outcome.records, prepared.model, depth=plan.depth, kinds=kinds, probes=probes
     )
     model_totals, extra_cols = inspect_totals(prepared.model, probes)
+    model_totals["params_not_run"] = params_not_run(outcome.records, prepared.model)
+    rows, chosen = with_columns(
+        prepared,
+        rows,
+        plan.columns,
+        model_totals["params"],
+        ran=outcome.error is None,
+        global_hooks=plan.global_hooks,
+    )
     report = Report(
         command="inspect",
         model=prepared.model_info(),
@@ -251,7 +269,7 @@ def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
         layers=rows,
         totals=model_totals,
         error=outcome.error.message if outcome.error else None,
-        columns=(*shape_columns(kinds), *extra_cols, *PARAM_COLUMNS),
+        columns=(*shape_columns(kinds), *extra_cols, *PARAM_COLUMNS, *chosen),
         table_totals=tuple(param_totals(model_totals, unshown)),
     )
     return report, outcome.error
@@ -266,6 +284,7 @@ def inspect(
     global_hooks: bool = False,
     depth: int | None = None,
     seed: int | None = None,
+    columns: Names = None,
 ) -> Report:
     """Per-layer input/output shapes and parameter counts, like ``hookcli inspect``.
 
@@ -279,6 +298,8 @@ def inspect(
         global_hooks: attach through the global ``register_module_*`` hooks.
         depth: rows for modules at depth <= N only.
         seed: ``torch.manual_seed(seed)`` before the run (the RNG state is restored after).
+        columns: extra row keys, as ``--columns``: ``kernel_size``, ``groups``,
+            ``param_percent``, ``mult_adds``, ``trainable`` (a comma string or a list).
 
     Returns:
         The ``Report``: ``layers`` rows with ``name``, ``type``, ``depth``, ``call``,
@@ -288,7 +309,7 @@ def inspect(
     Raises:
         UsageError: a bad option or no inputs known. RunError: the model raised.
     """
-    plan = plan_inspect(hooks, depth, global_hooks)
+    plan = plan_inspect(hooks, depth, global_hooks, columns)
     return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_inspect(p, plan))
 
 
@@ -393,7 +414,13 @@ def plan_grads(
 def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
     """Gradient flow per module call, the totals and the checks."""
     from hookcli.checks.grads import run_checks
-    from hookcli.layers import PARAM_COLUMNS, layer_rows, param_totals, shape_columns
+    from hookcli.layers import (
+        PARAM_COLUMNS,
+        layer_rows,
+        param_totals,
+        params_not_run,
+        shape_columns,
+    )
     from hookcli.losses import reduce_output
     from hookcli.modelinfo import totals
     from hookcli.pipeline import progress, run_session
@@ -427,6 +454,7 @@ def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
     )
     rows = _mark(rows, checks, findings, outcome.records)
     model_totals: dict[str, Any] = dict(totals(prepared.model))
+    model_totals["params_not_run"] = params_not_run(outcome.records, prepared.model)
     model_totals["loss"] = outcome.loss
     model_totals.update(probe.totals())
     settings = {**prepared.settings, "loss": loss_kind.value}

@@ -70,6 +70,45 @@ InputOpt = Annotated[
         show_default=False,
     ),
 ]
+InputFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--input-file",
+        metavar="FILE",
+        help="Real inputs saved in FILE: .pt (torch.load weights_only), .safetensors, .npz or "
+        ".npy. A tensor or list/tuple: positional inputs; a dict: keyword inputs; nested "
+        "structures pass as they are.",
+        show_default=False,
+    ),
+]
+InputsFromOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--inputs-from",
+        metavar="FILE.py:FN",
+        help="Call FN (FILE.py:fn or pkg.mod:fn; trusted code) after torch.manual_seed(--seed); "
+        "it returns args or (args, kwargs): ints, strings, None, namedtuples, any tensors.",
+        show_default=False,
+    ),
+]
+NoForwardOpt = Annotated[
+    bool,
+    typer.Option(
+        "--no-forward",
+        help="Run nothing: the module tree with parameters and buffers per module, no "
+        "shapes. For a model whose inputs are unknown, and TorchScript models.",
+    ),
+]
+ColumnsOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--columns",
+        metavar="NAMES",
+        help="Extra columns, comma-separated: kernel_size, groups, param_percent, mult_adds "
+        "(cost's MACs per call: one more counted forward), trainable. In every format.",
+        show_default=False,
+    ),
+]
 BatchOpt = Annotated[
     int | None,
     typer.Option(
@@ -244,8 +283,31 @@ def run_options(
     mode: Mode | None,
     default_mode: Mode,
     global_hooks: bool = False,
+    input_file: Path | None = None,
+    inputs_from: str | None = None,
 ) -> RunOptions:
-    """The run part of the options; ``mode`` falls back to the command's default."""
+    """The run part of the options; ``mode`` falls back to the command's default.
+
+    One source of inputs at most: ``-i``, ``--input-file`` or ``--inputs-from`` (exit 2).
+    """
+    from hookcli.errors import UsageError
+
+    given = [
+        name
+        for name, value in (
+            ("--input", inputs),
+            ("--input-file", input_file),
+            ("--inputs-from", inputs_from),
+        )
+        if value
+    ]
+    if len(given) > 1:
+        raise UsageError(f"{' and '.join(given)} both give the inputs: pass one of them")
+    if batch_size is not None and (input_file is not None or inputs_from):
+        raise UsageError(
+            f"--batch-size resizes drawn inputs; {given[0]} gives real ones: save them with "
+            "the batch size you want"
+        )
     return RunOptions(
         inputs=tuple(inputs or ()),
         batch_size=batch_size,
@@ -253,6 +315,8 @@ def run_options(
         dtype=dtype,
         mode=mode or default_mode,
         global_hooks=global_hooks,
+        input_file=input_file,
+        inputs_from=inputs_from,
     )
 
 
@@ -316,6 +380,7 @@ __all__ = [
     "AtolOpt",
     "BaselineOpt",
     "BatchOpt",
+    "ColumnsOpt",
     "DebugOpt",
     "DepthOpt",
     "DeviceOpt",
@@ -324,12 +389,15 @@ __all__ = [
     "FormatOpt",
     "GlobalHooksOpt",
     "HooksOpt",
+    "InputFileOpt",
     "InputOpt",
+    "InputsFromOpt",
     "JunitOpt",
     "KwargsOpt",
     "LossOpt",
     "ModeOpt",
     "ModelArg",
+    "NoForwardOpt",
     "OutputOpt",
     "RtolOpt",
     "SeedOpt",

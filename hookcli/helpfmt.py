@@ -19,7 +19,7 @@ PANEL_ORDER = ("Model", "Input", "Run", "Output", "Checks", "CI", "Distributed")
 PANELS: dict[str, str] = {}
 for _panel, _flags in {
     "Model": ("--kwargs", "--weights", "--trust-pickle", "--seed"),
-    "Input": ("--input", "--batch-size"),
+    "Input": ("--input", "--input-file", "--inputs-from", "--batch-size"),
     "Run": (
         "--device",
         "--dtype",
@@ -36,9 +36,11 @@ for _panel, _flags in {
         "--grad-op",
         "--together",
         "--frozen",
+        "--no-forward",
     ),
     "Output": (
         "--depth",
+        "--columns",
         "--format",
         "--output",
         "--per-param",

@@ -63,6 +63,24 @@ def packed_tensors(module: nn.Module) -> list[tuple[str, torch.Tensor]]:
     return out
 
 
+def numel(t: torch.Tensor) -> int:
+    """Elements of ``t``; 0 for a lazy module's uninitialized parameter or buffer.
+
+    ``nn.LazyLinear`` and friends hold ``UninitializedParameter``s until their first
+    forward; asking their shape raises.
+    """
+    if is_lazy(t):
+        return 0
+    return t.numel()
+
+
+def is_lazy(t: torch.Tensor) -> bool:
+    """An ``UninitializedParameter`` / ``UninitializedBuffer`` (a lazy module before forward)."""
+    from torch.nn.parameter import is_lazy as lazy
+
+    return bool(lazy(t))
+
+
 def own_tensors(module: nn.Module) -> list[Held]:
     """The module's direct parameters and packed weights, each once."""
     out: list[Held] = []
@@ -70,7 +88,8 @@ def own_tensors(module: nn.Module) -> list[Held]:
     for p in module._parameters.values():  # parameters(recurse=False), without its walk
         if p is not None and id(p) not in seen:
             seen.add(id(p))
-            out.append(Held(id(p), p.numel(), p.requires_grad, p.numel() * p.element_size()))
+            n = numel(p)
+            out.append(Held(id(p), n, p.requires_grad, n * p.dtype.itemsize))
     for attr, t in packed_tensors(module):
         out.append(Held((id(module), attr), t.numel(), False, t.numel() * t.element_size(), True))
     return out
@@ -179,8 +198,8 @@ def totals(model: nn.Module, index: TensorIndex | None = None) -> dict[str, int]
         "trainable_params": trainable,
         "non_trainable_params": n - trainable,
         "param_bytes": sum(h.nbytes for h in held),
-        "buffers": sum(b.numel() for b in buffers),
-        "buffer_bytes": sum(b.numel() * b.element_size() for b in buffers),
+        "buffers": sum(numel(b) for b in buffers),
+        "buffer_bytes": sum(numel(b) * b.dtype.itemsize for b in buffers),
     }
     packed = sum(h.numel for h in held if h.packed)
     if packed:

@@ -105,6 +105,8 @@ class RunOptions:
     dtype: str | None = None
     mode: Mode = Mode.EVAL
     global_hooks: bool = False
+    input_file: Path | None = None  # --input-file: saved tensors
+    inputs_from: str | None = None  # --inputs-from FILE.py:fn / pkg.mod:fn
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,7 @@ def params_report(
     prepared: Prepared, depth: int | None, frozen: list[str], frozen_names: list[str]
 ) -> Report:
     """The rows (a shared tensor's Numel counted at its first name), totals and table layout."""
-    from hookcli.modelinfo import depth_of
+    from hookcli.modelinfo import depth_of, is_lazy, numel
     from hookcli.render import Column, fmt_bool, fmt_int, fmt_shape
     from hookcli.report import Report, Row
 
@@ -77,39 +77,47 @@ def params_report(
     rows = []
     first_seen: set[Any] = set()
     hidden = hidden_numel = 0
+    lazy_names: list[str] = []
     for n, t, key, packed in entries:
         counted = key not in first_seen
         first_seen.add(key)
+        lazy = is_lazy(t)
+        if lazy:
+            lazy_names.append(n)
         owner = n.rpartition(".")[0]
         if depth is not None and depth_of(owner) > depth:
             hidden += 1
-            hidden_numel += t.numel() if counted else 0
+            hidden_numel += numel(t) if counted else 0
             continue
         data = {
             "name": n,
-            "shape": list(t.shape),
+            "shape": None if lazy else list(t.shape),
             "dtype": str(t.dtype).removeprefix("torch."),
             "device": str(t.device),
             "requires_grad": _trainable(t, packed),
-            "numel": t.numel(),
+            "numel": numel(t),
             "shared_with": [o for o in names_of[key] if o != n],
         }
         if any_packed:
             data["packed"] = packed
+        if lazy:
+            data["uninitialized"] = True
         # The table's Numel column counts a shared tensor at its first name only,
         # so the column sums to the total.
-        display: dict[str, Any] = {"counted": t.numel() if counted else None}
+        display: dict[str, Any] = {"counted": numel(t) if counted else None}
         if not counted:
             display["mark"] = "(tied)"
         elif packed:
             display["mark"] = "(packed)"
+        elif lazy:
+            display["mark"] = "(uninitialized)"
         rows.append(Row.of(data, display))
 
     by_key = {key: (t, _trainable(t, packed)) for _, t, key, packed in entries}
     unique = [t for t, _ in by_key.values()]
     packed_numel = sum(t.numel() for _, t, _, packed in entries if packed)
-    total = sum(t.numel() for t in unique)
-    trainable = sum(t.numel() for t, grad in by_key.values() if grad)
+    total = sum(numel(t) for t in unique)
+    trainable = sum(numel(t) for t, grad in by_key.values() if grad)
     groups = [ns for ns in names_of.values() if len(ns) > 1]
     totals: dict[str, Any] = {
         "params": total,
@@ -118,12 +126,17 @@ def params_report(
         "tensors": len(unique),
         "names": len(entries),
         "trainable_tensors": sum(1 for _, grad in by_key.values() if grad),
-        "param_bytes": sum(t.numel() * t.element_size() for t in unique),
+        "param_bytes": sum(numel(t) * t.dtype.itemsize for t in unique),
         "shared_groups": [list(g) for g in groups],
         "frozen_by_option": frozen_names,
     }
     if any_packed:
         totals["packed_params"] = packed_numel
+    if lazy_names:
+        totals["uninitialized_params"] = lazy_names
+    pruned = pruned_counts(prepared.model)
+    if pruned is not None:
+        totals.update(pruned)
     settings = {k: v for k, v in prepared.settings.items() if k != "mode"}
     notes = []
     if frozen:
@@ -131,6 +144,13 @@ def params_report(
         notes.append(
             f"--frozen {' '.join(frozen)}: requires_grad=False set on "
             f"{len(frozen_names)} parameter name(s)"
+        )
+
+    if lazy_names:
+        notes.append(
+            f"{len(lazy_names)} parameter(s) of lazy modules (nn.LazyLinear, ...) are not "
+            "initialized yet: counted as 0 until a forward sets their shapes "
+            "(hookcli inspect runs one and reports their real size)"
         )
 
     def pct(n: int) -> str:
@@ -145,6 +165,8 @@ def params_report(
         table_totals.append(
             ("Packed (quantized)", f"{fmt_int(packed_numel)}, read with weight() / bias()")
         )
+    if pruned is not None:
+        table_totals.append(("After pruning", pruned_line(pruned)))
     if groups:
         table_totals.append(
             ("Shared", "; ".join(" = ".join(g) for g in groups) + " (each counted once)")
@@ -163,7 +185,7 @@ def params_report(
         notes=tuple(notes),
         columns=(
             Column("name", "Parameter"),
-            Column("shape", "Shape", fmt_shape),
+            Column("shape", "Shape", lambda s: "-" if s is None else fmt_shape(s)),
             Column("dtype", "Dtype"),
             Column("device", "Device"),
             Column("requires_grad", "Grad", fmt_bool),
@@ -171,4 +193,57 @@ def params_report(
             Column("shared_with", "Shared with"),
         ),
         table_totals=tuple(table_totals),
+    )
+
+
+def prune_masks(model: nn.Module) -> list[tuple[nn.Module, str]]:
+    """``(module, name)`` for every ``torch.nn.utils.prune`` mask: the module keeps
+    ``name_orig`` (the parameter) and ``name_mask`` (a buffer), and a forward-pre hook
+    (a ``BasePruningMethod``) that sets ``name = name_orig * name_mask``."""
+    from torch.nn.utils import prune
+
+    out: list[tuple[nn.Module, str]] = []
+    for m in model.modules():
+        for hook in m._forward_pre_hooks.values():
+            if isinstance(hook, prune.BasePruningMethod):
+                name = getattr(hook, "_tensor_name", None)
+                if name and f"{name}_mask" in m._buffers and f"{name}_orig" in m._parameters:
+                    out.append((m, name))
+    return out
+
+
+def pruned_counts(model: nn.Module) -> dict[str, Any] | None:
+    """``pruned_params`` (every parameter element less those a prune mask zeroes, what
+    torchinfo counts) and ``masked_params``; None when the model has no prune mask, or
+    when the masks have no values (``--device meta``)."""
+    import torch
+
+    from hookcli.modelinfo import numel
+
+    masks = prune_masks(model)
+    if not masks:
+        return None
+    masked = 0
+    seen: set[int] = set()
+    for m, name in masks:
+        mask = m._buffers[f"{name}_mask"]
+        orig = m._parameters[f"{name}_orig"]
+        if mask is None or orig is None or id(orig) in seen:
+            continue
+        seen.add(id(orig))
+        if mask.is_meta:
+            return None
+        with torch.no_grad():
+            masked += int(mask.numel() - torch.count_nonzero(mask).item())
+    total = sum(numel(p) for p in {id(p): p for p in model.parameters()}.values())
+    return {"pruned_params": total - masked, "masked_params": masked}
+
+
+def pruned_line(counts: dict[str, Any]) -> str:
+    """The table's totals line for a pruned model."""
+    from hookcli.render import fmt_int
+
+    return (
+        f"{fmt_int(counts['pruned_params'])} ({fmt_int(counts['masked_params'])} weights "
+        "zeroed by torch.nn.utils.prune masks not counted)"
     )

@@ -125,6 +125,15 @@ def prepare(
         raise UsageError(f"--dtype must be one of {', '.join(FLOAT_DTYPES)}, got {run_opts.dtype}")
     for text in run_opts.inputs:
         parse_spec(text)  # a malformed spec is exit 2 before the model is built
+    saved_inputs = None
+    if need_inputs and run_opts.input_file is not None:
+        from hookcli.inputfiles import read_input_file
+
+        saved_inputs = read_input_file(run_opts.input_file)  # a bad file: exit 2, no build
+    elif need_inputs and run_opts.inputs_from:
+        from hookcli.inputfiles import check_inputs_from
+
+        check_inputs_from(run_opts.inputs_from)
     if loaded is None:
         loaded = build_model(model_opts, device)
     model = loaded.module
@@ -142,7 +151,19 @@ def prepare(
             ) from err
         raise LoadError(f"could not move the model to {device}: {first_line(err)}") from err
     inputs = None
-    if need_inputs:
+    if need_inputs and (run_opts.input_file is not None or run_opts.inputs_from):
+        from hookcli.inputfiles import real_inputs
+
+        inputs = real_inputs(
+            model,
+            input_file=run_opts.input_file,
+            inputs_from=run_opts.inputs_from,
+            preloaded=saved_inputs,
+            seed=model_opts.seed,
+            dtype=run_opts.dtype,
+            device=device,
+        )
+    elif need_inputs:
         specs = [parse_spec(t) for t in run_opts.inputs]
         check_order(specs)
         check_against_forward(model, specs)  # too many -i, an unknown NAME=: exit 2
@@ -158,12 +179,18 @@ def prepare(
             defaults=loaded.default_inputs,
             defaults_source=loaded.input_source,
         )
+    if inputs is not None:
+        from hookcli.inputfiles import initialize_lazy
+
+        initialize_lazy(model, inputs)
     settings = {
         "device": str(device),
         "dtype": run_opts.dtype or _model_dtype(model),
         "mode": run_opts.mode.value,
         "seed": model_opts.seed,
     }
+    if inputs is not None and inputs.source.startswith(("--input-file", "--inputs-from")):
+        settings["inputs"] = inputs.source  # --input-file FILE / --inputs-from SPEC
     return Prepared(loaded=loaded, inputs=inputs, settings=settings)
 
 

@@ -54,8 +54,8 @@ def check_scripted(
         raise UsageError(
             f"the model is a TorchScript module ({type(model).__name__}, from torch.jit.script "
             "or torch.jit.trace): PyTorch runs no Python hooks on it, so its layers cannot be "
-            "seen; pass the eager nn.Module it was made from (hookcli params reads a "
-            "TorchScript module's parameters)"
+            "seen; pass the eager nn.Module it was made from (hookcli inspect --no-forward "
+            "shows a TorchScript module's tree and parameters, hookcli params its parameters)"
         )
     listed = ", ".join(n for n, _ in roots)
     if global_hooks and backward:

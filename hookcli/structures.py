@@ -2,49 +2,130 @@
 
 Tuples, lists, namedtuples, dicts (values in the dict's own key order),
 dataclasses, and plain objects holding tensors in attributes (torchvision's
-``ImageList``; attribute order, three levels deep at most) are walked; None and
-other leaves are skipped.
+``ImageList``; attribute order) are walked at any depth; None and other leaves
+are skipped. A structure that contains itself (an object whose attribute points
+back to it, a list holding itself) is walked once per path: the cycle guard skips
+a container already open above it, so a tensor reached twice through different
+branches is still listed twice, like ``(x, x)``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator, Mapping
+import types
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
-
-_MAX_DEPTH = 32
 
 
 def _is_record(obj: Any) -> bool:
     """A plain object holding data in attributes (torchvision's ImageList, say)."""
     return (
         hasattr(obj, "__dict__")
-        and not isinstance(obj, (torch.nn.Module, type))
+        and not isinstance(obj, (torch.nn.Module, type, types.ModuleType))
         and not callable(obj)
         and not isinstance(obj, (str, bytes))
     )
 
 
-def iter_tensors(obj: Any, _depth: int = 0) -> Iterator[torch.Tensor]:
-    """Every tensor in ``obj``, depth first, in order."""
-    if _depth > _MAX_DEPTH or obj is None:
+def children(obj: Any) -> Iterable[tuple[str, Any]] | None:
+    """``(suffix, value)`` for the items of a container, or None for a leaf.
+
+    The suffix is how the item is reached: ``[i]``, ``[key]`` or ``.attr``.
+    """
+    if isinstance(obj, Mapping):
+        return ((f"[{k}]", v) for k, v in obj.items())
+    if isinstance(obj, (list, tuple)):
+        return ((f"[{i}]", v) for i, v in enumerate(obj))
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return ((f".{f.name}", getattr(obj, f.name, None)) for f in dataclasses.fields(obj))
+    if _is_record(obj):
+        return ((f".{k}", v) for k, v in list(vars(obj).items()))
+    return None
+
+
+def iter_named_tensors(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """``(path, tensor)`` for every tensor in ``obj``, depth first, in order.
+
+    No depth limit (an explicit stack, not recursion); a container already open on
+    the current path is skipped (the cycle guard).
+    """
+    if obj is None:
         return
     if isinstance(obj, torch.Tensor):
+        yield prefix, obj
+        return
+    first = children(obj)
+    if first is None:
+        return
+    open_ids = {id(obj)}
+    stack: list[tuple[Iterator[tuple[str, Any]], int, str]] = [(iter(first), id(obj), prefix)]
+    while stack:
+        items, oid, path = stack[-1]
+        for suffix, value in items:
+            if value is None:
+                continue
+            if isinstance(value, torch.Tensor):
+                yield path + suffix, value
+                continue
+            if id(value) in open_ids:
+                continue  # a cycle: this container is being walked above us
+            sub = children(value)
+            if sub is not None:
+                open_ids.add(id(value))
+                stack.append((iter(sub), id(value), path + suffix))
+                break
+        else:
+            stack.pop()
+            open_ids.discard(oid)
+
+
+def _values(obj: Any) -> Iterable[Any] | None:
+    """The items of a container (as ``children``, without their names), or None."""
+    if isinstance(obj, (list, tuple)):
+        return obj
+    if type(obj) is dict:  # before the Mapping ABC check, which is slow
+        return obj.values()
+    if isinstance(obj, Mapping):
+        return obj.values()
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [getattr(obj, f.name, None) for f in dataclasses.fields(obj)]
+    if _is_record(obj):
+        return list(vars(obj).values())
+    return None
+
+
+def iter_tensors(obj: Any) -> Iterator[torch.Tensor]:
+    """Every tensor in ``obj``, depth first, in order (``iter_named_tensors`` without
+    the names: this one runs on every module call)."""
+    if isinstance(obj, torch.Tensor):
         yield obj
-    elif isinstance(obj, Mapping):
-        for value in obj.values():
-            yield from iter_tensors(value, _depth + 1)
-    elif isinstance(obj, (list, tuple)):
-        for value in obj:
-            yield from iter_tensors(value, _depth + 1)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            yield from iter_tensors(getattr(obj, f.name, None), _depth + 1)
-    elif _is_record(obj) and _depth < 4:
-        for value in vars(obj).values():
-            yield from iter_tensors(value, _depth + 1)
+        return
+    first = None if obj is None else _values(obj)
+    if first is None:
+        return
+    open_ids = {id(obj)}
+    stack: list[tuple[Iterator[Any], int]] = [(iter(first), id(obj))]
+    tensor = torch.Tensor
+    while stack:
+        items, oid = stack[-1]
+        for value in items:
+            if value is None:
+                continue
+            if isinstance(value, tensor):
+                yield value
+                continue
+            if id(value) in open_ids:
+                continue
+            sub = _values(value)
+            if sub is not None:
+                open_ids.add(id(value))
+                stack.append((iter(sub), id(value)))
+                break
+        else:
+            stack.pop()
+            open_ids.discard(oid)
 
 
 def shapes_of(*objs: Any) -> tuple[tuple[int, ...], ...]:

@@ -31,6 +31,24 @@ CASES: list[tuple[str, str, int]] = [
     ("inspect-containers", "inspect sample_models.causal_lm:TinyCausalLM", 0),
     ("inspect-meta", "inspect sample_models:TinyTransformer --device meta", 0),
     ("inspect-failed", "inspect tests.fixtures.broken:RaisesInMiddle", 4),
+    (
+        "inspect-columns",
+        "inspect sample_models:LeNet --columns kernel_size,groups,param_percent,mult_adds,trainable",
+        0,
+    ),
+    (
+        "inspect-no-forward",
+        "inspect tests.fixtures.inputs_models:NeedsInt --no-forward --columns trainable,groups",
+        0,
+    ),
+    ("inspect-pruned", "inspect tests.fixtures.inputs_models:pruned_net -i 2x10", 0),
+    ("params-lazy", "params tests.fixtures.inputs_models:lazy_mlp", 0),
+    (
+        "stats-inputs-from",
+        "stats tests.fixtures.inputs_models:Odd "
+        "--inputs-from tests.fixtures.inputs_models:odd_inputs",
+        0,
+    ),
     ("grads", "grads sample_models:LeNet --per-param --fail-on nan,inf,unused,zero-grad", 0),
     ("grads-containers", "grads sample_models.causal_lm:TinyCausalLM -d 2", 0),
     ("grads-nan", "grads sample_models:NaNModel --fail-on nan,inf", 1),

@@ -15,7 +15,9 @@ from hookcli.cliopts import (
     DeviceOpt,
     DtypeOpt,
     FormatOpt,
+    InputFileOpt,
     InputOpt,
+    InputsFromOpt,
     JunitOpt,
     KwargsOpt,
     LossOpt,
@@ -120,6 +122,8 @@ def command(
     weights: WeightsOpt = None,
     trust_pickle: TrustPickleOpt = False,
     input: InputOpt = None,
+    input_file: InputFileOpt = None,
+    inputs_from: InputsFromOpt = None,
     batch_size: BatchOpt = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = None,
@@ -157,7 +161,16 @@ def command(
         raise UsageError("ablate needs values: --device meta holds shapes only")
 
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL)
+    ropts = run_options(
+        input,
+        batch_size,
+        device,
+        dtype,
+        mode,
+        Mode.EVAL,
+        input_file=input_file,
+        inputs_from=inputs_from,
+    )
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     out = output_options(format, output, None, debug, ci)
 

@@ -14,7 +14,9 @@ from hookcli.cliopts import (
     DeviceOpt,
     DtypeOpt,
     FormatOpt,
+    InputFileOpt,
     InputOpt,
+    InputsFromOpt,
     JunitOpt,
     KwargsOpt,
     ModelArg,
@@ -51,6 +53,8 @@ def command(
     weights: WeightsOpt = None,
     trust_pickle: TrustPickleOpt = False,
     input: InputOpt = None,
+    input_file: InputFileOpt = None,
+    inputs_from: InputsFromOpt = None,
     batch_size: BatchOpt = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = None,
@@ -73,7 +77,16 @@ def command(
     from hookcli.probes.buffers import BufferProbe, buffers_report
 
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(input, batch_size, device, dtype, mode, Mode.TRAIN)
+    ropts = run_options(
+        input,
+        batch_size,
+        device,
+        dtype,
+        mode,
+        Mode.TRAIN,
+        input_file=input_file,
+        inputs_from=inputs_from,
+    )
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     out = output_options(format, output, depth, debug, ci)
 

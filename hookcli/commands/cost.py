@@ -15,7 +15,9 @@ from hookcli.cliopts import (
     DtypeOpt,
     FormatOpt,
     GlobalHooksOpt,
+    InputFileOpt,
     InputOpt,
+    InputsFromOpt,
     JunitOpt,
     KwargsOpt,
     ModelArg,
@@ -82,6 +84,8 @@ def command(
     weights: WeightsOpt = None,
     trust_pickle: TrustPickleOpt = False,
     input: InputOpt = None,
+    input_file: InputFileOpt = None,
+    inputs_from: InputsFromOpt = None,
     batch_size: BatchOpt = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = None,
@@ -113,7 +117,17 @@ def command(
     plan = plan_cost(backward, optimizer, max_memory, memory_for, max_flops, depth, global_hooks)
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, global_hooks)
+    ropts = run_options(
+        input,
+        batch_size,
+        device,
+        dtype,
+        mode,
+        Mode.EVAL,
+        global_hooks,
+        input_file=input_file,
+        inputs_from=inputs_from,
+    )
     out = output_options(format, output, depth, debug, ci)
     report, error = run_cost(prepare(mopts, ropts), plan)
     code = emit(report, out)

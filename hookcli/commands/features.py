@@ -15,7 +15,9 @@ from hookcli.cliopts import (
     DeviceOpt,
     DtypeOpt,
     FormatOpt,
+    InputFileOpt,
     InputOpt,
+    InputsFromOpt,
     JunitOpt,
     KwargsOpt,
     ModelArg,
@@ -170,6 +172,8 @@ def command(
     weights: WeightsOpt = None,
     trust_pickle: TrustPickleOpt = False,
     input: InputOpt = None,
+    input_file: InputFileOpt = None,
+    inputs_from: InputsFromOpt = None,
     batch_size: BatchOpt = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = None,
@@ -202,7 +206,16 @@ def command(
 
         require_matplotlib()
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL)
+    ropts = run_options(
+        input,
+        batch_size,
+        device,
+        dtype,
+        mode,
+        Mode.EVAL,
+        input_file=input_file,
+        inputs_from=inputs_from,
+    )
     outopts = output_options(
         format,
         output,

@@ -17,7 +17,9 @@ from hookcli.cliopts import (
     FormatOpt,
     GlobalHooksOpt,
     HooksOpt,
+    InputFileOpt,
     InputOpt,
+    InputsFromOpt,
     JunitOpt,
     KwargsOpt,
     LossOpt,
@@ -94,6 +96,8 @@ def command(
     weights: WeightsOpt = None,
     trust_pickle: TrustPickleOpt = False,
     input: InputOpt = None,
+    input_file: InputFileOpt = None,
+    inputs_from: InputsFromOpt = None,
     batch_size: BatchOpt = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = None,
@@ -145,7 +149,17 @@ def command(
     plan = dataclasses.replace(plan, wide=format in (Format.CSV, Format.MARKDOWN))
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(input, batch_size, device, dtype, mode, Mode.TRAIN, global_hooks)
+    ropts = run_options(
+        input,
+        batch_size,
+        device,
+        dtype,
+        mode,
+        Mode.TRAIN,
+        global_hooks,
+        input_file=input_file,
+        inputs_from=inputs_from,
+    )
     out = output_options(format, output, depth, debug, ci)
     if backend is not None and not ddp:
         raise UsageError("--backend needs --ddp (under torchrun or srun)")

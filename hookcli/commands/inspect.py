@@ -5,6 +5,7 @@ from hookcli.cliopts import (
     AtolOpt,
     BaselineOpt,
     BatchOpt,
+    ColumnsOpt,
     DebugOpt,
     DepthOpt,
     DeviceOpt,
@@ -12,11 +13,14 @@ from hookcli.cliopts import (
     FormatOpt,
     GlobalHooksOpt,
     HooksOpt,
+    InputFileOpt,
     InputOpt,
+    InputsFromOpt,
     JunitOpt,
     KwargsOpt,
     ModelArg,
     ModeOpt,
+    NoForwardOpt,
     OutputOpt,
     RtolOpt,
     SeedOpt,
@@ -40,6 +44,8 @@ def command(
     weights: WeightsOpt = None,
     trust_pickle: TrustPickleOpt = False,
     input: InputOpt = None,
+    input_file: InputFileOpt = None,
+    inputs_from: InputsFromOpt = None,
     batch_size: BatchOpt = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = None,
@@ -47,6 +53,8 @@ def command(
     depth: DepthOpt = None,
     hooks: HooksOpt = None,
     global_hooks: GlobalHooksOpt = False,
+    no_forward: NoForwardOpt = False,
+    columns: ColumnsOpt = None,
     format: FormatOpt = Format.TABLE,
     output: OutputOpt = None,
     baseline: BaselineOpt = None,
@@ -65,11 +73,30 @@ def command(
     from hookcli.api import plan_inspect, run_inspect
     from hookcli.pipeline import emit, prepare
 
-    plan = plan_inspect(hooks, depth, global_hooks)
+    plan = plan_inspect(hooks, depth, global_hooks, columns)
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, global_hooks)
+    ropts = run_options(
+        input,
+        batch_size,
+        device,
+        dtype,
+        mode,
+        Mode.EVAL,
+        global_hooks,
+        input_file=input_file,
+        inputs_from=inputs_from,
+    )
     out = output_options(format, output, depth, debug, ci)
+    if no_forward:
+        from hookcli.layers import check_no_forward, tree_report
+
+        check_no_forward(hooks, global_hooks, ddp or backend is not None, ropts)
+        return emit(tree_report(prepare(mopts, ropts, need_inputs=False), depth, plan.columns), out)
+    if plan.columns and (ddp or backend is not None):
+        from hookcli.errors import UsageError
+
+        raise UsageError("--columns is not available with --ddp")
     if ddp or backend is not None:
         from hookcli.ddp import launch_command
         from hookcli.ddp import run_inspect as run_inspect_ddp

@@ -16,7 +16,9 @@ from hookcli.cliopts import (
     FormatOpt,
     GlobalHooksOpt,
     HooksOpt,
+    InputFileOpt,
     InputOpt,
+    InputsFromOpt,
     JunitOpt,
     KwargsOpt,
     LossOpt,
@@ -74,6 +76,8 @@ def command(
     weights: WeightsOpt = None,
     trust_pickle: TrustPickleOpt = False,
     input: InputOpt = None,
+    input_file: InputFileOpt = None,
+    inputs_from: InputsFromOpt = None,
     batch_size: BatchOpt = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = None,
@@ -108,7 +112,17 @@ def command(
     plan = plan_stats(hooks, backward, loss, fail_on, dead_threshold, depth, global_hooks, ddp=ddp)
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, global_hooks)
+    ropts = run_options(
+        input,
+        batch_size,
+        device,
+        dtype,
+        mode,
+        Mode.EVAL,
+        global_hooks,
+        input_file=input_file,
+        inputs_from=inputs_from,
+    )
     out = output_options(format, output, depth, debug, ci)
     if ddp or backend is not None:
         from hookcli.ddp import launch_command

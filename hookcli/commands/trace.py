@@ -14,7 +14,9 @@ from hookcli.cliopts import (
     DeviceOpt,
     DtypeOpt,
     FormatOpt,
+    InputFileOpt,
     InputOpt,
+    InputsFromOpt,
     JunitOpt,
     KwargsOpt,
     ModelArg,
@@ -72,6 +74,8 @@ def command(
     weights: WeightsOpt = None,
     trust_pickle: TrustPickleOpt = False,
     input: InputOpt = None,
+    input_file: InputFileOpt = None,
+    inputs_from: InputsFromOpt = None,
     batch_size: BatchOpt = None,
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = None,
@@ -99,7 +103,17 @@ def command(
     from hookcli.warnsummary import summarised_warnings
 
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, True)
+    ropts = run_options(
+        input,
+        batch_size,
+        device,
+        dtype,
+        mode,
+        Mode.EVAL,
+        True,
+        input_file=input_file,
+        inputs_from=inputs_from,
+    )
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     out = output_options(format, output, depth, debug, ci)
 

@@ -8,8 +8,7 @@ the output holds several tensors (``lstm[0]``, ``lstm[1][0]``, ``heads[logits]``
 
 from __future__ import annotations
 
-import dataclasses
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,33 +17,12 @@ from torch import nn
 
 from hookcli.checks import layer_label
 from hookcli.session import CallRecord, Frame, HookSession, Probe
+from hookcli.structures import iter_named_tensors
 
 
-def named_tensors(
-    obj: Any, prefix: str = "", _depth: int = 0
-) -> Iterator[tuple[str, torch.Tensor]]:
+def named_tensors(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
     """``(suffix, tensor)`` for every tensor in ``obj``, in ``iter_tensors`` order."""
-    if _depth > 32 or obj is None:
-        return
-    if isinstance(obj, torch.Tensor):
-        yield prefix, obj
-    elif isinstance(obj, Mapping):
-        for key, value in obj.items():
-            yield from named_tensors(value, f"{prefix}[{key}]", _depth + 1)
-    elif isinstance(obj, (list, tuple)):
-        for i, value in enumerate(obj):
-            yield from named_tensors(value, f"{prefix}[{i}]", _depth + 1)
-    elif dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        for f in dataclasses.fields(obj):
-            yield from named_tensors(getattr(obj, f.name, None), f"{prefix}.{f.name}", _depth + 1)
-    elif (
-        hasattr(obj, "__dict__")
-        and not isinstance(obj, (nn.Module, type, str, bytes))
-        and not callable(obj)
-        and _depth < 4
-    ):
-        for key, value in vars(obj).items():
-            yield from named_tensors(value, f"{prefix}.{key}", _depth + 1)
+    return iter_named_tensors(obj, prefix)
 
 
 @dataclass(frozen=True)
