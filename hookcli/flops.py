@@ -266,3 +266,8 @@ def op_name(packet: Any) -> str:
     """``aten.relu_`` for an overload packet (its qualified name with a dot)."""
     name = getattr(packet, "_qualified_op_name", None)
     return str(name).replace("::", ".") if name else str(packet)
+
+
+from hookcli.quantized_flops import QUANTIZED_FORMULAS  # noqa: E402 (quantized::conv2d, linear)
+
+FORMULAS.update(QUANTIZED_FORMULAS)
