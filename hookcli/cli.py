@@ -334,8 +334,9 @@ def _check_baseline(path: Path, command: str) -> None:
     data = load_report(path)
     if command and data.get("command") != command:
         raise UsageError(
-            f"--baseline {path} is a report of {data.get('command')!r}, not of {command!r}; "
-            f"write this command's baseline with --update-baseline"
+            f"--baseline {path} and this run come from different commands: it is a report "
+            f"of {data.get('command')!r}, not of {command!r}; write this command's baseline "
+            "with --update-baseline"
         )
 
 
