@@ -51,27 +51,44 @@ Outcome = tuple[Report, RunError | None]  # the report (also of a failed run) an
 def _kinds(hooks: Hooks) -> tuple[HookKind, ...] | None:
     if hooks is None or isinstance(hooks, str):
         return parse_hook_kinds(hooks)
-    return parse_hook_kinds(",".join(k.value if isinstance(k, HookKind) else k for k in hooks))
+    items = [k.value if isinstance(k, HookKind) else k for k in _strings(hooks, "hooks")]
+    return parse_hook_kinds(",".join(items))
+
+
+def _strings(value: Any, option: str) -> list[Any]:
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise UsageError(f"{option} must be a string or a list of strings, got {value!r}")
 
 
 def _names(value: Names) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    return ",".join(value)
+    return ",".join(_strings(value, "fail_on"))
 
 
 def _mode(value: str | Mode) -> Mode:
-    try:
-        return Mode(value)
-    except ValueError:
-        raise UsageError(f"mode must be train or eval, got {value!r}") from None
+    from hookcli.validate import choice
+
+    return choice(value, Mode, "mode")
 
 
 def _loss(value: str | LossKind) -> LossKind:
-    try:
-        return LossKind(value)
-    except ValueError:
-        raise UsageError(f"loss must be sum or mean, got {value!r}") from None
+    from hookcli.validate import choice
+
+    return choice(value, LossKind, "loss")
+
+
+def _common(forward_kwargs: Any, seed: Any, depth: Any, global_hooks: Any, **flags: Any) -> None:
+    """The arguments every API function shares, checked as the CLI checks its options."""
+    from hookcli.validate import check_depth, check_flag, check_mapping, check_seed
+
+    check_mapping(forward_kwargs, "forward_kwargs")
+    check_seed(seed, "seed")
+    check_depth(depth, "depth")
+    check_flag(global_hooks, "global_hooks")
+    for name, value in flags.items():
+        check_flag(value, name)
 
 
 # -- running on a live model -----------------------------------------------------------
@@ -309,6 +326,7 @@ def inspect(
     Raises:
         UsageError: a bad option or no inputs known. RunError: the model raised.
     """
+    _common(forward_kwargs, seed, depth, global_hooks)
     plan = plan_inspect(hooks, depth, global_hooks, columns)
     return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_inspect(p, plan))
 
@@ -521,6 +539,11 @@ def grads(
         ``grad_input_norm``, ``unused_params``; ``totals`` add ``loss`` and
         ``grad_norm``; ``report.passed`` is False when a check failed.
     """
+    from hookcli.validate import check_number
+
+    _common(forward_kwargs, seed, depth, global_hooks, per_param=per_param)
+    check_number(max_grad_norm, "max_grad_norm")
+    check_number(min_grad_norm, "min_grad_norm")
     plan = plan_grads(
         hooks, loss, per_param, fail_on, max_grad_norm, min_grad_norm, plot, depth, global_hooks
     )
@@ -784,6 +807,10 @@ def stats(
         ``zero_fraction``, ``nan``, ``inf`` of the outputs (``grad_*`` with backward);
         ``report.notes`` names the first module producing NaN/Inf.
     """
+    from hookcli.validate import check_number
+
+    _common(forward_kwargs, seed, depth, global_hooks, backward=backward)
+    check_number(dead_threshold, "dead_threshold")
     plan = plan_stats(hooks, backward, loss, fail_on, dead_threshold, depth, global_hooks)
     return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_stats(p, plan))
 
@@ -846,8 +873,15 @@ def cost(
         ``output_bytes``, ``saved_bytes``...; ``totals`` the memory totals in bytes;
         ``report.lists["uncounted_ops"]`` every op that ran without a FLOP formula.
     """
-    from hookcli.costing import plan_cost, run_cost
+    from hookcli.costing import MemoryTotal, Optimizer, plan_cost, run_cost
+    from hookcli.sizes import parse_count, parse_size
+    from hookcli.validate import check_size, choice
 
+    _common(forward_kwargs, seed, depth, global_hooks, backward=backward)
+    optimizer = choice(optimizer, Optimizer, "optimizer").value
+    memory_for = choice(memory_for, MemoryTotal, "memory_for").value
+    max_memory = check_size(max_memory, "max_memory", parse_size)
+    max_flops = check_size(max_flops, "max_flops", parse_count)
     plan = plan_cost(backward, optimizer, max_memory, memory_for, max_flops, depth, global_hooks)
     return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_cost(p, plan))
 
@@ -884,8 +918,23 @@ def diff(
             commands or schema versions.
     """
     from hookcli.diff import diff_reports, load_report, parse_keys, to_report
+    from hookcli.validate import check_number
+
+    check_number(rtol, "rtol")
+    check_number(atol, "atol")
+    for name, keys in (("only", only), ("ignore", ignore)):
+        if keys is not None and not (
+            isinstance(keys, str)
+            or (isinstance(keys, Sequence) and all(isinstance(k, str) for k in keys))
+        ):
+            raise UsageError(f"{name} must be a string or a list of strings, got {keys!r}")
 
     def read(value: Report | Mapping[str, Any] | str | Path) -> tuple[Any, str]:
+        if not isinstance(value, (Report, Mapping, str, Path)):
+            raise UsageError(
+                "old and new must be Reports, their to_dict(), or paths of JSON reports; "
+                f"got {type(value).__name__}"
+            )
         if isinstance(value, (str, Path)):
             return load_report(value), str(value)
         return value, "report"

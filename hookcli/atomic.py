@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import stat
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -39,8 +40,10 @@ def check_target(path: Path, option: str) -> None:
     """
     if path.is_dir():
         raise UsageError(f"{option} {path}: is a folder; give a file name")
-    if path.exists() and not os.access(path, os.W_OK):
-        raise UsageError(f"{option} {path}: the file is not writable")
+    if path.exists() and not _mode_bits(path) & 0o222:
+        # The mode bits, not os.access: root (the usual CI container) may write anything,
+        # but a file marked read-only (chmod 444) is meant to stay as it is.
+        raise UsageError(f"{option} {path}: the file is read-only (no write permission bits)")
     parent = path.absolute().parent
     while not parent.exists():  # the nearest folder that exists decides
         parent = parent.parent
@@ -70,6 +73,24 @@ def _signals_held() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
 
 
+def _mode_bits(path: Path) -> int:
+    """The permission bits of an existing file (0o777 when they cannot be read)."""
+    try:
+        return stat.S_IMODE(os.stat(path).st_mode)
+    except OSError:
+        return 0o777
+
+
+def _new_mode(path: Path) -> int:
+    """The mode the written file gets: an existing file keeps its own (as ``>`` does), a
+    new one gets the usual 0666 less the umask."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return 0o666 & ~_umask()
+    return stat.S_IMODE(st.st_mode) if stat.S_ISREG(st.st_mode) else 0o666 & ~_umask()
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
@@ -95,7 +116,7 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], object], option: str =
             write(f)
             f.flush()
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes it 0600; give it the usual mode
+        os.chmod(tmp, _new_mode(path))  # mkstemp makes it 0600: the file's own or the usual
         with _signals_held():
             os.replace(tmp, path)
             _PENDING.discard(tmp)

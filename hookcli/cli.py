@@ -15,9 +15,10 @@ import threading
 import traceback
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, ClassVar, NoReturn
 
 import typer
+from typer.core import TyperGroup
 
 from hookcli import __version__
 from hookcli.errors import (
@@ -26,6 +27,7 @@ from hookcli.errors import (
     EXIT_RUN,
     EXIT_TERMINATED,
     HookcliError,
+    ModelExit,
     Terminated,
     UsageError,
     first_line,
@@ -34,8 +36,48 @@ from hookcli.errors import (
     printable,
 )
 
+
+def _one_line(err: Any, file: Any = None) -> None:
+    """Click's usage error as hookcli's one line: no usage block, no 'Try ...' hint."""
+    message = " ".join(str(err.format_message()).split()).rstrip(".")
+    ctx = getattr(err, "ctx", None)
+    hint = f" (see '{ctx.command_path} --help')" if ctx is not None else ""
+    print(f"hookcli: error: {printable(message)}{hint}", file=sys.stderr, flush=True)
+
+
+def _as_one_line(err: Exception) -> None:
+    from typer._click.exceptions import NoArgsIsHelpError
+
+    if not isinstance(err, NoArgsIsHelpError):  # that one is the help text itself
+        err.show = functools.partial(_one_line, err)  # type: ignore[attr-defined]
+
+
+class OneLineGroup(TyperGroup):
+    """The group whose usage errors (``--seed x``, ``--nope``, a missing MODEL) come out as
+    one line ``hookcli: error: ...`` with exit status 2, like every other hookcli error."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> Any:
+        from typer._click.exceptions import ClickException
+
+        try:
+            return super().make_context(*args, **kwargs)
+        except ClickException as err:
+            _as_one_line(err)
+            raise
+
+    def invoke(self, ctx: Any) -> Any:
+        from typer._click.exceptions import ClickException
+
+        try:
+            return super().invoke(ctx)
+        except ClickException as err:
+            _as_one_line(err)
+            raise
+
+
 app = typer.Typer(
     name="hookcli",
+    cls=OneLineGroup,
     help="Inspect PyTorch models layer by layer with PyTorch's hooks: shapes, parameters, "
     "gradient flow, buffers, activations, hook order. Reports go to stdout; exit codes are "
     "stable for CI (0 ok, 1 check failed, 2 usage, 3 model not built, 4 model raised, "
@@ -76,6 +118,94 @@ def _fail(message: str, code: int) -> int:
     return code
 
 
+# -- a model that ends the process itself -------------------------------------------------
+
+_REAL_EXIT = os._exit  # hookcli's own immediate exits go through this
+
+
+class _ExitGuard:
+    """``os._exit`` from model code while hookcli runs: an error, never the exit status.
+
+    ``os._exit(0)`` in a model's ``forward`` would end the process at once with status
+    0 and no report: a forged pass. While a command runs (and, in the CLI process,
+    until it ends), ``os._exit`` and ``posix._exit`` raise ``ModelExit`` instead (a
+    ``SystemExit``, so the session reports it as a failure in the module that called
+    it, exit 4). A call from another thread ends that thread; it is recorded and the
+    command ends with exit 4. A forked child process (a DataLoader worker) still exits
+    for real.
+    """
+
+    depth: ClassVar[int] = 0
+    pid: ClassVar[int] = 0
+    calls: ClassVar[list[str]] = []  # what was called, and where, while guarded
+    final: ClassVar[int] = 0  # the exit status of an ordinary interpreter exit
+
+    @classmethod
+    def last_word(cls) -> None:
+        """The last atexit handler: a model's thread or handler that called ``os._exit``
+        while the interpreter was shutting down still makes the exit status 4."""
+        if cls.calls:
+            code = cls.failure(cls.final)
+            if code != cls.final:
+                with contextlib.suppress(Exception):
+                    sys.stderr.flush()
+                _REAL_EXIT(code)
+
+    @classmethod
+    def replacement(cls, status: int = 0) -> NoReturn:
+        if os.getpid() != cls.pid:  # a forked child: its own process to end
+            _REAL_EXIT(status)
+        thread = threading.current_thread()
+        where = "" if thread is threading.main_thread() else f" in thread {thread.name!r}"
+        cls.calls.append(f"os._exit({status!r}){where}")
+        if where:
+            raise SystemExit(status)  # ends that thread quietly (threading ignores SystemExit)
+        raise ModelExit(status, "os._exit")
+
+    @classmethod
+    def install(cls) -> None:
+        import posix
+
+        if cls.depth == 0:
+            cls.pid = os.getpid()
+            os._exit = cls.replacement
+            posix._exit = cls.replacement
+        cls.depth += 1
+
+    @classmethod
+    def uninstall(cls) -> None:
+        import posix
+
+        cls.depth -= 1
+        if cls.depth == 0:
+            os._exit = _REAL_EXIT
+            posix._exit = _REAL_EXIT
+
+    @classmethod
+    def failure(cls, code: int) -> int:
+        """The exit status once a command ended: 4 (and the line) when the model called
+        ``os._exit`` and the command would otherwise pass or fail a check."""
+        calls = list(cls.calls)
+        cls.calls.clear()  # said once: by this line, or by the failure already reported
+        if not calls or code not in (0, 1):
+            return code
+        what = calls[0]
+        return _fail(
+            f"the model called {what} to end the process; the run did not complete, "
+            "so nothing it reported can be trusted",
+            EXIT_RUN,
+        )
+
+
+@contextlib.contextmanager
+def _exit_guarded() -> Iterator[None]:
+    _ExitGuard.install()
+    try:
+        yield
+    finally:
+        _ExitGuard.uninstall()
+
+
 # -- signals -------------------------------------------------------------------------------
 
 _SIGNAL_LINES = {
@@ -97,7 +227,7 @@ class _Signals:
         if cls.running <= 0:
             line, code = _SIGNAL_LINES[signal.Signals(signum)]
             print(line, file=sys.stderr, flush=True)
-            os._exit(code)  # the report (if any) is written; stdout's leftovers are moot
+            _REAL_EXIT(code)  # the report (if any) is written; stdout's leftovers are moot
         if cls.received is not None:
             return  # already unwinding: let the clean-up finish
         cls.received = signum
@@ -140,10 +270,15 @@ def _interrupted(err: BaseException | None = None) -> int:
 
 # -- options checked before torch is imported --------------------------------------------
 
-SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed takes
+
+# Commands that need tensor values: on meta they are refused before the model is built.
+_NEEDS_VALUES = {
+    "stats": "stats needs values: --device meta holds shapes only",
+    "features": "features needs values: --device meta holds shapes only",
+}
 
 
-def preflight(options: dict[str, Any]) -> dict[str, Any]:
+def preflight(options: dict[str, Any], command: str = "") -> dict[str, Any]:
     """Check the options every model command shares, before the model (and torch) load.
 
     Usage errors come back at once: ``--seed`` range, ``--input`` specs, ``--device``,
@@ -152,13 +287,10 @@ def preflight(options: dict[str, Any]) -> dict[str, Any]:
     """
     from hookcli.atomic import check_target, is_stdout
     from hookcli.inputs import INT64_MAX, check_order, check_size, parse_device, parse_spec
+    from hookcli.validate import check_seed
 
-    seed = options.get("seed")
-    if isinstance(seed, int) and not SEED_MIN <= seed <= SEED_MAX:
-        raise UsageError(
-            f"--seed {seed} is out of range: a seed is a whole number from 0 to "
-            f"{SEED_MAX} (2**64 - 1; negatives down to -2**63 are accepted as torch does)"
-        )
+    if isinstance(options.get("seed"), int):
+        check_seed(options["seed"])
     batch = options.get("batch_size")
     if isinstance(batch, int) and batch > INT64_MAX:
         raise UsageError(f"--batch-size {batch} is out of range (at most 2**63 - 1)")
@@ -170,6 +302,8 @@ def preflight(options: dict[str, Any]) -> dict[str, Any]:
     device = options.get("device")
     if isinstance(device, str):
         parse_device(device)
+        if command in _NEEDS_VALUES and device.strip().lower() == "meta":
+            raise UsageError(_NEEDS_VALUES[command])
     output = options.get("output")
     if isinstance(output, Path):
         if is_stdout(output):
@@ -180,9 +314,30 @@ def preflight(options: dict[str, Any]) -> dict[str, Any]:
     if isinstance(junit, Path):
         check_target(junit, "--junit")
     baseline = options.get("baseline")
-    if isinstance(baseline, Path) and options.get("update_baseline"):
-        check_target(baseline, "--baseline")
+    if isinstance(baseline, Path):
+        if options.get("update_baseline"):
+            check_target(baseline, "--baseline")
+        else:
+            _check_baseline(baseline, command)
     return options
+
+
+def _check_baseline(path: Path, command: str) -> None:
+    """The baseline to compare with, read before the run: a folder, a file that is not a
+    report, or a report of another command is exit 2 at once, not after the whole run."""
+    from hookcli.diff import load_report
+
+    if path.is_dir():
+        raise UsageError(f"--baseline {path}: is a folder; give the baseline's JSON file")
+    if not path.exists():
+        return  # ci_options says how to create it
+    data = load_report(path)
+    if command and data.get("command") != command:
+        raise UsageError(
+            f"--baseline {path} and this run come from different commands: it is a report "
+            f"of {data.get('command')!r}, not of {command!r}; write this command's baseline "
+            "with --update-baseline"
+        )
 
 
 # -- what the model writes ----------------------------------------------------------------
@@ -214,17 +369,32 @@ def execute(fn: Callable[[], int], debug: bool) -> int:
     goes to stderr: stdout carries only the report.
     """
     from hookcli.pipeline import model_output_to_stderr
+    from hookcli.preserve import scope
 
-    with _signals_guarded(), model_output_to_stderr():
-        try:
-            return _outcome(fn, debug)
-        except KeyboardInterrupt as err:  # the signal came while an error line was printed
-            return _interrupted(err)
+    try:
+        with _signals_guarded(), model_output_to_stderr(), _exit_guarded():
+            try:
+                with scope():  # a MODEL instance and the global RNGs put back at the end
+                    code = _outcome(fn, debug)
+                return _ExitGuard.failure(code)
+            except KeyboardInterrupt as err:  # the signal came while an error line was printed
+                return _interrupted(err)
+    finally:
+        if _CLI_PROCESS:
+            # The report is out: whatever the model's threads print from now on goes to
+            # stderr too, never after the report on stdout.
+            sys.stdout = sys.stderr
+
+
+_CLI_PROCESS = False  # set by main(): this process is hookcli itself, not a host program
 
 
 def _outcome(fn: Callable[[], int], debug: bool) -> int:
+    from hookcli.warnsummary import summarised_warnings
+
     try:
-        return fn()
+        with summarised_warnings(debug):  # a failure drops them: its line is what to read
+            return fn()
     except HookcliError as err:
         if debug:
             traceback.print_exc()
@@ -234,7 +404,8 @@ def _outcome(fn: Callable[[], int], debug: bool) -> int:
     except SystemExit as err:  # model code the loaders and the session did not wrap
         if debug:
             traceback.print_exc()
-        return _fail(f"the model called sys.exit({err.code!r}) while running", EXIT_RUN)
+        via = getattr(err, "via", "sys.exit")
+        return _fail(f"the model called {via}({err.code!r}) while running", EXIT_RUN)
     except Exception as err:  # a bug in hookcli or torch: still one line, never a traceback
         if _Signals.received is not None:
             return _interrupted()  # a signal broke a library call (torch.save) midway
@@ -251,7 +422,7 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
 
     @functools.wraps(fn)
     def wrapper(**kwargs: Any) -> None:
-        code = execute(lambda: fn(**preflight(kwargs)), bool(kwargs.get("debug")))
+        code = execute(lambda: fn(**preflight(kwargs, name)), bool(kwargs.get("debug")))
         if code:
             raise typer.Exit(code)
 
@@ -275,9 +446,15 @@ def main() -> None:
     # Importing torch and torchvision leaves millions of objects that every gen-2
     # collection would rescan. Collection waits until the model is built; then
     # that heap is frozen out of later collections (pipeline.build_model).
+    global _CLI_PROCESS
     gc.disable()
+    _CLI_PROCESS = True
     _install_signal_handlers()  # a signal outside a command: the one line, at once
     _route_fd1_to_stderr()
+    _ExitGuard.install()  # until the process ends: atexit handlers of the model included
+    import atexit
+
+    atexit.register(_ExitGuard.last_word)  # registered first, so it runs last
     try:
         app(prog_name="hookcli")
         code: object = 0
@@ -286,7 +463,7 @@ def main() -> None:
             # Interrupted: the line is printed and the model restored. Leave without
             # flushing the rest of the report into a pipe nobody may read any more.
             sys.stderr.flush()
-            os._exit(int(done.code))
+            _REAL_EXIT(int(done.code))
         code = done.code
     finally:
         gc.unfreeze()  # an ordinary shutdown finalizes everything as usual
@@ -305,15 +482,21 @@ def _leave(code: object) -> None:
     when ``HOOKCLI_FULL_EXIT=1`` is set.
     """
     if not isinstance(code, int) or not _fast_exit_ok():
+        if isinstance(code, int):
+            code = _ExitGuard.failure(code)
+            _ExitGuard.final = code
         raise SystemExit(code)
     import atexit
 
+    code = _ExitGuard.failure(code)
+    _ExitGuard.final = code
     atexit._run_exitfuncs()
+    code = _ExitGuard.failure(code)  # an atexit handler of the model that called os._exit
     for stream in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
         with contextlib.suppress(Exception):  # a reader that left: nothing more to say
             if stream is not None:
                 stream.flush()
-    os._exit(code)
+    _REAL_EXIT(code)
 
 
 def _fast_exit_ok() -> bool:

@@ -344,6 +344,8 @@ def ci_options(
 
     if update_baseline and baseline is None:
         raise UsageError("--update-baseline needs --baseline FILE (the file to write)")
+    if baseline is not None and not update_baseline and baseline.is_dir():
+        raise UsageError(f"--baseline {baseline}: is a folder; give the baseline's JSON file")
     if baseline is not None and not update_baseline and not baseline.is_file():
         raise UsageError(f"--baseline {baseline}: no such file; create it with --update-baseline")
     return CIOptions(

@@ -62,8 +62,28 @@ def _options(command: Command) -> dict[str, Any]:
     return {p.name: p for p in command.params if p.param_type_name == "option" and p.name}
 
 
-def _value(param: Any, value: Any, base: Path, where: str) -> Any:
+def _checked(param: Any, value: Any, where: str, ctx: Any) -> Any:
+    """The value as Click would take it from the command line; a bad one is exit 2 naming
+    the pyproject.toml and the key (not only the option it fills)."""
+    from typer._click.exceptions import BadParameter
+    from typer._click.exceptions import UsageError as ClickUsageError
+
+    try:
+        param.type_cast_value(ctx, value)
+    except (BadParameter, ClickUsageError) as err:
+        why = " ".join(str(err.format_message()).split()).rstrip(".")
+        raise UsageError(f"{where}: bad value {value!r}: {why}") from None
+    except (TypeError, ValueError) as err:
+        raise UsageError(f"{where}: bad value {value!r}: {err}") from None
+    return value
+
+
+def _value(param: Any, value: Any, base: Path, where: str, ctx: Any = None) -> Any:
     """A TOML value as Click's default: lists for repeatable options, paths made absolute."""
+    return _checked(param, _raw_value(param, value, base, where), where, ctx)
+
+
+def _raw_value(param: Any, value: Any, base: Path, where: str) -> Any:
     if param.multiple:
         items = value if isinstance(value, list) else [value]
         if not all(isinstance(v, (str, int, float)) for v in items):
@@ -104,7 +124,8 @@ def default_map(ctx: Any, table: Mapping[str, Any], path: Path) -> dict[str, Any
         for key, value in shared.items():
             param = options.get(key.replace("-", "_"))
             if param is not None:
-                defaults[param.name] = _value(param, value, path.parent, f"{path}: {key}")
+                where = f"{path}: [tool.{TABLE}] {key}"
+                defaults[param.name] = _value(param, value, path.parent, where, ctx)
         for key, value in per_command.get(name, {}).items():
             param = options.get(key.replace("-", "_"))
             if param is None:
@@ -113,7 +134,7 @@ def default_map(ctx: Any, table: Mapping[str, Any], path: Path) -> dict[str, Any
                     + ", ".join(sorted(n.replace("_", "-") for n in options))
                 )
             where = f"{path}: [tool.{TABLE}.{name}] {key}"
-            defaults[param.name] = _value(param, value, path.parent, where)
+            defaults[param.name] = _value(param, value, path.parent, where, ctx)
         if defaults:
             out[name] = defaults
     return out

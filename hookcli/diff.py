@@ -141,6 +141,48 @@ class DiffResult:
 # -- reading ---------------------------------------------------------------------------
 
 
+# A report larger than this is not read (``/dev/zero`` would fill the memory first).
+MAX_REPORT_BYTES = 256 << 20
+
+
+def _too_big(label: str) -> UsageError:
+    return UsageError(
+        f"{label} is larger than {MAX_REPORT_BYTES >> 20} MiB: not a hookcli report "
+        "(reports of the largest models are a few MiB)"
+    )
+
+
+def _read_bounded(path: Path, label: str) -> str:
+    """A regular file's text, at most MAX_REPORT_BYTES; a folder, pipe or device is refused."""
+    import os
+    import stat
+
+    st = os.stat(path)
+    if stat.S_ISDIR(st.st_mode):
+        raise UsageError(f"{label}: is a folder; give a JSON report file")
+    if not stat.S_ISREG(st.st_mode):
+        raise UsageError(
+            f"{label}: not a regular file (a device, pipe or socket); give a JSON report "
+            "file, or - for stdin"
+        )
+    if st.st_size > MAX_REPORT_BYTES:
+        raise _too_big(label)
+    with path.open("rb") as f:
+        data = f.read(MAX_REPORT_BYTES + 1)
+    if len(data) > MAX_REPORT_BYTES:
+        raise _too_big(label)
+    return data.decode("utf-8")
+
+
+def read_stdin(stream: Any) -> str:
+    """stdin's text, at most MAX_REPORT_BYTES (``< /dev/zero`` is refused, not read forever)."""
+    raw = getattr(stream, "buffer", None)
+    data = raw.read(MAX_REPORT_BYTES + 1) if raw is not None else stream.read(MAX_REPORT_BYTES + 1)
+    if len(data) > MAX_REPORT_BYTES:
+        raise _too_big("stdin")
+    return data.decode("utf-8") if isinstance(data, bytes) else data
+
+
 def load_report(source: str | Path, stdin_text: str | None = None) -> dict[str, Any]:
     """Read a report from a file, or from ``stdin_text`` when ``source`` is ``-``."""
     label = str(source)
@@ -150,7 +192,7 @@ def load_report(source: str | Path, stdin_text: str | None = None) -> dict[str, 
     else:
         path = Path(source)
         try:
-            text = path.read_text(encoding="utf-8")
+            text = _read_bounded(path, label)
         except FileNotFoundError:
             raise UsageError(f"{label}: no such file") from None
         except (OSError, UnicodeDecodeError) as err:

@@ -6,6 +6,9 @@
      +-- RunError             exit 4: forward or backward raised inside the model
      +-- ResourceError        exit 5: out of memory, or an estimate over --max-memory
 
+    SystemExit
+     +-- ModelExit            os._exit called by the model: reported as exit 4
+
     KeyboardInterrupt         exit 130: SIGINT (Ctrl-C)
      +-- Terminated           exit 143: SIGTERM, raised where the program is, like Ctrl-C
 
@@ -75,6 +78,15 @@ def first_line(err: BaseException) -> str:
     text = str(err).strip()
     line = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
     return f"{type(err).__name__}: {line}" if line else type(err).__name__
+
+
+class ModelExit(SystemExit):
+    """``os._exit`` called by model code while hookcli runs (the CLI turns the call into
+    this): a failure of the model (exit 4), never the process's exit status."""
+
+    def __init__(self, code: object, via: str = "os._exit") -> None:
+        super().__init__(code)
+        self.via = via
 
 
 class Terminated(KeyboardInterrupt):

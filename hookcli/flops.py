@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 
+from hookcli.quantized_flops import QUANTIZED_FORMULAS
+
 aten = torch.ops.aten
 Formula = Callable[..., int]
 Shape = Sequence[int]
@@ -454,7 +456,8 @@ _TABLE: dict[str, Formula] = {
 # Every formula hookcli counts with, keyed by overload packet; ops this torch lacks are
 # left out. Nothing here comes from torch's ``flop_registry``.
 FORMULAS: dict[Any, Formula] = {
-    getattr(aten, name): fn for name, fn in _TABLE.items() if hasattr(aten, name)
+    **{getattr(aten, name): fn for name, fn in _TABLE.items() if hasattr(aten, name)},
+    **QUANTIZED_FORMULAS,  # quantized::conv2d, quantized::linear and their kin
 }
 
 # Ops that move, view, create or fill data: no arithmetic, 0 FLOPs by nature.

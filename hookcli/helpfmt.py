@@ -160,6 +160,9 @@ def _torchvision_names() -> list[str]:
 
 
 def _hf_names() -> list[str]:
+    from hookcli.loading import force_offline
+
+    force_offline()
     from hookcli.sources import hf
 
     return hf.names()

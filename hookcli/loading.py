@@ -206,7 +206,7 @@ def _resolve_attr(module: ModuleType, attr: str, where: str) -> Any:
 def _why(err: BaseException) -> str:
     """The first line of an error; a SystemExit says the model called sys.exit."""
     if isinstance(err, SystemExit):
-        return f"the model called sys.exit({err.code!r})"
+        return f"the model called {getattr(err, 'via', 'sys.exit')}({err.code!r})"
     return first_line(err)
 
 
@@ -225,8 +225,15 @@ def is_factory(obj: Any) -> bool:
     if isinstance(obj, functools.partial):
         return is_factory(obj.func)
     if inspect.ismethod(obj):
-        return inspect.isfunction(obj.__func__)
-    return inspect.isfunction(obj)
+        return is_factory(obj.__func__)
+    return inspect.isfunction(obj) and not is_stdlib(obj)
+
+
+def is_stdlib(obj: Any) -> bool:
+    """A function defined in the standard library or builtins (``os:popen``,
+    ``shutil:rmtree``): never a model factory, so ``-k`` cannot make it run."""
+    top = str(getattr(obj, "__module__", None) or "").partition(".")[0]
+    return top in sys.stdlib_module_names or top in ("builtins", "__builtin__")
 
 
 def _instantiate(obj: Any, kwargs: dict[str, Any], spec: str, seed: int) -> nn.Module:
@@ -235,14 +242,21 @@ def _instantiate(obj: Any, kwargs: dict[str, Any], spec: str, seed: int) -> nn.M
     if isinstance(obj, nn.Module):
         if kwargs:
             raise UsageError(f"{spec} is an nn.Module instance: --kwargs cannot be applied to it")
+        from hookcli.preserve import keep_as_found
+
+        keep_as_found(obj)  # it outlives the run: put back as found when the command ends
         return obj
     if not callable(obj):
         raise LoadError(f"{spec} is a {type(obj).__name__}, not an nn.Module, class or factory")
     if not is_factory(obj):
         kind = "a class" if inspect.isclass(obj) else f"a {type(obj).__name__}"
+        func = getattr(obj, "func", None) or getattr(obj, "__func__", None) or obj
+        if not inspect.isclass(obj) and inspect.isfunction(func) and is_stdlib(func):
+            kind = f"a function of the standard library ({func.__module__})"
         raise LoadError(
             f"{spec} is {kind}, not a model factory: MODEL must name an nn.Module subclass, "
-            "a Python function that returns an nn.Module, or an nn.Module instance"
+            "a Python function that returns an nn.Module (not one from the standard "
+            "library or builtins), or an nn.Module instance"
         )
     _seed(seed)
     try:
@@ -261,7 +275,41 @@ def _instantiate(obj: Any, kwargs: dict[str, Any], spec: str, seed: int) -> nn.M
 PREFIXES: dict[str, Callable[[str, dict[str, Any], int], LoadedModel]] = {}
 
 
+_OFFLINE_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")
+
+
+def force_offline() -> None:
+    """Never touch the network, whatever the environment says (``HF_HUB_OFFLINE=0``).
+
+    Sets the offline variables before transformers or huggingface_hub is imported (they
+    read them at import), and the hub's constant when it is already imported. In an
+    in-process run (``app([...])``) the previous values come back when the command ends.
+    """
+    saved = {k: os.environ.get(k) for k in _OFFLINE_ENV}
+    constants = sys.modules.get("huggingface_hub.constants")
+    saved_const = getattr(constants, "HF_HUB_OFFLINE", None)
+    for key in _OFFLINE_ENV:
+        os.environ[key] = "1"
+    if constants is not None:
+        setattr(constants, "HF_HUB_OFFLINE", True)  # noqa: B010 (a module mypy cannot see)
+
+    def put_back() -> None:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+        hub = sys.modules.get("huggingface_hub.constants")
+        if hub is not None and saved_const is not None:
+            setattr(hub, "HF_HUB_OFFLINE", saved_const)  # noqa: B010
+
+    from hookcli.preserve import on_scope_end
+
+    on_scope_end(put_back)
+
+
 def _prefixed(prefix: str) -> Callable[[str, dict[str, Any], int], LoadedModel]:
+    force_offline()  # before hookcli.sources.hf imports transformers
     if not PREFIXES:
         from hookcli.sources import hf, timm_models
 

@@ -122,7 +122,7 @@ class Probe:
 def _reason(err: BaseException) -> str:
     """The first line of what the model raised; SystemExit says the model called sys.exit."""
     if isinstance(err, SystemExit):
-        return f"the model called sys.exit({err.code!r})"
+        return f"the model called {getattr(err, 'via', 'sys.exit')}({err.code!r})"
     return first_line(err)
 
 
@@ -515,8 +515,17 @@ class HookSession:
             raise
         except (Exception, SystemExit) as err:  # sys.exit in a model is a failure, not exit 0
             if is_oom(err):
+                oom_at = self.failure or (self._stack[-1] if self._stack else None)
+                at = ""
+                if oom_at is not None:
+                    oom_at.failed = True
+                    self.failure = oom_at
+                    at = (
+                        f" in {oom_at.name or '(root)'} ({oom_at.type}) with input shapes "
+                        f"{_fmt_shapes(oom_at.input_shapes)}"
+                    )
                 raise ResourceError(
-                    f"out of memory during forward: {first_line(oom_cause(err))}"
+                    f"out of memory during forward{at}: {first_line(oom_cause(err))}"
                 ) from err
             reason = _reason(err)
             if meta is not None:
@@ -550,12 +559,13 @@ class HookSession:
         except KeyboardInterrupt:
             raise
         except (Exception, SystemExit) as err:
-            if is_oom(err):
-                raise ResourceError(
-                    f"out of memory during backward: {first_line(oom_cause(err))}"
-                ) from err
             open_frames = [f for stack in self._bw_open.values() for f in stack]
             where = max(open_frames, key=lambda f: self._bw_order.index(f), default=None)
+            if is_oom(err):
+                at = f" in {where.name or '(root)'} ({where.type})" if where is not None else ""
+                raise ResourceError(
+                    f"out of memory during backward{at}: {first_line(oom_cause(err))}"
+                ) from err
             if where is not None:
                 self.backward_failure = where
                 label = where.name or "(root)"

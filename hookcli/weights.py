@@ -80,6 +80,11 @@ def resolve_checkpoint(path: Path) -> Path:
         )
     if not path.exists():
         raise LoadError(f"weights file not found: {path}")
+    if not path.is_file():  # a FIFO would block the read forever, a device never ends
+        raise LoadError(
+            f"--weights {path} is not a regular file (a pipe, device or socket); "
+            "give a checkpoint file"
+        )
     return path
 
 
@@ -341,6 +346,9 @@ def apply_weights(model: nn.Module, path: Path, *, trust_pickle: bool = False) -
             flush=True,
         )
         return
+    from hookcli.preserve import before_values_change
+
+    before_values_change(model)  # a MODEL instance gets its own values back after the run
     try:
         model.load_state_dict(state, strict=False)
     except RuntimeError as err:

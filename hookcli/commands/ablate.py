@@ -247,7 +247,9 @@ def _run(
     if op is not None and op.kind == "mean":
         _check_mean_batch(prepared)
     scopes = {
-        g.glob: frozenset(n for n, _ in select_modules(model, [g.glob]))
+        g.glob: frozenset(
+            n for n, _ in select_modules(model, [g.glob], option=f"--fail-on {g.text!r}: glob")
+        )
         for g in gates
         if g.glob is not None
     }

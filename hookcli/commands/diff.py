@@ -97,6 +97,7 @@ def command(
         diff_reports,
         load_report,
         parse_keys,
+        read_stdin,
         render_markdown,
         table_columns,
         to_report,
@@ -107,7 +108,7 @@ def command(
 
     if old == "-" and new == "-":
         raise UsageError("OLD and NEW cannot both be - (stdin holds one report)")
-    stdin = sys.stdin.read() if "-" in (old, new) else None
+    stdin = read_stdin(sys.stdin) if "-" in (old, new) else None
     old_report = load_report(old, stdin)
     new_report = load_report(new, stdin)
     result = diff_reports(

@@ -58,6 +58,9 @@ def command(
     if "torchvision" in wanted:
         found += _torchvision()
     if "hf" in wanted and importlib.util.find_spec("transformers") is not None:
+        from hookcli.loading import force_offline
+
+        force_offline()
         from hookcli.sources import hf
 
         found += [(f"hf:{n}", "hf", "hf") for n in hf.names()]
@@ -74,6 +77,8 @@ def command(
         for n, src, fam in found
         if not filter or name_matches(n, filter, fold_case=True)
     ]
+    if filter and not rows:
+        _no_match_hint(filter, [n for n, _, _ in found])
     report = Report(
         command=NAME,
         model={"spec": None, "class": None},
@@ -97,3 +102,30 @@ def _torchvision() -> list[tuple[str, str, str]]:
         for n in tvm.list_models(module=getattr(tvm, fam)):
             family_of[n] = fam
     return [(n, "torchvision", family_of.get(n, "classification")) for n in torchvision_names()]
+
+
+def _no_match_hint(pattern: str, names: list[str]) -> None:
+    """--filter matched nothing: say that it matches whole names, and what is close."""
+    import difflib
+    import sys
+
+    from hookcli.globs import name_matches
+
+    hints = []
+    if not any(c in pattern for c in "*?["):
+        wide = f"*{pattern}*"
+        hits = [n for n in names if name_matches(n, wide, fold_case=True)]
+        if hits:
+            some = ", ".join(hits[:3])
+            hints.append(f"try --filter '{wide}' ({len(hits)} match(es), e.g. {some})")
+        else:
+            hints.append(f"--filter matches whole names: try '{wide}'")
+    close = difflib.get_close_matches(pattern.lower(), [n.lower() for n in names], n=5, cutoff=0.6)
+    by_lower = {n.lower(): n for n in names}
+    if close:
+        hints.append("close names: " + ", ".join(by_lower[c] for c in close))
+    print(
+        f"hookcli: note: --filter {pattern!r} matches no model name; " + "; ".join(hints),
+        file=sys.stderr,
+        flush=True,
+    )

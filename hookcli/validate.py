@@ -1,0 +1,108 @@
+"""Option checks shared by the CLI (``cli.preflight``) and the Python API (``hookcli.api``).
+
+Each raises ``UsageError`` naming the option and, for a choice, every allowed value,
+so ``hookcli.cost(model, x, optimizer="lion")`` and ``hookcli cost --optimizer lion``
+say the same thing. No torch import here.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from hookcli.errors import UsageError
+
+SEED_MIN, SEED_MAX = -(2**63), 2**64 - 1  # what torch.manual_seed takes
+
+E = TypeVar("E", bound=enum.Enum)
+
+
+def check_seed(seed: Any, option: str = "--seed") -> int | None:
+    """A whole number torch.manual_seed takes (None: no seeding)."""
+    if seed is None:
+        return None
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise UsageError(f"{option} must be a whole number, got {seed!r}")
+    if not SEED_MIN <= seed <= SEED_MAX:
+        raise UsageError(
+            f"{option} {seed} is out of range: a seed is a whole number from 0 to "
+            f"{SEED_MAX} (2**64 - 1; negatives down to -2**63 are accepted as torch does)"
+        )
+    return seed
+
+
+def check_depth(depth: Any, option: str = "depth") -> int | None:
+    """None or a whole number >= 0."""
+    if depth is None:
+        return None
+    if isinstance(depth, bool) or not isinstance(depth, int):
+        raise UsageError(f"{option} must be a whole number >= 0, got {depth!r}")
+    if depth < 0:
+        raise UsageError(f"{option} must be >= 0, got {depth}")
+    return depth
+
+
+def check_flag(value: Any, option: str) -> bool:
+    """True or False, nothing else (a string "no" is truthy)."""
+    if not isinstance(value, bool):
+        raise UsageError(f"{option} must be True or False, got {value!r}")
+    return value
+
+
+def check_number(value: Any, option: str, *, low: float | None = 0.0) -> float | None:
+    """None or a finite real number (>= ``low`` when given)."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise UsageError(f"{option} must be a finite number, got {value!r}")
+    if low is not None and value < low:
+        raise UsageError(f"{option} must be >= {low:g}, got {value!r}")
+    return value
+
+
+def choice(value: Any, kind: type[E], option: str) -> E:
+    """An enum member from its value; anything else lists every choice."""
+    if isinstance(value, kind):
+        return value
+    try:
+        return kind(value)
+    except (ValueError, TypeError):
+        allowed = ", ".join(str(m.value) for m in kind)
+        raise UsageError(f"{option} must be one of {allowed}; got {value!r}") from None
+
+
+def check_mapping(value: Any, option: str) -> Mapping[str, Any] | None:
+    """None or a mapping with string keys."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise UsageError(f"{option} must be a dict of keyword inputs, got {type(value).__name__}")
+    return value
+
+
+def check_size(value: Any, option: str, parse: Any) -> int | None:
+    """None, a whole number >= 0, or a text ``parse`` reads (``24GiB``, ``4.1G``)."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        return int(parse(value, option))
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise UsageError(
+            f"{option} must be a whole number >= 0 or a text such as '4G', got {value!r}"
+        )
+    return value
+
+
+__all__ = [
+    "SEED_MAX",
+    "SEED_MIN",
+    "check_depth",
+    "check_flag",
+    "check_mapping",
+    "check_number",
+    "check_seed",
+    "check_size",
+    "choice",
+]
