@@ -30,8 +30,8 @@ DesyncTolOpt = Annotated[
         "--desync-tol",
         metavar="X",
         min=0.0,
-        help="With --ddp: a reduced gradient or buffer desyncs when max|x_r - x_0| > "
-        "X * max|x_0| (0: must be equal exactly).",
+        help="With --ddp: a reduced gradient, parameter or buffer desyncs when "
+        "max|x_r - x_0| > X * max|x_0| (0: must be equal exactly).",
     ),
 ]
 DistTimeoutOpt = Annotated[
@@ -43,4 +43,14 @@ DistTimeoutOpt = Annotated[
     ),
 ]
 
-__all__ = ["BackendOpt", "DdpOpt", "DesyncTolOpt", "DistTimeoutOpt"]
+BroadcastBuffersOpt = Annotated[
+    bool,
+    typer.Option(
+        "--broadcast-buffers/--no-broadcast-buffers",
+        help="With --ddp: DistributedDataParallel(broadcast_buffers=...). With it (the "
+        "default, as in DDP) buffers that drift apart are a note, since DDP overwrites "
+        "them with rank 0's at the next forward; without it they fail desync.",
+    ),
+]
+
+__all__ = ["BackendOpt", "BroadcastBuffersOpt", "DdpOpt", "DesyncTolOpt", "DistTimeoutOpt"]

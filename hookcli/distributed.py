@@ -490,7 +490,7 @@ def redraw_inputs(args: Sequence[Any], kwargs: Mapping[str, Any], seed: int) -> 
     return new_args, new_kwargs
 
 
-def wrap_ddp(model: nn.Module, ctx: DistContext) -> nn.Module:
+def wrap_ddp(model: nn.Module, ctx: DistContext, broadcast_buffers: bool = True) -> nn.Module:
     """``DistributedDataParallel(model)``; find_unused_parameters so a rank may skip some."""
     from torch.nn.parallel import DistributedDataParallel
 
@@ -501,7 +501,12 @@ def wrap_ddp(model: nn.Module, ctx: DistContext) -> nn.Module:
         # find_unused_parameters: DDP then marks what a rank did not use as ready at the
         # end of forward instead of waiting for it (which would hang or fail the next
         # step); the tensor hooks still see which parameters got no grad on each rank.
-        return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
+        return DistributedDataParallel(
+            model,
+            device_ids=device_ids,
+            find_unused_parameters=True,
+            broadcast_buffers=broadcast_buffers,
+        )
     except Exception as err:
         msg = f"DistributedDataParallel could not wrap the model: {first_line(err)}"
         raise RunError(msg) from err

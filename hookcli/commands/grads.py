@@ -34,7 +34,13 @@ from hookcli.cliopts import (
     output_options,
     run_options,
 )
-from hookcli.ddpopts import BackendOpt, DdpOpt, DesyncTolOpt, DistTimeoutOpt
+from hookcli.ddpopts import (
+    BackendOpt,
+    BroadcastBuffersOpt,
+    DdpOpt,
+    DesyncTolOpt,
+    DistTimeoutOpt,
+)
 from hookcli.options import Format, LossKind, Mode
 
 NAME = "grads"
@@ -121,6 +127,7 @@ def command(
     backend: BackendOpt = None,
     desync_tol: DesyncTolOpt = 0.0,
     dist_timeout: DistTimeoutOpt = 600.0,
+    broadcast_buffers: BroadcastBuffersOpt = True,
 ) -> int:
     """Per-layer gradient flow: grad norms of parameters, grad_output, grad_input; checks."""
     import dataclasses
@@ -149,6 +156,8 @@ def command(
     out = output_options(format, output, depth, debug, ci)
     if backend is not None and not ddp:
         raise UsageError("--backend needs --ddp (under torchrun or srun)")
+    if not broadcast_buffers and not ddp:
+        raise UsageError("--no-broadcast-buffers needs --ddp (under torchrun or srun)")
     if ddp:
         from hookcli.ddp import check_ddp_options
         from hookcli.ddp import run_grads as run_grads_ddp
@@ -157,7 +166,16 @@ def command(
         check_ddp_options(plan.kinds, global_hooks, per_param=per_param, plot=plot)
         return launch(
             lambda ctx: run_grads_ddp(
-                ctx, mopts, ropts, out, plan.kinds, plan.explicit, plan.loss, plan.gates, desync_tol
+                ctx,
+                mopts,
+                ropts,
+                out,
+                plan.kinds,
+                plan.explicit,
+                plan.loss,
+                plan.gates,
+                desync_tol,
+                broadcast_buffers,
             ),
             device=device,
             backend=backend,

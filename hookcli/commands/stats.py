@@ -33,7 +33,13 @@ from hookcli.cliopts import (
     output_options,
     run_options,
 )
-from hookcli.ddpopts import BackendOpt, DdpOpt, DesyncTolOpt, DistTimeoutOpt
+from hookcli.ddpopts import (
+    BackendOpt,
+    BroadcastBuffersOpt,
+    DdpOpt,
+    DesyncTolOpt,
+    DistTimeoutOpt,
+)
 from hookcli.options import Format, LossKind, Mode
 
 NAME = "stats"
@@ -99,6 +105,7 @@ def command(
     backend: BackendOpt = None,
     desync_tol: DesyncTolOpt = 0.0,
     dist_timeout: DistTimeoutOpt = 600.0,
+    broadcast_buffers: BroadcastBuffersOpt = True,
 ) -> int:
     """Per-layer activation statistics (mean, std, min, max, mean |x|, zeros, NaN, Inf);
     the first module producing NaN/Inf; checks nan, inf, dead."""
@@ -110,6 +117,10 @@ def command(
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, global_hooks)
     out = output_options(format, output, depth, debug, ci)
+    if not broadcast_buffers and not ddp:
+        from hookcli.errors import UsageError
+
+        raise UsageError("--no-broadcast-buffers needs --ddp (under torchrun or srun)")
     if ddp or backend is not None:
         from hookcli.ddp import launch_command
         from hookcli.ddp import run_stats as run_stats_ddp
@@ -127,6 +138,7 @@ def command(
                 plan.dead_threshold,
                 with_grads,
                 desync_tol,
+                broadcast_buffers,
             ),
             ddp=ddp,
             device=device,
