@@ -74,13 +74,17 @@ def check_ddp_options(
         )
 
 
-def prepare_rank(ctx: DistContext, mopts: ModelOptions, ropts: RunOptions) -> Prepared:
+def prepare_rank(
+    ctx: DistContext, mopts: ModelOptions, ropts: RunOptions, allow_meta: bool = False
+) -> Prepared:
     """The model built with ``--seed`` (as on every rank); inputs drawn with seed + rank."""
     from hookcli.distributed import redraw_inputs
     from hookcli.pipeline import Prepared, build_model, prepare
 
-    if ctx.device == "meta":
-        raise UsageError("--ddp needs real tensors: --device meta only gives shapes")
+    if ctx.device == "meta" and not allow_meta:
+        raise UsageError(
+            "--ddp/--fsdp need real tensors: --device meta only gives shapes (cost takes meta)"
+        )
     loaded = build_model(mopts)
     input_seed = mopts.seed + ctx.rank
     rank_mopts = dataclasses.replace(mopts, seed=input_seed)

@@ -53,4 +53,31 @@ BroadcastBuffersOpt = Annotated[
     ),
 ]
 
-__all__ = ["BackendOpt", "BroadcastBuffersOpt", "DdpOpt", "DesyncTolOpt", "DistTimeoutOpt"]
+FsdpOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fsdp",
+        help="Run on every rank of a torchrun/srun launch with the model sharded by FSDP2 "
+        "(fully_shard); per rank: shard sizes, local and reduced grad norms; rank 0 prints.",
+    ),
+]
+ShardOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--shard",
+        metavar="CLASS",
+        help="With --fsdp: fully_shard every module of this class (repeatable), then the "
+        "root (default: each block of the largest ModuleList, else each top-level child).",
+        show_default=False,
+    ),
+]
+
+__all__ = [
+    "BackendOpt",
+    "BroadcastBuffersOpt",
+    "DdpOpt",
+    "DesyncTolOpt",
+    "DistTimeoutOpt",
+    "FsdpOpt",
+    "ShardOpt",
+]

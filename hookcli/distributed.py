@@ -344,14 +344,16 @@ def _store() -> Any:
         return None
 
 
-def init_group(env: DistEnv, backend: str, device: str, timeout_s: float) -> DistContext:
+def init_group(
+    env: DistEnv, backend: str, device: str, timeout_s: float, flag: str = "--ddp"
+) -> DistContext:
     """Start the default process group for this rank (exit 2 when it cannot)."""
     from datetime import timedelta
 
     import torch.distributed as dist
 
     if not dist.is_available():
-        raise UsageError("--ddp needs a PyTorch build with torch.distributed")
+        raise UsageError(f"{flag} needs a PyTorch build with torch.distributed")
     if backend not in ("gloo", "nccl", "mpi", "ucc", "xccl"):
         raise UsageError(f"--backend {backend}: choose gloo (cpu) or nccl (cuda)")
     if backend == "nccl" and not device.startswith("cuda"):
@@ -385,6 +387,7 @@ def launch(
     backend: str | None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     environ: Mapping[str, str] | None = None,
+    flag: str = "--ddp",
 ) -> int:
     """Run ``body`` on this rank inside a process group; the exit status, agreed by all ranks.
 
@@ -397,14 +400,14 @@ def launch(
     env = detect_env(environ)
     if env is None:
         raise UsageError(
-            "--ddp needs a distributed launch: run it under torchrun (torchrun "
+            f"{flag} needs a distributed launch: run it under torchrun (torchrun "
             "--nproc_per_node=N -m hookcli ...) or srun (RANK/WORLD_SIZE or "
             "SLURM_PROCID/SLURM_NTASKS are not set)"
         )
     if timeout_s <= 0:
         raise UsageError(f"--dist-timeout must be positive, got {timeout_s:g}")
     device = rank_device(device, env)
-    ctx = init_group(env, backend or default_backend(device), device, timeout_s)
+    ctx = init_group(env, backend or default_backend(device), device, timeout_s, flag)
     previous = _on_sigterm()
     try:
         try:

@@ -115,7 +115,11 @@ def merge_checks(per_rank: Sequence[Sequence[CheckResult]]) -> tuple[CheckResult
     return tuple(out)
 
 
-def unused_check(unused: Sequence[Sequence[str]], indices: Sequence[Sequence[int]]) -> CheckResult:
+def unused_check(
+    unused: Sequence[Sequence[str]],
+    indices: Sequence[Sequence[int]],
+    why: str = "DDP without find_unused_parameters=True would fail or hang on them",
+) -> CheckResult:
     """Parameters with requires_grad that got no gradient on some rank (per rank).
 
     Worded as DDP's own error under ``TORCH_DISTRIBUTED_DEBUG=INFO``: names sorted,
@@ -137,10 +141,7 @@ def unused_check(unused: Sequence[Sequence[str]], indices: Sequence[Sequence[int
             "unused", True, "every parameter with requires_grad got a gradient on every rank"
         )
     n_ranks = sum(1 for names in unused if names)
-    head = (
-        f"{len(layers)} parameter(s) got no gradient on {n_ranks} rank(s) (DDP without "
-        "find_unused_parameters=True would fail or hang on them)"
-    )
+    head = f"{len(layers)} parameter(s) got no gradient on {n_ranks} rank(s) ({why})"
     return CheckResult("unused", False, "; ".join([head, *parts]), tuple(layers))
 
 

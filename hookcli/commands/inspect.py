@@ -28,7 +28,7 @@ from hookcli.cliopts import (
     output_options,
     run_options,
 )
-from hookcli.ddpopts import BackendOpt, DdpOpt, DistTimeoutOpt
+from hookcli.ddpopts import BackendOpt, DdpOpt, DistTimeoutOpt, FsdpOpt, ShardOpt
 from hookcli.options import Format, Mode
 
 NAME = "inspect"
@@ -60,6 +60,8 @@ def command(
     ddp: DdpOpt = False,
     backend: BackendOpt = None,
     dist_timeout: DistTimeoutOpt = 600.0,
+    fsdp: FsdpOpt = False,
+    shard: ShardOpt = None,
 ) -> int:
     """Per-layer table: name, type, input and output shapes, params, trainable; totals."""
     from hookcli.api import plan_inspect, run_inspect
@@ -70,6 +72,20 @@ def command(
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, global_hooks)
     out = output_options(format, output, depth, debug, ci)
+    if fsdp or shard:
+        from hookcli.fsdp import launch_fsdp
+        from hookcli.fsdp import run_inspect as run_inspect_fsdp
+
+        return launch_fsdp(
+            lambda ctx: run_inspect_fsdp(ctx, mopts, ropts, out, plan.kinds, tuple(shard or ())),
+            fsdp=fsdp,
+            ddp=ddp,
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            kinds=plan.kinds,
+            global_hooks=global_hooks,
+        )
     if ddp or backend is not None:
         from hookcli.ddp import launch_command
         from hookcli.ddp import run_inspect as run_inspect_ddp

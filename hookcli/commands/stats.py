@@ -39,6 +39,8 @@ from hookcli.ddpopts import (
     DdpOpt,
     DesyncTolOpt,
     DistTimeoutOpt,
+    FsdpOpt,
+    ShardOpt,
 )
 from hookcli.options import Format, LossKind, Mode
 
@@ -106,17 +108,48 @@ def command(
     desync_tol: DesyncTolOpt = 0.0,
     dist_timeout: DistTimeoutOpt = 600.0,
     broadcast_buffers: BroadcastBuffersOpt = True,
+    fsdp: FsdpOpt = False,
+    shard: ShardOpt = None,
 ) -> int:
     """Per-layer activation statistics (mean, std, min, max, mean |x|, zeros, NaN, Inf);
     the first module producing NaN/Inf; checks nan, inf, dead."""
     from hookcli.api import plan_stats, run_stats
     from hookcli.pipeline import emit, prepare
 
-    plan = plan_stats(hooks, backward, loss, fail_on, dead_threshold, depth, global_hooks, ddp=ddp)
+    plan = plan_stats(
+        hooks, backward, loss, fail_on, dead_threshold, depth, global_hooks, ddp=ddp or fsdp
+    )
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL, global_hooks)
     out = output_options(format, output, depth, debug, ci)
+    if fsdp or shard:
+        from hookcli.fsdp import launch_fsdp
+        from hookcli.fsdp import run_stats as run_stats_fsdp
+
+        with_grads = plan.backward or any(k.is_backward for k in plan.kinds)
+        return launch_fsdp(
+            lambda ctx: run_stats_fsdp(
+                ctx,
+                mopts,
+                ropts,
+                out,
+                plan.kinds,
+                plan.loss,
+                plan.checks,
+                plan.dead_threshold,
+                with_grads,
+                desync_tol,
+                tuple(shard or ()),
+            ),
+            fsdp=fsdp,
+            ddp=ddp,
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            kinds=plan.kinds,
+            global_hooks=global_hooks,
+        )
     if not broadcast_buffers and not ddp:
         from hookcli.errors import UsageError
 
