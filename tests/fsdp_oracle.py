@@ -13,7 +13,7 @@ OUT_DIR/rank{r}.json:
 - ``local``: per parameter, the grad norm of a plain backward of an unsharded copy
   on this rank's batch (no reduction);
 - ``total_norm``: ``clip_grad_norm_`` on the sharded parameters (DTensor grads), in full;
-- ``loss``: the sum of this rank's output.
+- ``loss``, ``output_mean``: the sum and mean of this rank's output.
 """
 
 from __future__ import annotations
@@ -95,6 +95,7 @@ def main() -> None:
         "local": local,
         "total_norm": float(total),
         "loss": float(loss),
+        "output_mean": float(out.detach().mean()),
     }
     Path(args.out_dir, f"rank{rank}.json").write_text(json.dumps(result))
     dist.destroy_process_group()
