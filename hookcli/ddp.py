@@ -85,13 +85,18 @@ def prepare_rank(
         raise UsageError(
             "--ddp/--fsdp need real tensors: --device meta only gives shapes (cost takes meta)"
         )
-    loaded = build_model(mopts)
+    if ctx.device == "meta":  # cost --fsdp: built on meta, never on the CPU (a 7B model)
+        import torch
+
+        loaded = build_model(mopts, torch.device("meta"))
+    else:
+        loaded = build_model(mopts)
     input_seed = mopts.seed + ctx.rank
     rank_mopts = dataclasses.replace(mopts, seed=input_seed)
     prepared = prepare(rank_mopts, dataclasses.replace(ropts, device=ctx.device), loaded=loaded)
     inputs = prepared.inputs
     assert inputs is not None
-    if inputs.source == "example_input_array":  # a fixed tensor: redraw it per rank
+    if inputs.source == "example_input_array" and ctx.device != "meta":  # redraw per rank
         args, kwargs = redraw_inputs(inputs.args, inputs.kwargs, input_seed)
         inputs = dataclasses.replace(inputs, args=args, kwargs=kwargs)
     settings = {

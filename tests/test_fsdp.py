@@ -127,8 +127,12 @@ def test_grads_fsdp_matches_plain_fsdp2_and_ddp(tmp_path: Path) -> None:
     assert spoken(fsdp_run["ranks"][1]["stderr"]) == []
     ddp = report_of(torchrun(tmp_path, "grads", MLP, "--ddp", *flags))
 
+    import jsonschema
+
+    import hookcli.schema
     from sample_models.distributed import HealthyMLP
 
+    jsonschema.validate(fsdp, hookcli.schema.load())
     assert fsdp["totals"]["params"] == sum(p.numel() for p in HealthyMLP().parameters())
     assert fsdp["model"]["class"] == "HealthyMLP"
     assert fsdp["settings"]["fsdp_units"] == [u or "(root)" for u in ref[0]["units"]]
@@ -234,7 +238,13 @@ def test_inspect_stats_and_cost_fsdp_on_a_decoder(tmp_path: Path) -> None:
 
     cost = torchrun(tmp_path, "cost", DECODER, "--fsdp", "-f", "json")
     assert cost["returncode"] == 0, cost
-    mem = {row["component"]: row for row in report_of(cost)["memory_per_rank"]}
+    cost_report = report_of(cost)
+    import jsonschema
+
+    import hookcli.schema
+
+    jsonschema.validate(cost_report, hookcli.schema.load())
+    mem = {row["component"]: row for row in cost_report["memory_per_rank"]}
     assert mem["params"]["fsdp_bytes_per_rank"] == bytes_per_rank
     assert mem["params"]["ddp_bytes"] == n_params * 4
     assert mem["adam state"]["fsdp_bytes_per_rank"] == [2 * b for b in bytes_per_rank]
