@@ -262,16 +262,29 @@ def run_fsdp_session(
             unused = [
                 n for n, fp in trainable if id(getattr(fp, "_unsharded_param", None)) not in used
             ]
+            called = {f.name for f in session.frames}
+            ran = tuple(u for u in units if u in called)
+            both: list[Any] = [((), ())] * ctx.world_size
             ctx._collective(
                 "agreeing on the parameters backward reaches",
-                lambda: dist.all_gather_object(unused_all, tuple(unused)),
+                lambda: dist.all_gather_object(both, (tuple(unused), ran)),
             )
+            unused_all = [u for u, _ in both]
             if len({tuple(u) for u in unused_all}) > 1:
                 skipped = (
                     "the backward was skipped: the ranks' losses reach different parameters "
                     "(see unused), so FSDP2 would pair one rank's reduce-scatter with "
                     "another's (a hang, an error or silently mixed gradients)"
                 )
+                everywhere = set.intersection(*(set(r) for _, r in both))
+                partial = [u for u in units if u not in everywhere and any(u in r for _, r in both)]
+                if partial:
+                    skipped += (
+                        f"; the FSDP unit(s) {', '.join(partial)} ran on some ranks only, so "
+                        "the forward's all-gathers were paired across units too: treat the "
+                        "forward's figures as suspect, or shard so that a rank-dependent "
+                        "branch sits inside a unit every rank runs (--shard)"
+                    )
             else:
                 for n, fp in trainable:
                     unsharded = getattr(fp, "_unsharded_param", None)
