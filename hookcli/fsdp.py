@@ -315,7 +315,8 @@ def run_fsdp_session(
         if compare:
             found += ctx.compare(list(model.named_buffers()), "buffer")
             if total is not None:
-                found += ctx.compare([("clip_grad_norm_ total", torch.tensor(total))], "grad")
+                mine = torch.tensor(total, dtype=torch.float64, device=ctx.device)
+                found += ctx.compare([("clip_grad_norm_ total", mine)], "grad")
         records = session.records
     return FsdpRun(
         records=records,
