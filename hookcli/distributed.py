@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -504,12 +505,17 @@ def wrap_ddp(model: nn.Module, ctx: DistContext, broadcast_buffers: bool = True)
         # find_unused_parameters: DDP then marks what a rank did not use as ready at the
         # end of forward instead of waiting for it (which would hang or fail the next
         # step); the tensor hooks still see which parameters got no grad on each rank.
-        return DistributedDataParallel(
-            model,
-            device_ids=device_ids,
-            find_unused_parameters=True,
-            broadcast_buffers=broadcast_buffers,
-        )
+        if broadcast_buffers:  # DDP's default: rank 0's buffers at every forward
+            return DistributedDataParallel(
+                model, device_ids=device_ids, find_unused_parameters=True
+            )
+        with warnings.catch_warnings():
+            # newer torch calls the flag deprecated (forward_sync_buffers), but only
+            # broadcast_buffers=False also skips the sync at wrapping, as a user's job does
+            warnings.simplefilter("ignore", FutureWarning)
+            return DistributedDataParallel(
+                model, device_ids=device_ids, find_unused_parameters=True, broadcast_buffers=False
+            )
     except Exception as err:
         msg = f"DistributedDataParallel could not wrap the model: {first_line(err)}"
         raise RunError(msg) from err
