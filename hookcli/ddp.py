@@ -74,20 +74,29 @@ def check_ddp_options(
         )
 
 
-def prepare_rank(ctx: DistContext, mopts: ModelOptions, ropts: RunOptions) -> Prepared:
+def prepare_rank(
+    ctx: DistContext, mopts: ModelOptions, ropts: RunOptions, allow_meta: bool = False
+) -> Prepared:
     """The model built with ``--seed`` (as on every rank); inputs drawn with seed + rank."""
     from hookcli.distributed import redraw_inputs
     from hookcli.pipeline import Prepared, build_model, prepare
 
-    if ctx.device == "meta":
-        raise UsageError("--ddp needs real tensors: --device meta only gives shapes")
-    loaded = build_model(mopts)
+    if ctx.device == "meta" and not allow_meta:
+        raise UsageError(
+            "--ddp/--fsdp need real tensors: --device meta only gives shapes (cost takes meta)"
+        )
+    if ctx.device == "meta":  # cost --fsdp: built on meta, never on the CPU (a 7B model)
+        import torch
+
+        loaded = build_model(mopts, torch.device("meta"))
+    else:
+        loaded = build_model(mopts)
     input_seed = mopts.seed + ctx.rank
     rank_mopts = dataclasses.replace(mopts, seed=input_seed)
     prepared = prepare(rank_mopts, dataclasses.replace(ropts, device=ctx.device), loaded=loaded)
     inputs = prepared.inputs
     assert inputs is not None
-    if inputs.source == "example_input_array":  # a fixed tensor: redraw it per rank
+    if inputs.source == "example_input_array" and ctx.device != "meta":  # redraw per rank
         args, kwargs = redraw_inputs(inputs.args, inputs.kwargs, input_seed)
         inputs = dataclasses.replace(inputs, args=args, kwargs=kwargs)
     settings = {
@@ -110,6 +119,7 @@ class DdpRun:
     loss: float | None
     reduced: Mapping[str, float | None]  # parameter -> norm of .grad after DDP's all-reduce
     divergences: tuple[Divergence, ...]  # this rank's tensors that differ from rank 0's
+    buffers_resynced: bool = True  # DDP(broadcast_buffers=True): rank 0's at every forward
 
 
 def _unique_params(model: nn.Module) -> list[tuple[str, nn.Parameter]]:
@@ -131,6 +141,7 @@ def run_ddp_session(
     backward: bool,
     loss_fn: Callable[[Any], torch.Tensor],
     compare: bool,
+    broadcast_buffers: bool = True,
 ) -> DdpRun:
     """One forward (and backward) of DDP(model) with the probes' hooks on the model.
 
@@ -146,7 +157,10 @@ def run_ddp_session(
     model = prepared.model
     assert prepared.inputs is not None
     args, kwargs = prepared.inputs.args, dict(prepared.inputs.kwargs)
-    ddp = ctx.step("wrapping the model in DistributedDataParallel", lambda: wrap_ddp(model, ctx))
+    ddp = ctx.step(
+        "wrapping the model in DistributedDataParallel",
+        lambda: wrap_ddp(model, ctx, broadcast_buffers),
+    )
     try:
         with HookSession(model, probes, mode=mode, backward=backward, call=ddp) as session:
             error: HookcliError | None = None
@@ -186,11 +200,15 @@ def run_ddp_session(
                 if session.backward_needed:
                     grads = [(n, p.grad) for n, p in params if p.requires_grad]
                     found += ctx.compare(grads, "grad")
+                # DDP syncs parameters only when it wraps the model: one that a forward
+                # changed on some rank stays different (as after an optimizer step).
+                found += ctx.compare([(n, p.detach()) for n, p in params], "param")
                 found += ctx.compare(list(model.named_buffers()), "buffer")
             records = session.records
+            resynced = bool(getattr(ddp, "broadcast_buffers", broadcast_buffers))
     finally:
         del ddp  # the reducer and its hooks on the gradient accumulators go with it
-    return DdpRun(records, loss_value, reduced, tuple(found))
+    return DdpRun(records, loss_value, reduced, tuple(found), resynced)
 
 
 def _rank_rows(rank: int, rows: Sequence[Row], extra: Callable[[Row], dict[str, Any]]) -> RankRows:
@@ -240,12 +258,34 @@ def _fmt_unused_per_rank(values: Any) -> str:
     )
 
 
-def _notes(ctx: DistContext) -> tuple[str, ...]:
-    return (
+def _notes(
+    ctx: DistContext, drift: Sequence[Mapping[str, Any]] = (), resynced: bool = True
+) -> tuple[str, ...]:
+    flags = "find_unused_parameters=True" + ("" if resynced else ", broadcast_buffers=False")
+    notes = [
         f"distributed: {ctx.world_size} ranks ({ctx.backend}, {ctx.env.source}); "
-        "DistributedDataParallel(find_unused_parameters=True); rank r draws its inputs "
-        "with seed + r",
-    )
+        f"DistributedDataParallel({flags}); rank r draws its inputs with seed + r"
+    ]
+    names = list(dict.fromkeys(str(d["name"]) for d in drift))
+    if names:
+        notes.append(
+            f"note: {len(names)} buffer(s) differ across ranks after the step (first: "
+            f"{names[0]}); DDP overwrites them with rank 0's at the next forward "
+            "(broadcast_buffers=True), so this is not a desync"
+        )
+    return tuple(notes)
+
+
+def desync_totals(
+    divergences: Sequence[Divergence], tol: float, resynced: bool
+) -> dict[str, list[dict[str, Any]]]:
+    """``desync``: what differs beyond ``tol`` and DDP leaves so; ``buffer_drift``: the rest."""
+    over = [d for d in divergences if d.relative > tol or d.why != "values"]
+    drift = [d for d in over if resynced and d.kind == "buffer"]
+    return {
+        "desync": [d.to_dict() for d in over if d not in drift],
+        "buffer_drift": [d.to_dict() for d in drift],
+    }
 
 
 # -- grads --------------------------------------------------------------------------------
@@ -278,6 +318,7 @@ def run_grads(
     loss_kind: LossKind,
     gates: GradGates,
     desync_tol: float,
+    broadcast_buffers: bool = True,
 ) -> int:
     """``grads --ddp`` on this rank; rank 0 writes the merged report. The exit status."""
     from hookcli.checks.grads import GradGates, run_checks
@@ -301,6 +342,7 @@ def run_grads(
         backward=True,
         loss_fn=lambda output: reduce_output(output, loss_kind.value),
         compare=True,
+        broadcast_buffers=broadcast_buffers,
     )
     findings = probe.findings
     assert findings is not None
@@ -351,7 +393,18 @@ def run_grads(
     gathered = ctx.gather(mine)
     if gathered is None:
         return 0
-    return _report_grads(ctx, prepared, probe, kinds, out, gates, desync_tol, loss_kind, gathered)
+    return _report_grads(
+        ctx,
+        prepared,
+        probe,
+        kinds,
+        out,
+        gates,
+        desync_tol,
+        loss_kind,
+        gathered,
+        run.buffers_resynced,
+    )
 
 
 def _report_grads(
@@ -364,6 +417,7 @@ def _report_grads(
     desync_tol: float,
     loss_kind: LossKind,
     ranks: Sequence[GradsRank],
+    resynced: bool = True,
 ) -> int:
     from hookcli.layers import PARAM_COLUMNS, param_totals, shape_columns
     from hookcli.modelinfo import totals
@@ -383,7 +437,7 @@ def _report_grads(
                 unused_check([r.unused for r in ranks], [r.unused_indices for r in ranks])
             )
         elif name == DESYNC:
-            ordered.append(desync_check(divergences, desync_tol))
+            ordered.append(desync_check(divergences, desync_tol, buffers_resynced=resynced))
         elif name in by_name:
             ordered.append(by_name.pop(name))
     ordered.extend(by_name.values())  # the norm bounds
@@ -402,18 +456,23 @@ def _report_grads(
             "reduced_grad_norm": ranks[0].reduced_grad_norm,
             "unused_params": unused_any,
             "unused_params_per_rank": [list(r.unused) for r in ranks],
-            "desync": [d.to_dict() for d in divergences if d.relative > desync_tol],
+            **desync_totals(divergences, desync_tol, resynced),
         }
     )
     report = Report(
         command="grads",
         model=prepared.model_info(),
-        settings={**prepared.settings, "loss": loss_kind.value, "desync_tolerance": desync_tol},
+        settings={
+            **prepared.settings,
+            "loss": loss_kind.value,
+            "desync_tolerance": desync_tol,
+            "broadcast_buffers": resynced,
+        },
         inputs=prepared.input_dicts(),
         layers=rows,
         totals=model_totals,
         checks=tuple(ordered),
-        notes=_notes(ctx),
+        notes=_notes(ctx, model_totals["buffer_drift"], resynced),
     )
     skip = {"grad_norm", "weight_norm", "grad_weight_ratio", "unused_params"}
     columns: list[Column] = [
@@ -550,6 +609,7 @@ def run_stats(
     dead_threshold: float | None,
     run_backward: bool,
     desync_tol: float,
+    broadcast_buffers: bool = True,
 ) -> int:
     """``stats --ddp``: per-rank statistics of every call; checks over all ranks."""
     from hookcli.checks import layer_label
@@ -572,6 +632,7 @@ def run_stats(
         backward=run_backward,
         loss_fn=lambda o: reduce_output(o, loss_kind.value),
         compare=True,
+        broadcast_buffers=broadcast_buffers,
     )
     rows, _ = layer_rows(run.records, prepared.model, depth=out.depth, kinds=kinds, probes=[probe])
     calls = [
@@ -609,8 +670,11 @@ def run_stats(
     ordered = []
     for name in checks_asked:
         if name == DESYNC:
-            compared = "reduced gradients and buffers" if run_backward else "buffers"
-            ordered.append(desync_check(divergences, desync_tol, compared))
+            compared = "parameters and buffers"
+            if run_backward:
+                compared = "reduced gradients, " + compared
+            resynced = run.buffers_resynced
+            ordered.append(desync_check(divergences, desync_tol, compared, resynced))
         elif name in by_name:
             ordered.append(by_name[name])
     stats_totals: dict[str, Any] = dict(gathered[0].totals)
@@ -620,16 +684,20 @@ def run_stats(
     if run.loss is not None:
         stats_totals["loss"] = gathered[0].loss
         stats_totals["loss_per_rank"] = [g.loss for g in gathered]
-    stats_totals["desync"] = [d.to_dict() for d in divergences if d.relative > desync_tol]
+    stats_totals.update(desync_totals(divergences, desync_tol, run.buffers_resynced))
     report = Report(
         command="stats",
         model=prepared.model_info(),
-        settings={**prepared.settings, "desync_tolerance": desync_tol},
+        settings={
+            **prepared.settings,
+            "desync_tolerance": desync_tol,
+            "broadcast_buffers": run.buffers_resynced,
+        },
         inputs=prepared.input_dicts(),
         layers=merged,
         totals=stats_totals,
         checks=tuple(ordered),
-        notes=_notes(ctx),
+        notes=_notes(ctx, stats_totals["buffer_drift"], run.buffers_resynced),
     )
     columns = [*shape_columns(kinds), Column("ranks", "Ranks", _fmt_ranks), *probe.table_columns]
     if HookKind.FORWARD in kinds:

@@ -30,8 +30,8 @@ DesyncTolOpt = Annotated[
         "--desync-tol",
         metavar="X",
         min=0.0,
-        help="With --ddp: a reduced gradient or buffer desyncs when max|x_r - x_0| > "
-        "X * max|x_0| (0: must be equal exactly).",
+        help="With --ddp: a reduced gradient, parameter or buffer desyncs when "
+        "max|x_r - x_0| > X * max|x_0| (0: must be equal exactly).",
     ),
 ]
 DistTimeoutOpt = Annotated[
@@ -43,4 +43,41 @@ DistTimeoutOpt = Annotated[
     ),
 ]
 
-__all__ = ["BackendOpt", "DdpOpt", "DesyncTolOpt", "DistTimeoutOpt"]
+BroadcastBuffersOpt = Annotated[
+    bool,
+    typer.Option(
+        "--broadcast-buffers/--no-broadcast-buffers",
+        help="With --ddp: DistributedDataParallel(broadcast_buffers=...). With it (the "
+        "default, as in DDP) buffers that drift apart are a note, since DDP overwrites "
+        "them with rank 0's at the next forward; without it they fail desync.",
+    ),
+]
+
+FsdpOpt = Annotated[
+    bool,
+    typer.Option(
+        "--fsdp",
+        help="Run on every rank of a torchrun/srun launch with the model sharded by FSDP2 "
+        "(fully_shard); per rank: shard sizes, local and reduced grad norms; rank 0 prints.",
+    ),
+]
+ShardOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--shard",
+        metavar="CLASS",
+        help="With --fsdp: fully_shard every module of this class (repeatable), then the "
+        "root (default: each block of the largest ModuleList, else each top-level child).",
+        show_default=False,
+    ),
+]
+
+__all__ = [
+    "BackendOpt",
+    "BroadcastBuffersOpt",
+    "DdpOpt",
+    "DesyncTolOpt",
+    "DistTimeoutOpt",
+    "FsdpOpt",
+    "ShardOpt",
+]

@@ -25,6 +25,7 @@ import os
 import signal
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -344,14 +345,16 @@ def _store() -> Any:
         return None
 
 
-def init_group(env: DistEnv, backend: str, device: str, timeout_s: float) -> DistContext:
+def init_group(
+    env: DistEnv, backend: str, device: str, timeout_s: float, flag: str = "--ddp"
+) -> DistContext:
     """Start the default process group for this rank (exit 2 when it cannot)."""
     from datetime import timedelta
 
     import torch.distributed as dist
 
     if not dist.is_available():
-        raise UsageError("--ddp needs a PyTorch build with torch.distributed")
+        raise UsageError(f"{flag} needs a PyTorch build with torch.distributed")
     if backend not in ("gloo", "nccl", "mpi", "ucc", "xccl"):
         raise UsageError(f"--backend {backend}: choose gloo (cpu) or nccl (cuda)")
     if backend == "nccl" and not device.startswith("cuda"):
@@ -385,6 +388,7 @@ def launch(
     backend: str | None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     environ: Mapping[str, str] | None = None,
+    flag: str = "--ddp",
 ) -> int:
     """Run ``body`` on this rank inside a process group; the exit status, agreed by all ranks.
 
@@ -397,14 +401,14 @@ def launch(
     env = detect_env(environ)
     if env is None:
         raise UsageError(
-            "--ddp needs a distributed launch: run it under torchrun (torchrun "
+            f"{flag} needs a distributed launch: run it under torchrun (torchrun "
             "--nproc_per_node=N -m hookcli ...) or srun (RANK/WORLD_SIZE or "
             "SLURM_PROCID/SLURM_NTASKS are not set)"
         )
     if timeout_s <= 0:
         raise UsageError(f"--dist-timeout must be positive, got {timeout_s:g}")
     device = rank_device(device, env)
-    ctx = init_group(env, backend or default_backend(device), device, timeout_s)
+    ctx = init_group(env, backend or default_backend(device), device, timeout_s, flag)
     previous = _on_sigterm()
     try:
         try:
@@ -490,7 +494,7 @@ def redraw_inputs(args: Sequence[Any], kwargs: Mapping[str, Any], seed: int) -> 
     return new_args, new_kwargs
 
 
-def wrap_ddp(model: nn.Module, ctx: DistContext) -> nn.Module:
+def wrap_ddp(model: nn.Module, ctx: DistContext, broadcast_buffers: bool = True) -> nn.Module:
     """``DistributedDataParallel(model)``; find_unused_parameters so a rank may skip some."""
     from torch.nn.parallel import DistributedDataParallel
 
@@ -501,7 +505,17 @@ def wrap_ddp(model: nn.Module, ctx: DistContext) -> nn.Module:
         # find_unused_parameters: DDP then marks what a rank did not use as ready at the
         # end of forward instead of waiting for it (which would hang or fail the next
         # step); the tensor hooks still see which parameters got no grad on each rank.
-        return DistributedDataParallel(model, device_ids=device_ids, find_unused_parameters=True)
+        if broadcast_buffers:  # DDP's default: rank 0's buffers at every forward
+            return DistributedDataParallel(
+                model, device_ids=device_ids, find_unused_parameters=True
+            )
+        with warnings.catch_warnings():
+            # newer torch calls the flag deprecated (forward_sync_buffers), but only
+            # broadcast_buffers=False also skips the sync at wrapping, as a user's job does
+            warnings.simplefilter("ignore", FutureWarning)
+            return DistributedDataParallel(
+                model, device_ids=device_ids, find_unused_parameters=True, broadcast_buffers=False
+            )
     except Exception as err:
         msg = f"DistributedDataParallel could not wrap the model: {first_line(err)}"
         raise RunError(msg) from err

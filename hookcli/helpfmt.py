@@ -74,7 +74,15 @@ for _panel, _flags in {
         "--annotate",
         "--junit",
     ),
-    "Distributed": ("--ddp", "--backend", "--desync-tol", "--dist-timeout"),
+    "Distributed": (
+        "--ddp",
+        "--backend",
+        "--desync-tol",
+        "--dist-timeout",
+        "--broadcast-buffers",
+        "--fsdp",
+        "--shard",
+    ),
 }.items():
     PANELS.update(dict.fromkeys(_flags, _panel))
 

@@ -494,7 +494,7 @@ def check_no_forward(hooks: str | None, global_hooks: bool, ddp: bool, ropts: An
         for name, value in (
             ("--hooks", hooks),
             ("--global-hooks", global_hooks),
-            ("--ddp", ddp),
+            ("--ddp/--fsdp", ddp),
             ("--input", ropts.inputs),
             ("--input-file", ropts.input_file),
             ("--inputs-from", ropts.inputs_from),

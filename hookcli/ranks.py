@@ -7,7 +7,8 @@ No torch here: the inputs are plain values gathered from every rank.
 - ``merge_checks``: a check run on every rank passes when it passed on all of them;
 - ``unused_check``: parameters that got no gradient on some rank, worded as
   ``TORCH_DISTRIBUTED_DEBUG=INFO`` words them;
-- ``desync_check``: reduced gradients and buffers that differ from rank 0's.
+- ``desync_check``: reduced gradients, parameters and buffers that differ from rank 0's
+  (buffers that DDP re-broadcasts are a note, not a failure).
 """
 
 from __future__ import annotations
@@ -114,7 +115,11 @@ def merge_checks(per_rank: Sequence[Sequence[CheckResult]]) -> tuple[CheckResult
     return tuple(out)
 
 
-def unused_check(unused: Sequence[Sequence[str]], indices: Sequence[Sequence[int]]) -> CheckResult:
+def unused_check(
+    unused: Sequence[Sequence[str]],
+    indices: Sequence[Sequence[int]],
+    why: str = "DDP without find_unused_parameters=True would fail or hang on them",
+) -> CheckResult:
     """Parameters with requires_grad that got no gradient on some rank (per rank).
 
     Worded as DDP's own error under ``TORCH_DISTRIBUTED_DEBUG=INFO``: names sorted,
@@ -136,10 +141,7 @@ def unused_check(unused: Sequence[Sequence[str]], indices: Sequence[Sequence[int
             "unused", True, "every parameter with requires_grad got a gradient on every rank"
         )
     n_ranks = sum(1 for names in unused if names)
-    head = (
-        f"{len(layers)} parameter(s) got no gradient on {n_ranks} rank(s) (DDP without "
-        "find_unused_parameters=True would fail or hang on them)"
-    )
+    head = f"{len(layers)} parameter(s) got no gradient on {n_ranks} rank(s) ({why})"
     return CheckResult("unused", False, "; ".join([head, *parts]), tuple(layers))
 
 
@@ -147,7 +149,7 @@ def unused_check(unused: Sequence[Sequence[str]], indices: Sequence[Sequence[int
 class Divergence:
     """A tensor that differs between ``rank`` and rank 0 (from ``DistContext.compare``)."""
 
-    kind: str  # "grad" (after DDP's all-reduce) or "buffer"
+    kind: str  # "grad" (after the all-reduce), "param" (after the step) or "buffer"
     name: str
     rank: int
     max_abs_diff: float
@@ -165,20 +167,42 @@ class Divergence:
 
 
 def desync_check(
-    found: Sequence[Divergence], tolerance: float, compared: str = "reduced gradients and buffers"
+    found: Sequence[Divergence],
+    tolerance: float,
+    compared: str = "reduced gradients, parameters and buffers",
+    buffers_resynced: bool = False,
 ) -> CheckResult:
-    """Tensors whose relative difference from rank 0's is above ``tolerance`` (0: exact)."""
-    bad = [d for d in found if d.relative > tolerance or d.why != "values"]
+    """Tensors whose relative difference from rank 0's is above ``tolerance`` (0: exact).
+
+    With ``buffers_resynced`` (DDP's ``broadcast_buffers=True``), buffers that differ
+    do not fail the check: DDP overwrites them with rank 0's at the next forward.
+    They are named in the detail as a note instead.
+    """
+    over = [d for d in found if d.relative > tolerance or d.why != "values"]
+    drift = [d for d in over if buffers_resynced and d.kind == "buffer"]
+    bad = [d for d in over if d not in drift]
     within = "exactly" if tolerance == 0 else f"within relative {tolerance:g}"
+    note = ""
+    if drift:
+        n_drift = len({d.name for d in drift})
+        note = (
+            f"; note: {n_drift} buffer(s) differ from rank 0's after the step (first: "
+            f"{drift[0].name}), which DDP overwrites with rank 0's at the next forward "
+            "(broadcast_buffers=True): not a desync"
+        )
     if not bad:
-        return CheckResult("desync", True, f"{compared} are equal on every rank ({within})")
+        what = compared
+        if buffers_resynced:
+            what = compared.replace(", parameters and buffers", " and parameters")
+            what = what.replace("parameters and buffers", "parameters")
+        return CheckResult("desync", True, f"{what} are equal on every rank ({within}){note}")
     names: list[str] = []
     for d in bad:
         if d.name not in names:
             names.append(d.name)
     shown = []
     for d in bad[:3]:
-        what = "grad of " + d.name if d.kind == "grad" else f"buffer {d.name}"
+        what = {"grad": "grad of ", "param": "parameter "}.get(d.kind, "buffer ") + d.name
         if d.why != "values":
             shown.append(f"{what} (rank {d.rank}: {d.why})")
         else:
@@ -186,10 +210,15 @@ def desync_check(
                 f"{what} (rank {d.rank}: max |diff| {d.max_abs_diff:.3g}, "
                 f"relative {d.relative:.3g})"
             )
-    grads = len({d.name for d in bad if d.kind == "grad"})
-    buffers = len({d.name for d in bad if d.kind == "buffer"})
-    counts = [f"{grads} reduced gradient(s)"] if grads else []
-    counts += [f"{buffers} buffer(s)"] if buffers else []
+    counts = []
+    for kind, label in (
+        ("grad", "reduced gradient(s)"),
+        ("param", "parameter(s)"),
+        ("buffer", "buffer(s)"),
+    ):
+        n = len({d.name for d in bad if d.kind == kind})
+        if n:
+            counts.append(f"{n} {label}")
     head = f"{' and '.join(counts)} differ from rank 0's (compared {within})"
-    detail = f"{head}; first: {', '.join(shown)}"
+    detail = f"{head}; first: {', '.join(shown)}{note}"
     return CheckResult("desync", False, detail, tuple(names))

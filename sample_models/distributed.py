@@ -118,3 +118,25 @@ class _RankScale(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x * (float("nan") if current_rank() == self.rank else 1.0)
+
+
+class ParamDriftOnRank(nn.Module):
+    """Nudges ``fc.weight`` in place on rank ``rank`` during forward: a real desync.
+
+    A stand-in for a rank-local weight update (an optimizer stepped on one rank, a
+    rank-dependent re-initialisation): DDP syncs parameters only when it wraps the
+    model, so the weights stay different on that rank after the step.
+    """
+
+    def __init__(self, rank: int = 1) -> None:
+        super().__init__()
+        self.rank = rank
+        self.fc = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 2)
+        self.example_input_array = torch.randn(4, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if current_rank() == self.rank:
+            with torch.no_grad():
+                self.fc.weight.add_(0.01)
+        return self.head(torch.relu(self.fc(x)))

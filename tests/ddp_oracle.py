@@ -9,8 +9,8 @@ hookcli should report, computed without hookcli:
 - ``local_unused``: parameters whose grad stays None in that backward;
 - ``reduced``: the same norms after a DDP backward (grads all-reduced, averaged);
 - ``loss``, ``output_mean``: the sum and mean of this rank's output;
-- ``grads_differ`` / ``buffers_differ`` (rank 0): names whose tensors differ across ranks
-  after the DDP step (all_gather_object, compared with torch.equal);
+- ``grads_differ`` / ``params_differ`` / ``buffers_differ`` (rank 0): names whose tensors
+  differ across ranks after the DDP step (all_gather_object, compared with torch.equal);
 - with ``--plain-ddp-error``: DDP's own ``Parameters which did not receive grad for rank
   R: ...`` names, from two steps with find_unused_parameters=False under
   TORCH_DISTRIBUTED_DEBUG=INFO.
@@ -110,6 +110,7 @@ def main() -> None:
     result["reduced"] = own_norms(model)
     result["grads_differ"] = differing({n: p.grad for n, p in model.named_parameters()})
     result["buffers_differ"] = differing(dict(model.named_buffers()))
+    result["params_differ"] = differing(dict(model.named_parameters()))
     if args.plain_ddp_error:
         result["ddp_error_unused"] = plain_ddp_error(args.spec, args.seed, x)
     Path(args.out_dir, f"rank{rank}.json").write_text(json.dumps(result))

@@ -34,6 +34,7 @@ from hookcli.cliopts import (
     run_options,
 )
 from hookcli.costing import MemoryTotal, Optimizer
+from hookcli.ddpopts import BackendOpt, DistTimeoutOpt, FsdpOpt, ShardOpt
 from hookcli.options import Format, Mode
 
 NAME = "cost"
@@ -107,11 +108,15 @@ def command(
     junit: JunitOpt = None,
     seed: SeedOpt = 0,
     debug: DebugOpt = False,
+    fsdp: FsdpOpt = False,
+    shard: ShardOpt = None,
+    backend: BackendOpt = None,
+    dist_timeout: DistTimeoutOpt = 600.0,
 ) -> int:
     """Per-layer FLOPs, MACs, param/output/saved-for-backward bytes; training and inference
     memory totals; ops without a FLOP formula listed. Works on --device meta."""
     from hookcli.costing import over_memory, plan_cost, run_cost
-    from hookcli.errors import ResourceError
+    from hookcli.errors import ResourceError, UsageError
     from hookcli.pipeline import emit, prepare
 
     plan = plan_cost(backward, optimizer, max_memory, memory_for, max_flops, depth, global_hooks)
@@ -129,6 +134,22 @@ def command(
         inputs_from=inputs_from,
     )
     out = output_options(format, output, depth, debug, ci)
+    if fsdp or shard or backend is not None:
+        from hookcli.fsdp import launch_fsdp
+        from hookcli.fsdp import run_cost as run_cost_fsdp
+
+        if backend is not None and not fsdp:
+            raise UsageError("--backend needs --fsdp on cost (under torchrun or srun)")
+        return launch_fsdp(
+            lambda ctx: run_cost_fsdp(ctx, mopts, ropts, out, plan, tuple(shard or ())),
+            fsdp=fsdp,
+            ddp=False,
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            kinds=(),
+            global_hooks=global_hooks,
+        )
     report, error = run_cost(prepare(mopts, ropts), plan)
     code = emit(report, out)
     if error is not None:

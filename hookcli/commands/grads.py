@@ -36,7 +36,15 @@ from hookcli.cliopts import (
     output_options,
     run_options,
 )
-from hookcli.ddpopts import BackendOpt, DdpOpt, DesyncTolOpt, DistTimeoutOpt
+from hookcli.ddpopts import (
+    BackendOpt,
+    BroadcastBuffersOpt,
+    DdpOpt,
+    DesyncTolOpt,
+    DistTimeoutOpt,
+    FsdpOpt,
+    ShardOpt,
+)
 from hookcli.options import Format, LossKind, Mode
 
 NAME = "grads"
@@ -125,6 +133,9 @@ def command(
     backend: BackendOpt = None,
     desync_tol: DesyncTolOpt = 0.0,
     dist_timeout: DistTimeoutOpt = 600.0,
+    broadcast_buffers: BroadcastBuffersOpt = True,
+    fsdp: FsdpOpt = False,
+    shard: ShardOpt = None,
 ) -> int:
     """Per-layer gradient flow: grad norms of parameters, grad_output, grad_input; checks."""
     import dataclasses
@@ -144,7 +155,7 @@ def command(
         depth,
         global_hooks,
         device=device,
-        ddp=ddp,
+        ddp=ddp or fsdp,
     )
     plan = dataclasses.replace(plan, wide=format in (Format.CSV, Format.MARKDOWN))
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
@@ -161,8 +172,43 @@ def command(
         inputs_from=inputs_from,
     )
     out = output_options(format, output, depth, debug, ci)
+    if fsdp:
+        from hookcli.distributed import launch
+        from hookcli.fsdp import check_fsdp_options
+        from hookcli.fsdp import run_grads as run_grads_fsdp
+
+        check_fsdp_options(
+            plan.kinds,
+            global_hooks,
+            ddp=ddp,
+            per_param=per_param,
+            plot=plot,
+            fail_on=plan.gates.fail_on,
+            bounds=max_grad_norm is not None or min_grad_norm is not None,
+        )
+        return launch(
+            lambda ctx: run_grads_fsdp(
+                ctx,
+                mopts,
+                ropts,
+                out,
+                plan.kinds,
+                plan.loss,
+                plan.gates,
+                desync_tol,
+                tuple(shard or ()),
+            ),
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            flag="--fsdp",
+        )
+    if shard:
+        raise UsageError("--shard needs --fsdp (under torchrun or srun)")
     if backend is not None and not ddp:
         raise UsageError("--backend needs --ddp (under torchrun or srun)")
+    if not broadcast_buffers and not ddp:
+        raise UsageError("--no-broadcast-buffers needs --ddp (under torchrun or srun)")
     if ddp:
         from hookcli.ddp import check_ddp_options
         from hookcli.ddp import run_grads as run_grads_ddp
@@ -171,7 +217,16 @@ def command(
         check_ddp_options(plan.kinds, global_hooks, per_param=per_param, plot=plot)
         return launch(
             lambda ctx: run_grads_ddp(
-                ctx, mopts, ropts, out, plan.kinds, plan.explicit, plan.loss, plan.gates, desync_tol
+                ctx,
+                mopts,
+                ropts,
+                out,
+                plan.kinds,
+                plan.explicit,
+                plan.loss,
+                plan.gates,
+                desync_tol,
+                broadcast_buffers,
             ),
             device=device,
             backend=backend,

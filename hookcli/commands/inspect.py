@@ -32,7 +32,7 @@ from hookcli.cliopts import (
     output_options,
     run_options,
 )
-from hookcli.ddpopts import BackendOpt, DdpOpt, DistTimeoutOpt
+from hookcli.ddpopts import BackendOpt, DdpOpt, DistTimeoutOpt, FsdpOpt, ShardOpt
 from hookcli.options import Format, Mode
 
 NAME = "inspect"
@@ -68,6 +68,8 @@ def command(
     ddp: DdpOpt = False,
     backend: BackendOpt = None,
     dist_timeout: DistTimeoutOpt = 600.0,
+    fsdp: FsdpOpt = False,
+    shard: ShardOpt = None,
 ) -> int:
     """Per-layer table: name, type, input and output shapes, params, trainable; totals."""
     from hookcli.api import plan_inspect, run_inspect
@@ -91,12 +93,27 @@ def command(
     if no_forward:
         from hookcli.layers import check_no_forward, tree_report
 
-        check_no_forward(hooks, global_hooks, ddp or backend is not None, ropts)
+        distributed = ddp or fsdp or bool(shard) or backend is not None
+        check_no_forward(hooks, global_hooks, distributed, ropts)
         return emit(tree_report(prepare(mopts, ropts, need_inputs=False), depth, plan.columns), out)
-    if plan.columns and (ddp or backend is not None):
+    if plan.columns and (ddp or fsdp or shard or backend is not None):
         from hookcli.errors import UsageError
 
-        raise UsageError("--columns is not available with --ddp")
+        raise UsageError("--columns is not available with --ddp or --fsdp")
+    if fsdp or shard:
+        from hookcli.fsdp import launch_fsdp
+        from hookcli.fsdp import run_inspect as run_inspect_fsdp
+
+        return launch_fsdp(
+            lambda ctx: run_inspect_fsdp(ctx, mopts, ropts, out, plan.kinds, tuple(shard or ())),
+            fsdp=fsdp,
+            ddp=ddp,
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            kinds=plan.kinds,
+            global_hooks=global_hooks,
+        )
     if ddp or backend is not None:
         from hookcli.ddp import launch_command
         from hookcli.ddp import run_inspect as run_inspect_ddp

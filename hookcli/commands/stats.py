@@ -35,7 +35,15 @@ from hookcli.cliopts import (
     output_options,
     run_options,
 )
-from hookcli.ddpopts import BackendOpt, DdpOpt, DesyncTolOpt, DistTimeoutOpt
+from hookcli.ddpopts import (
+    BackendOpt,
+    BroadcastBuffersOpt,
+    DdpOpt,
+    DesyncTolOpt,
+    DistTimeoutOpt,
+    FsdpOpt,
+    ShardOpt,
+)
 from hookcli.options import Format, LossKind, Mode
 
 NAME = "stats"
@@ -103,13 +111,18 @@ def command(
     backend: BackendOpt = None,
     desync_tol: DesyncTolOpt = 0.0,
     dist_timeout: DistTimeoutOpt = 600.0,
+    broadcast_buffers: BroadcastBuffersOpt = True,
+    fsdp: FsdpOpt = False,
+    shard: ShardOpt = None,
 ) -> int:
     """Per-layer activation statistics (mean, std, min, max, mean |x|, zeros, NaN, Inf);
     the first module producing NaN/Inf; checks nan, inf, dead."""
     from hookcli.api import plan_stats, run_stats
     from hookcli.pipeline import emit, prepare
 
-    plan = plan_stats(hooks, backward, loss, fail_on, dead_threshold, depth, global_hooks, ddp=ddp)
+    plan = plan_stats(
+        hooks, backward, loss, fail_on, dead_threshold, depth, global_hooks, ddp=ddp or fsdp
+    )
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(
@@ -124,6 +137,37 @@ def command(
         inputs_from=inputs_from,
     )
     out = output_options(format, output, depth, debug, ci)
+    if fsdp or shard:
+        from hookcli.fsdp import launch_fsdp
+        from hookcli.fsdp import run_stats as run_stats_fsdp
+
+        with_grads = plan.backward or any(k.is_backward for k in plan.kinds)
+        return launch_fsdp(
+            lambda ctx: run_stats_fsdp(
+                ctx,
+                mopts,
+                ropts,
+                out,
+                plan.kinds,
+                plan.loss,
+                plan.checks,
+                plan.dead_threshold,
+                with_grads,
+                desync_tol,
+                tuple(shard or ()),
+            ),
+            fsdp=fsdp,
+            ddp=ddp,
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            kinds=plan.kinds,
+            global_hooks=global_hooks,
+        )
+    if not broadcast_buffers and not ddp:
+        from hookcli.errors import UsageError
+
+        raise UsageError("--no-broadcast-buffers needs --ddp (under torchrun or srun)")
     if ddp or backend is not None:
         from hookcli.ddp import launch_command
         from hookcli.ddp import run_stats as run_stats_ddp
@@ -141,6 +185,7 @@ def command(
                 plan.dead_threshold,
                 with_grads,
                 desync_tol,
+                broadcast_buffers,
             ),
             ddp=ddp,
             device=device,
