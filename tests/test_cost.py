@@ -443,7 +443,9 @@ def test_model_state_restored_and_no_hooks_left():
         assert_same_state(before, state_snapshot(model))
         assert_no_hooks(model)
     assert torch._C._len_torch_dispatch_stack() == 0
-    assert torch._C._autograd._top_saved_tensors_default_hooks(False) is None
+    top = getattr(torch._C._autograd, "_top_saved_tensors_default_hooks", None)
+    if top is not None:  # private; torch 2.6 has no such binding
+        assert top(False) is None
     for p in model.parameters():
         p.grad = None
 

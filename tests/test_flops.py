@@ -332,6 +332,7 @@ CASES = _cases()
 # torch also reads aten._efficient_attention_forward/backward's dense [B, S, H, D]
 # tensors as [B, H, S, D], which swaps heads and sequence (the kernel's layout is
 # [B, S, H, D], as aten._scaled_dot_product_efficient_attention passes it).
+LAYOUT_READ_WRONG_BEFORE_2_14 = {"_flash_attention_forward", "_flash_attention_backward"}
 CORRECTED = {
     ("convolution_backward", "groups=4"),
     ("convolution_backward", "groups=4 transposed"),
@@ -351,7 +352,18 @@ def test_formula_equals_closed_form_and_torch(op: str, label: str, make: Callabl
     theirs = _torch_registry().get(packet)
     if theirs is None or (op, label) in CORRECTED:
         return
-    assert theirs(*args, **kwargs, out_val=out) == ours, f"torch's formula for {op} disagrees"
+    try:
+        figure = theirs(*args, **kwargs, out_val=out)
+    except AssertionError:
+        figure = None  # torch's own shape check refused its own kernel's layout
+    if figure != ours and op in LAYOUT_READ_WRONG_BEFORE_2_14:
+        # torch < 2.14 read these kernels' [B, S, H, D] tensors as [B, H, S, D]
+        swapped = [
+            a.transpose(1, 2) if isinstance(a, torch.Tensor) and a.dim() == 4 else a for a in args
+        ]
+        assert figure in (None, FORMULAS[packet](*swapped, **kwargs, out_val=out))
+        return
+    assert figure == ours, f"torch's formula for {op} disagrees"
 
 
 def test_grouped_conv_backward_correction_is_exactly_the_groups_factor() -> None:

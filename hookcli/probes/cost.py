@@ -307,6 +307,19 @@ class _FusedAttentionOnMeta(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
+_NO_SEQUENCE = 1 << 62  # AccumulateGrad nodes carry UINT64_MAX
+
+
+def _next_sequence_nr() -> int:
+    """The sequence number the next autograd node will get (one throwaway node)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes(), torch.enable_grad():
+        node = torch.zeros((), requires_grad=True).view(()).grad_fn
+    assert node is not None
+    return int(node._sequence_nr()) + 1
+
+
 class _Dropped:
     """What the measured pass gives autograd to keep instead of a saved tensor."""
 
@@ -344,6 +357,8 @@ class CostProbe(Probe):
         self.measured_calls: int | None = None  # frames of the measured pass, once it ended
         self.backward_ran = False
         self._second_offset = 0
+        self._walk = False  # book autograd nodes by walking the graph (older torch)
+        self._starts: list[int] = []  # per call under way: the sequence number at its start
         self._nodes: dict[int, tuple[Any, int]] = {}  # id(node) -> (node, frame)
         self._incl: tuple[list[int], list[int], list[dict[int, int]]] | None = None
         self.input_bytes = 0
@@ -386,8 +401,9 @@ class CostProbe(Probe):
         self._second_offset = -1
         self._open(self.train_ledger, inputs)
         hook_cm = getattr(torch.autograd.graph, "node_creation_hook", None)
+        self._walk = hook_cm is None  # older torch: walk each call's graph instead
         with contextlib.ExitStack() as stack:
-            if hook_cm is not None:  # else (older torch) backward ops go unattributed
+            if hook_cm is not None:
                 stack.enter_context(hook_cm(self._on_node))
             stack.enter_context(self._attention())
             stack.enter_context(_CountingMode(self, REPLAY))
@@ -426,10 +442,14 @@ class CostProbe(Probe):
         idx = frame.index - self._second_offset
         valid = idx < self.measured_calls and self.names[idx] == frame.name
         self._stack.append(idx if valid else (self._stack[-1] if self._stack else 0))
+        if self._walk:
+            self._starts.append(_next_sequence_nr())
 
     def on_forward(
         self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
     ) -> None:
+        if self._walk and self.measured_calls is not None and self._stack and self._starts:
+            self._book_graph(self._stack[-1], self._starts.pop(), output)
         if self._stack:
             self._stack.pop()
         if self.measured_calls is None and frame.done:
@@ -443,6 +463,27 @@ class CostProbe(Probe):
 
     def _current(self) -> int:
         return self._stack[-1] if self._stack else -1
+
+    def _book_graph(self, frame: int, start: int, output: Any) -> None:
+        """Book on ``frame`` every autograd node its call created (torch without
+        ``node_creation_hook``): the nodes behind its outputs whose sequence number is
+        at least the one current when the call began, not booked on an inner call yet."""
+        todo = [t.grad_fn for t in iter_tensors(output) if t.grad_fn is not None]
+        seen: set[int] = set()
+        while todo:
+            node = todo.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            try:
+                seq = node._sequence_nr()
+            except (AttributeError, RuntimeError):
+                continue
+            if seq < start or seq >= _NO_SEQUENCE:  # made earlier; AccumulateGrad
+                continue
+            if id(node) not in self._nodes:
+                self._nodes[id(node)] = (node, frame)
+            todo.extend(n for n, _ in node.next_functions if n is not None)
 
     def _on_node(self, node: Any) -> None:
         if self._stack:
