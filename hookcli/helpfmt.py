@@ -36,6 +36,9 @@ for _panel, _flags in {
         "--grad-op",
         "--together",
         "--frozen",
+        "--warmup",
+        "--repeat",
+        "--sync",
     ),
     "Output": (
         "--depth",
@@ -52,6 +55,8 @@ for _panel, _flags in {
         "--source",
         "--metric",
         "--debug",
+        "--sort",
+        "--trace-out",
     ),
     "Checks": (
         "--fail-on",
@@ -61,6 +66,7 @@ for _panel, _flags in {
         "--max-memory",
         "--max-flops",
         "--memory-for",
+        "--max-ms",
     ),
     "CI": (
         "--baseline",
