@@ -539,3 +539,64 @@ def test_plot(tmp_path: Path) -> None:
 def test_api_rejects_bad_options() -> None:
     with pytest.raises(UsageError):
         hookcli.profile(Shared(), repeat=0)
+
+
+def test_hooks_keep_nothing_per_call() -> None:
+    # Storage is allocated before the passes; a timed pass leaves no new object behind
+    # that was allocated in the hooks' file (a list growing per call would show here).
+    import tracemalloc
+
+    from hookcli.profile.hooks import TimingHooks
+
+    model = nn.Sequential(*[nn.Sequential(nn.Identity(), nn.Identity()) for _ in range(100)])
+    mods = list(model.modules())
+    names = [n for n, _ in model.named_modules()]
+    parents = [-1] + [0 if "." not in n else names.index(n.rpartition(".")[0]) for n in names[1:]]
+    tree = CallTree(
+        names=tuple(names),
+        types=tuple(type(m).__name__ for m in mods),
+        depths=tuple(0 if not n else n.count(".") + 1 for n in names),
+        parents=tuple(parents),
+        module_ids=tuple(id(m) for m in mods),
+    )
+    hooks = TimingHooks(mods, tree, 3, now=time.perf_counter_ns)
+    x = torch.zeros(1)
+    hooks.begin_pass(0)
+    hooks.attach()
+    model(x)  # warm: first calls may intern or cache
+    hooks.detach()
+    tracemalloc.start()
+    try:
+        for p in (1, 2):
+            hooks.begin_pass(p)
+            hooks.attach()
+            before = tracemalloc.take_snapshot()
+            model(x)
+            after = tracemalloc.take_snapshot()
+            hooks.end_forward()
+            hooks.detach()
+            only = [tracemalloc.Filter(True, "*hookcli/profile/hooks.py")]
+            grown = after.filter_traces(only).compare_to(before.filter_traces(only), "lineno")
+            # the state's current ints (call counter, stack top) may be new objects: a few
+            # dozen bytes; one object kept per call would be 301 x 28 bytes and more
+            assert sum(max(s.size_diff, 0) for s in grown) <= 128, grown[:3]
+    finally:
+        tracemalloc.stop()
+    assert all(hooks.ends[2 * tree.n + i] >= hooks.starts[2 * tree.n + i] > 0 for i in range(tree.n))
+
+
+def test_progress_bar_only_for_long_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    from hookcli.profile.runner import _Progress
+
+    quick = _Progress(True, 10)
+    quick.update(1, 0.1)  # 10 x 0.1 s: under ~2 s, no bar
+    quick.close()
+    assert capsys.readouterr().err == ""
+    slow = _Progress(True, 10)
+    slow.update(1, 0.5)
+    slow.close()  # and the line is cleared
+    err = capsys.readouterr().err
+    assert "repeat 1/10" in err and err.endswith("\r")
+    off = _Progress(False, 10)  # not a terminal
+    off.update(1, 5.0)
+    assert capsys.readouterr().err == ""
