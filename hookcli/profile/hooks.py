@@ -48,9 +48,12 @@ class TimingHooks:
         backward: bool = False,
         now: Callable[[], int] | None = None,
         event: Callable[[], Any] | None = None,
+        uncalled: list[nn.Module] | None = None,
     ) -> None:
         assert (now is None) != (event is None), "one clock: now() or events"
         self.modules = modules  # by slot
+        # modules the counting pass never called: a call of one is a divergence
+        self.uncalled = list(uncalled or ())
         self.tree = tree
         self.passes = passes
         self.backward = backward
@@ -128,6 +131,12 @@ class TimingHooks:
                 bpre, bpost = self._backward_hooks(slot)
                 self._handles.append(m.register_full_backward_pre_hook(bpre))
                 self._handles.append(m.register_full_backward_hook(bpost))
+        for m in self.uncalled:
+            self._handles.append(m.register_forward_pre_hook(self._unexpected))
+
+    def _unexpected(self, module: nn.Module, args: Any) -> None:
+        if self.diverged is None:
+            self.diverged = f"{type(module).__name__} ran, which the counting pass never called"
 
     def detach(self) -> None:
         while self._handles:

@@ -243,8 +243,20 @@ def time_passes(
     if plan.backward:
         args, kwargs = _with_grad(args), _with_grad(kwargs)
     grad_ctx: Callable[[], Any] = torch.enable_grad if plan.backward else torch.inference_mode
+    called = set(tree.module_ids)
+    uncalled = [  # a scripted submodule takes no Python hooks (the session skips it too)
+        mod
+        for mod in by_id.values()
+        if id(mod) not in called and not isinstance(mod, torch.jit.ScriptModule)
+    ]
     hooks = TimingHooks(
-        modules, tree, plan.repeat, backward=plan.backward, now=clock.now, event=clock.event
+        modules,
+        tree,
+        plan.repeat,
+        backward=plan.backward,
+        now=clock.now,
+        event=clock.event,
+        uncalled=uncalled,
     )
     m = Measured(tree=tree, probe=probe, clock=clock, hooks=hooks)
     params = list({id(p): p for p in model.parameters()}.values())
