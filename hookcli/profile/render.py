@@ -95,12 +95,9 @@ def totals_lines(t: dict[str, Any]) -> list[tuple[str, str]]:
                 f"{fmt_ms(t['backward_ms'])} ms median (IQR {fmt_ms(t['backward_iqr_ms'])} ms)",
             )
         )
-    out.append(
-        (
-            "Forward FLOPs",
-            f"{fmt_count(t['flops'])} ({fmt_rate(t['flops_per_s'])}FLOP/s achieved)",
-        )
-    )
+    rate = t["flops_per_s"]
+    achieved = f"{fmt_rate(rate)}FLOP/s achieved" if rate is not None else "none counted"
+    out.append(("Forward FLOPs", f"{fmt_count(t['flops'])} ({achieved})"))
     out.append(("Calls", f"{t['calls']} module calls of {t['modules']} modules per forward"))
     return out
 
