@@ -13,11 +13,12 @@ are ``hookcli.report``. Importing hookcli does not import torch.
 
 __version__ = "0.1.0"
 
-# The submodule hookcli.diff is loaded first, so that the name below is the API
-# function: a later `import hookcli.diff` finds the module in sys.modules and
-# does not rebind the attribute (`from hookcli.diff import ...` works as usual).
+# The submodules hookcli.diff and hookcli.profile are loaded first, so that the names
+# below are the API functions: a later `import hookcli.diff` finds the module in
+# sys.modules and does not rebind the attribute (`from hookcli.diff import ...` works).
 from hookcli import diff as _diff_module  # noqa: F401
-from hookcli.api import cost, diff, grads, inspect, stats
+from hookcli import profile as _profile_module  # noqa: F401
+from hookcli.api import cost, diff, grads, inspect, profile, stats
 from hookcli.report import Report
 
-__all__ = ["Report", "__version__", "cost", "diff", "grads", "inspect", "stats"]
+__all__ = ["Report", "__version__", "cost", "diff", "grads", "inspect", "profile", "stats"]

@@ -886,6 +886,49 @@ def cost(
     return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_cost(p, plan))
 
 
+# -- profile -------------------------------------------------------------------------------
+
+
+def profile(
+    model: nn.Module,
+    *inputs: Any,
+    forward_kwargs: Mapping[str, Any] | None = None,
+    mode: str | Mode = "eval",
+    backward: bool = False,
+    warmup: int = 2,
+    repeat: int = 10,
+    sort: str = "self",
+    max_ms: str | Sequence[str] | None = None,
+    sync: bool = False,
+    depth: int | None = None,
+    trace_out: str | Path | None = None,
+    plot: str | Path | None = None,
+    seed: int | None = None,
+) -> Report:
+    """Time per module, forward (and backward), like ``hookcli profile``.
+
+    Args:
+        model, *inputs, forward_kwargs, mode, depth, seed: as for ``inspect``.
+        backward: also time backward (loss: the sum of the outputs) per module.
+        warmup, repeat: untimed passes first, then timed passes (median and IQR).
+        sort: row order, most first: ``"self"``, ``"inclusive"``, ``"calls"``, ``"flops"``.
+        max_ms: ``"GLOB:MS"`` gates (one or a list): a ``max-ms`` check fails when a
+            matching module's median forward time is over MS milliseconds.
+        sync: on cuda, synchronize in every hook instead of recording CUDA events.
+        trace_out: write the timed passes as Chrome trace-event JSON to this path.
+        plot: write a bar chart of the top 20 modules by self time (PNG).
+
+    Returns:
+        The ``Report``: ``report.rows("modules")`` one row per module (``forward_ms``,
+        ``forward_self_ms``, ``backward_ms``, ``calls``, ``flops_per_s``...); ``totals``
+        with ``forward_ms``, ``backward_ms`` and ``overhead_ratio``.
+    """
+    from hookcli.profile.runner import plan_profile, run_profile
+
+    plan = plan_profile(backward, warmup, repeat, sort, max_ms, sync, depth, trace_out, plot)
+    return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_profile(p, plan))
+
+
 # -- diff -------------------------------------------------------------------------------------
 
 
@@ -952,4 +995,4 @@ def diff(
     return to_report(result, la, lb)
 
 
-__all__ = ["Report", "cost", "diff", "grads", "inspect", "stats"]
+__all__ = ["Report", "cost", "diff", "grads", "inspect", "profile", "stats"]

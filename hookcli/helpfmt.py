@@ -37,6 +37,9 @@ for _panel, _flags in {
         "--together",
         "--frozen",
         "--no-forward",
+        "--warmup",
+        "--repeat",
+        "--sync",
     ),
     "Output": (
         "--depth",
@@ -54,6 +57,8 @@ for _panel, _flags in {
         "--source",
         "--metric",
         "--debug",
+        "--sort",
+        "--trace-out",
     ),
     "Checks": (
         "--fail-on",
@@ -63,6 +68,7 @@ for _panel, _flags in {
         "--max-memory",
         "--max-flops",
         "--memory-for",
+        "--max-ms",
     ),
     "CI": (
         "--baseline",

@@ -65,6 +65,7 @@ CASES: list[tuple[str, str, int]] = [
     ("diff", "diff {old} {new}", 1),
     ("cost", "cost sample_models:LeNet --backward --max-flops 1G", 0),
     ("cost-meta", "cost sample_models.causal_lm:TinyCausalLM --device meta -d 2", 0),
+    ("profile", "profile sample_models:LeNet --backward --warmup 0 --repeat 2 --max-ms fc*:1e6", 0),
 ]
 
 # Commands whose case is still to come (a command in progress on another branch).

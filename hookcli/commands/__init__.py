@@ -20,6 +20,7 @@ _ORDER = (
     "stats",
     "features",
     "cost",
+    "profile",
     "ablate",
     "diff",
     "models",

@@ -1,0 +1,133 @@
+"""The profile table's columns, notes and totals lines; the ``--plot`` bar chart."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hookcli.render import Column, fmt_int
+
+if TYPE_CHECKING:
+    from hookcli.profile.runner import ProfilePlan
+    from hookcli.report import Report
+
+
+def fmt_ms(value: Any) -> str:
+    """Milliseconds with three decimals; '-' for None."""
+    return "-" if value is None else f"{float(value):.3f}"
+
+
+def fmt_pct(value: Any) -> str:
+    return "-" if value is None else f"{float(value):.1f}"
+
+
+def fmt_rate(value: Any) -> str:
+    """FLOP/s with an SI prefix (12.3 G); '-' for None."""
+    from hookcli.sizes import fmt_count
+
+    return "-" if value is None else fmt_count(int(value))
+
+
+def fmt_bytes_or_dash(value: Any) -> str:
+    from hookcli.sizes import fmt_size
+
+    return fmt_size(value)
+
+
+def columns(backward: bool, memory: bool) -> list[Column]:
+    """The table columns."""
+    from hookcli.sizes import fmt_count
+
+    cols = [
+        Column("name", "Module"),
+        Column("type", "Type"),
+        Column("calls", "Calls", fmt_int, "right"),
+        Column("forward_ms", "Fwd ms", fmt_ms, "right"),
+        Column("forward_iqr_ms", "IQR", fmt_ms, "right"),
+        Column("forward_self_ms", "Self ms", fmt_ms, "right"),
+        Column("forward_self_pct", "Self %", fmt_pct, "right"),
+        Column("forward_pct", "% root", fmt_pct, "right"),
+    ]
+    if backward:
+        cols += [
+            Column("backward_ms", "Bwd ms", fmt_ms, "right"),
+            Column("backward_self_ms", "Bwd self", fmt_ms, "right"),
+        ]
+    cols += [
+        Column("flops", "FLOPs", fmt_count, "right"),
+        Column("flops_per_s", "FLOP/s", fmt_rate, "right"),
+    ]
+    if memory:
+        cols.append(Column("memory_bytes", "Peak mem", fmt_bytes_or_dash, "right"))
+    return cols
+
+
+def notes(plan: ProfilePlan, timer: str) -> list[str]:
+    """Header lines: how the figures were taken."""
+    return [
+        f"median of {plan.repeat} timed passes after {plan.warmup} warmup; IQR: 75th - 25th "
+        f"percentile; timer {timer}; sorted by {plan.sort.value}",
+        "Fwd ms: inclusive (the call and everything inside it); Self: less its child calls",
+    ]
+
+
+def totals_lines(t: dict[str, Any]) -> list[tuple[str, str]]:
+    """The totals block."""
+    from hookcli.sizes import fmt_count
+
+    out = [
+        (
+            "Forward (root)",
+            f"{fmt_ms(t['forward_ms'])} ms median (IQR {fmt_ms(t['forward_iqr_ms'])} ms)",
+        ),
+        (
+            "Overhead",
+            f"{t['overhead_ratio']:.3f}x: hooked forward {fmt_ms(t['profiled_forward_ms'])} ms "
+            f"vs bare forward {fmt_ms(t['bare_forward_ms'])} ms (medians, same run)"
+            if t["overhead_ratio"] is not None
+            else "-",
+        ),
+    ]
+    if t.get("backward_ms") is not None:
+        out.append(
+            (
+                "Backward",
+                f"{fmt_ms(t['backward_ms'])} ms median (IQR {fmt_ms(t['backward_iqr_ms'])} ms)",
+            )
+        )
+    rate = t["flops_per_s"]
+    achieved = f"{fmt_rate(rate)}FLOP/s achieved" if rate is not None else "none counted"
+    out.append(("Forward FLOPs", f"{fmt_count(t['flops'])} ({achieved})"))
+    out.append(("Calls", f"{t['calls']} module calls of {t['modules']} modules per forward"))
+    return out
+
+
+def plot_top(report: Report, path: Path, top: int, title: str) -> Path:
+    """A horizontal bar chart of the ``top`` modules by median self time, IQR as error bars."""
+    from hookcli.errors import UsageError
+    from hookcli.plot import require_matplotlib
+
+    plt = require_matplotlib()
+    rows = sorted(report.rows(), key=lambda r: -r["forward_self_ms"])[:top]
+    labels = [f"{r['name'] or '(root)'} ({r['type']})" for r in rows][::-1]
+    values = [r["forward_self_ms"] for r in rows][::-1]
+    height = min(max(3.0, 0.32 * len(rows) + 1.5), 30.0)
+    fig, ax = plt.subplots(figsize=(9.0, height), dpi=100)
+    try:
+        ax.barh(range(len(rows)), values, color="#4c72b0")
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels(labels, fontsize=8)
+        ax.set_xlabel("median self time (ms)")
+        ax.set_title(f"{title}: top {len(rows)} modules by self time", fontsize=10)
+        fig.tight_layout()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fig.savefig(path, format="png")
+        except OSError as err:
+            raise UsageError(f"cannot write --plot {path}: {err.strerror or err}") from err
+    finally:
+        plt.close(fig)
+    from hookcli.pipeline import progress
+
+    progress(f"plot written to {path}")
+    return path
