@@ -202,3 +202,42 @@ def test_a_stats_run_leaves_torch_threads_as_found(two_threads):
     outcome = run_session(prepared, [probe], mode=Mode.EVAL, backward=True)
     assert outcome.error is None and probe.origin is not None
     assert torch.get_num_threads() == 2
+
+
+class _InPlace(torch.nn.Module):
+    """Outputs changed in place after their hook ran: by an in-place ReLU (a module),
+    by the parent's own code (``y.mul_``), and a child's output returned as is."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lin = torch.nn.Linear(6, 6)
+        self.relu = torch.nn.ReLU(inplace=True)
+        self.tail = torch.nn.Identity()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.lin(x)
+        y = self.relu(y)  # the same tensor object as lin's output, changed
+        y.mul_(-3.0)  # changed again, by no module
+        return self.tail(y) if self.training is False else y
+
+
+def test_reused_figures_follow_in_place_changes():
+    # The probe reuses the figures of a tensor object it already reduced; a change in
+    # place (version counter) must make it reduce again. Plain hooks that clone the
+    # outputs are the oracle.
+    torch.manual_seed(0)
+    model = _InPlace().eval()
+    x = torch.randn(5, 6, generator=_g())
+    ref = capture(model, (x,))
+    import hookcli
+
+    report = hookcli.stats(model, x)
+    rows = {(r["name"], r["call"]): r for r in report.to_dict()["layers"]}
+    assert set(rows) == set(ref)
+    for key, row in rows.items():
+        want = ref_stats(ref[key]["out"])
+        assert want is not None
+        for k, w in want.items():
+            assert row[k] == pytest.approx(w, rel=1e-5, abs=1e-7), (key, k, row[k], w)
+    # the root and tail rows saw -3 * relu(lin(x)); relu's row saw relu(lin(x)) >= 0
+    assert rows[("", 0)]["max"] <= 0 and rows[("relu", 0)]["min"] == 0
