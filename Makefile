@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test run lint zoo slow bench clean golden matrix matrix-zoo
+.PHONY: install test run lint zoo slow bench bench-docs docs-check clean golden matrix matrix-zoo
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,8 +35,17 @@ zoo: $(STAMP)
 slow: $(STAMP)
 	$(BIN)/python -m pytest -q -m slow
 
+# Every benchmark to the end; the figures go to benchmarks/last-run.json.
 bench: $(STAMP)
-	$(BIN)/python benchmarks/run.py
+	$(BIN)/python benchmarks/run.py --json benchmarks/last-run.json
+
+# One command: run every benchmark, then write README's and docs/performance.md's tables.
+bench-docs: bench
+	$(BIN)/python benchmarks/publish.py benchmarks/last-run.json
+
+# Every example of README.md and docs/*.md re-run and compared (the slow ones too).
+docs-check: $(STAMP)
+	$(BIN)/python -m pytest -q -p no:randomly tests/test_docs_examples.py
 
 # The torch matrix (noxfile.py): one venv per torch/torchvision pair in .nox/.
 matrix: $(STAMP)

@@ -15,17 +15,26 @@ from __future__ import annotations
 import copy
 import json
 import statistics
+import sys
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import record, rounds, smoke
+
 REPEATS = 5
+
+
+def _size() -> int:
+    return 32 if smoke() else 224
 
 
 def _median(fn: Callable[[], object], repeats: int = REPEATS) -> float:
     times = []
-    for _ in range(repeats):
+    for _ in range(rounds(repeats)):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
@@ -40,7 +49,7 @@ def api_overhead(batch: int = 8) -> dict[str, float]:
 
     torch.manual_seed(0)
     model = torchvision.models.resnet18(weights=None).eval()
-    x = torch.randn(batch, 3, 224, 224)
+    x = torch.randn(batch, 3, _size(), _size())
 
     def bare_fwd() -> None:
         with torch.inference_mode():
@@ -61,7 +70,7 @@ def api_overhead(batch: int = 8) -> dict[str, float]:
     for fn in (bare_fwd, api_inspect, bare_bwd, api_grads):
         fn()  # warm-up
     out: dict[str, list[float]] = {"bare_fwd": [], "inspect": [], "bare_bwd": [], "grads": []}
-    for _ in range(REPEATS):
+    for _ in range(rounds(REPEATS)):
         for key, fn in (
             ("bare_fwd", bare_fwd),
             ("inspect", api_inspect),
@@ -82,8 +91,8 @@ def diff_cost() -> dict[str, float]:
     from hookcli.options import CIOptions
 
     torch.manual_seed(0)
-    model = torchvision.models.resnet50(weights=None)
-    x = torch.randn(2, 3, 224, 224)
+    model = torchvision.models.get_model("resnet18" if smoke() else "resnet50", weights=None)
+    x = torch.randn(2, 3, _size(), _size())
     report = hookcli.grads(model, x)
     old = report.to_dict()
     new = copy.deepcopy(old)
@@ -121,7 +130,15 @@ def diff_cost() -> dict[str, float]:
 def main() -> None:
     import torch
 
+    before = torch.get_num_threads()
     torch.set_num_threads(1)  # steady figures on a shared machine
+    try:
+        _main()
+    finally:
+        torch.set_num_threads(before)
+
+
+def _main() -> None:
     a = api_overhead()
     print(
         f"API on resnet18, batch 8, 1 thread: inspect {a['inspect'] * 1e3:.0f} ms vs bare forward "
@@ -129,6 +146,7 @@ def main() -> None:
         f"{a['grads'] * 1e3:.0f} ms vs bare forward+backward {a['bare_bwd'] * 1e3:.0f} ms "
         f"(x{a['grads'] / a['bare_bwd']:.3f})"
     )
+
     d = diff_cost()
     print(
         f"diff of two resnet50 grads reports ({d['rows']:.0f} rows, {d['values']:.0f} values, "
@@ -136,6 +154,12 @@ def main() -> None:
         f"(read, diff, render to stderr): {d['baseline'] * 1e3:.1f} ms = "
         f"{100 * d['baseline'] / d['model']:.1f}% of the model's forward+backward "
         f"({d['model'] * 1e3:.0f} ms, batch 2)"
+    )
+    record(
+        "baseline_step",
+        100 * d["baseline"] / d["model"],
+        what="the whole `--baseline` step, in % of a resnet50 forward + backward (batch 2)",
+        unit="%",
     )
 
 

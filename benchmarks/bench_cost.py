@@ -2,11 +2,13 @@
 
 1. The Llama-2-7B-shaped decoder (``sample_models.decoder.llama_7b``, seq 2048,
    built under ``torch.device("meta")``: ``llama_7b_meta`` here) on meta:
-   ``cost``'s run against ``inspect``'s run of it, in process (the build, shared
-   by both, excluded) and as whole processes. Target <= 2.
-2. resnet50 on the CPU, batch 1 and 8: ``cost``'s run (its one measured forward,
-   with grad enabled, and the rows) against a bare ``torch.inference_mode()``
-   forward; medians of interleaved runs, one thread. Target <= 1.3.
+   ``hookcli.cost(model, ids)`` against ``hookcli.inspect(model, ids)``, in process
+   (the build, shared by both, excluded), and the two commands as whole processes
+   (both with ``HOOKCLI_FULL_EXIT=1``). Target <= 2.
+2. resnet50 on the CPU, batch 1 and 8: the public call ``hookcli.cost(model, x)``
+   (its one measured forward, with grad enabled, the rows, the totals, the Report)
+   against a bare ``torch.inference_mode()`` forward; interleaved rounds, median of
+   the per-round ratios, one thread. Target <= 1.10.
 3. Where CUDA exists: the training-step estimate against
    ``torch.cuda.max_memory_allocated`` of real Adam steps, for resnet50 and a
    GPT-2-small-shaped decoder; torchinfo's "Estimated Total Size" beside it when
@@ -15,77 +17,56 @@
 
 from __future__ import annotations
 
-import statistics
+import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
 
-
-def _median_times(fns: dict[str, Callable[[], Any]], repeats: int) -> dict[str, float]:
-    for fn in fns.values():
-        fn()  # warm-up
-    times: dict[str, list[float]] = {k: [] for k in fns}
-    for _ in range(repeats):
-        for key, fn in fns.items():
-            start = time.perf_counter()
-            fn()
-            times[key].append(time.perf_counter() - start)
-    return {k: statistics.median(v) for k, v in times.items()}
-
-
-def _cost_rows(prepared: Any) -> Any:
-    from hookcli.costing import _CostColumns, measure
-    from hookcli.layers import layer_rows
-
-    probe, records, _ = measure(prepared, mode=prepared_mode())
-    return layer_rows(records, prepared.model, probes=[_CostColumns(probe, prepared.model)])  # type: ignore[list-item]
-
-
-def prepared_mode() -> Any:
-    from hookcli.options import Mode
-
-    return Mode.EVAL
+from benchmarks.common import interleave, record, rounds, smoke  # noqa: E402
 
 
 def llama_7b_meta(seq: int = 2048) -> Any:
-    """The 7B decoder built on meta, whatever the loader does: never on the CPU."""
+    """The 7B decoder built on meta, whatever the loader does: never on the CPU (tiny
+    under ``--smoke``)."""
     import torch
 
-    from sample_models.decoder import llama_7b
+    from sample_models.decoder import Decoder, llama_7b
 
     with torch.device("meta"):
+        if smoke():
+            return Decoder(vocab=128, dim=64, layers=2, heads=4, kv_heads=4, hidden=128, seq=32)
         return llama_7b(seq=seq)
 
 
-def decoder_on_meta(repeats: int = 3) -> dict[str, float]:
-    from hookcli.layers import layer_rows
-    from hookcli.loading import LoadedModel
-    from hookcli.options import Mode, ModelOptions, RunOptions
-    from hookcli.pipeline import prepare, run_session
+def decoder_on_meta(repeats: int = 3) -> dict[str, dict[str, float]]:
+    """``hookcli.cost`` against ``hookcli.inspect`` of the decoder on meta (public calls)."""
+    import torch
+
+    import hookcli
 
     model = llama_7b_meta()
-    prepared = prepare(
-        ModelOptions("llama_7b"),
-        RunOptions(device="meta"),
-        loaded=LoadedModel(model, "llama_7b"),
-    )
+    seq = 32 if smoke() else 2048
+    ids = torch.empty((1, seq), dtype=torch.long, device="meta")
 
     def inspect() -> None:
-        outcome = run_session(prepared, [], mode=Mode.EVAL)
-        layer_rows(outcome.records, model)
+        hookcli.inspect(model, ids)
 
-    return _median_times({"inspect": inspect, "cost": lambda: _cost_rows(prepared)}, repeats)
+    def cost() -> None:
+        hookcli.cost(model, ids)
+
+    # "bare" here is inspect: the ratio is cost / inspect
+    return interleave({"bare": inspect, "cost": cost}, rounds(repeats))
 
 
-def whole_process(repeats: int = 3) -> dict[str, float]:
+def whole_process(repeats: int = 3) -> dict[str, dict[str, float]]:
     spec = "benchmarks/bench_cost.py:llama_7b_meta"
     cmds = {
-        "inspect": [
+        "bare": [
             sys.executable,
             "-m",
             "hookcli",
@@ -98,20 +79,23 @@ def whole_process(repeats: int = 3) -> dict[str, float]:
         ],
         "cost": [sys.executable, "-m", "hookcli", "cost", spec, "--device", "meta", "-f", "json"],
     }
+    env = dict(os.environ, HOOKCLI_FULL_EXIT="1")  # both leave the same way
 
     def run(cmd: list[str]) -> Callable[[], None]:
-        return lambda: subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT)
+        return lambda: subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL, cwd=ROOT, env=env)
 
-    return _median_times({k: run(c) for k, c in cmds.items()}, repeats)
+    return interleave({k: run(c) for k, c in cmds.items()}, rounds(repeats))
 
 
-def resnet50_cpu(batch: int, repeats: int = 9) -> dict[str, float]:
+def resnet50_cpu(batch: int, repeats: int = 9) -> dict[str, dict[str, float]]:
     import torch
 
+    import hookcli
     from hookcli.options import ModelOptions, RunOptions
     from hookcli.pipeline import prepare
 
-    prepared = prepare(ModelOptions("resnet50"), RunOptions(inputs=(f"{batch}x3x224x224",)))
+    name, size = ("resnet18", 64) if smoke() else ("resnet50", 224)
+    prepared = prepare(ModelOptions(name), RunOptions(inputs=(f"{batch}x3x{size}x{size}",)))
     model, x = prepared.model, prepared.inputs.args[0]
     model.eval()
 
@@ -122,8 +106,10 @@ def resnet50_cpu(batch: int, repeats: int = 9) -> dict[str, float]:
     def bare_grad() -> None:
         model(x)  # a plain call: autograd records the graph, as cost's pass must
 
-    fns = {"bare": bare, "bare_grad": bare_grad, "cost": lambda: _cost_rows(prepared)}
-    return _median_times(fns, repeats)
+    def cost() -> None:  # the public call, report included
+        hookcli.cost(model, x)
+
+    return interleave({"bare": bare, "bare_grad": bare_grad, "cost": cost}, rounds(repeats))
 
 
 def cuda_training_peaks() -> list[tuple[str, dict[str, int], int, int | None]]:
@@ -215,29 +201,50 @@ def torchinfo_estimate(build: Callable[[], Any], spec: str) -> int | None:
 def main() -> None:
     import torch
 
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
+    try:
+        _main(torch)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _main(torch: Any) -> None:
     t = decoder_on_meta()
     print(
-        "cost vs inspect, 7B decoder (seq 2048) on meta, in process: "
-        f"inspect {t['inspect']:.3f} s, cost {t['cost']:.3f} s, "
-        f"ratio {t['cost'] / t['inspect']:.2f} (target <= 2)",
+        "hookcli.cost vs hookcli.inspect, 7B decoder (seq 2048) on meta, in process: "
+        f"inspect {t['bare']['wall']:.3f} s, cost {t['cost']['wall']:.3f} s, "
+        f"ratio {t['cost']['ratio']:.2f} (target <= 2)",
         flush=True,
+    )
+    record(
+        "cost_meta",
+        t["cost"]["ratio"],
+        what="`cost` vs `inspect`, 7B decoder on meta, in process",
+        target="<= 2",
     )
     t = whole_process()
     print(
-        f"cost vs inspect, 7B decoder on meta, whole process: inspect {t['inspect']:.2f} s, "
-        f"cost {t['cost']:.2f} s, ratio {t['cost'] / t['inspect']:.2f} (target <= 2)",
+        "cost vs inspect, 7B decoder on meta, whole process (both HOOKCLI_FULL_EXIT=1): "
+        f"inspect {t['bare']['wall']:.2f} s, cost {t['cost']['wall']:.2f} s, "
+        f"ratio {t['cost']['ratio']:.2f} (target <= 2)",
         flush=True,
     )
     for batch in (1, 8):
         t = resnet50_cpu(batch)
+        b, c, g = t["bare"], t["cost"], t["bare_grad"]
         print(
-            f"cost resnet50 b{batch} cpu (1 thread), in process: bare inference forward "
-            f"{t['bare']:.3f} s, cost {t['cost']:.3f} s, ratio {t['cost'] / t['bare']:.2f} "
-            f"(target <= 1.3); a plain forward with autograd on {t['bare_grad']:.3f} s "
-            f"({t['bare_grad'] / t['bare']:.2f}x), "
-            f"cost against it {t['cost'] / t['bare_grad']:.2f}",
+            f"hookcli.cost(resnet50, x) b{batch} cpu (1 thread), in process: bare inference "
+            f"forward {b['wall']:.3f} s, cost {c['wall']:.3f} s, ratio {c['ratio']:.3f} "
+            f"(target <= 1.10); a plain forward with autograd on {g['wall']:.3f} s "
+            f"({g['ratio']:.2f}x), cost against it {c['wall'] / g['wall']:.2f}",
             flush=True,
+        )
+        record(
+            f"cost_b{batch}",
+            c["ratio"],
+            what=f"hookcli.cost(resnet50, x) b{batch} vs a bare inference forward",
+            target="<= 1.10",
         )
     if not torch.cuda.is_available():
         print("CUDA training-step comparison: skipped (no CUDA device)")

@@ -1,60 +1,99 @@
 """features on a model that raises: the cost of naming where it failed.
 
-In one process: ``features --layer layer1`` on resnet50 (batch 2) whose ``fc`` has the
-wrong width, so forward raises in ``fc``, a module that is not hooked. The failed run
-(session, forward, locating the module from the traceback) against a bare forward that
-raises the same way; median of interleaved runs. Before issue 10 item 20 features ran
-forward a second time with every module hooked to find the module (about 2x).
+``hookcli features`` has no Python API: the command is timed, called in process as the
+CLI calls it (``hookcli.commands.features.command``: build, draw the input, the hooked
+forward that raises, the module located, the report of the layers that ran), on
+resnet50 (batch 2) whose ``fc`` has the wrong width, so forward raises in ``fc``, a
+module that is not hooked (``--layer layer1``). Against: the same build and a bare
+forward that raises the same way. Interleaved rounds, median of the per-round ratios.
+Before issue 10 item 20 features ran forward a second time with every module hooked to
+find the module (about 2x).
 """
 
 from __future__ import annotations
 
-import statistics
-import time
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import interleave, record, rounds, smoke
+
+SPEC = "benchmarks/bench_features_failure.py:broken"
+
+
+def _name() -> str:
+    return "resnet18" if smoke() else "resnet50"
+
+
+def broken() -> Any:
+    """resnet50 (resnet18 under --smoke) whose fc expects 1000 features: forward raises."""
+    import torch
+    import torchvision
+    from torch import nn
+
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(_name(), weights=None)
+    model.fc = nn.Linear(1000, 10)
+    return model
 
 
 def main(batch: int = 2, repeats: int = 5) -> None:
     import torch
-    from torch import nn
 
-    from hookcli.commands.features import _run
-    from hookcli.globs import select_modules
-    from hookcli.options import Mode, ModelOptions, RunOptions
-    from hookcli.pipeline import prepare
-    from hookcli.probes.features import FeatureProbe
+    from hookcli.commands.features import command
+    from hookcli.errors import RunError
+    from hookcli.options import Format
 
-    prepared = prepare(ModelOptions("resnet50"), RunOptions(inputs=(f"{batch}x3x224x224",)))
-    model, x = prepared.model, prepared.inputs.args[0]
-    model.fc = nn.Linear(1000, 10)  # 2048 features arrive: fc raises
-    model.eval()
-    selected = [m for _, m in select_modules(model, ["layer1"])]
+    size = 64 if smoke() else 224
+    shape = f"{batch}x3x{size}x{size}"
 
     def bare() -> None:
+        model = broken().eval()
+        x = torch.randn((batch, 3, size, size), generator=torch.Generator().manual_seed(0))
         try:
             with torch.inference_mode():
                 model(x)
         except RuntimeError:
-            pass
+            return
+        raise AssertionError("the broken model ran")
 
-    def hooked() -> str:
-        _, error = _run(prepared, FeatureProbe(), selected, Mode.EVAL)
-        assert error is not None
-        return error.message
+    message: list[str] = []
 
-    message = hooked()
-    bare()
-    ratios = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        bare()
-        t1 = time.perf_counter()
-        hooked()
-        t2 = time.perf_counter()
-        ratios.append((t2 - t1) / (t1 - t0))
-    print(f"failure named: {message[:80]}...")
+    def features() -> None:
+        try:
+            command(
+                model=SPEC,
+                layer=["layer1"],
+                input=[shape],
+                format=Format.JSON,
+                output=Path(os.devnull),
+            )
+        except RunError as err:  # exit 4, as the CLI maps it
+            message[:] = [str(err)]
+            return
+        raise AssertionError("features did not fail")
+
+    cwd = os.getcwd()
+    os.chdir(Path(__file__).resolve().parent.parent)
+    try:
+        res = interleave({"bare": bare, "features": features}, rounds(repeats))
+    finally:
+        os.chdir(cwd)
+    print(f"failure named: {message[0][:80]}...")
+    ratio = res["features"]["ratio"]
     print(
-        f"features failed run / bare failed forward (resnet50, batch {batch}): "
-        f"{statistics.median(ratios):.2f}x (median of {repeats})"
+        f"hookcli features (failing run, {_name()}, batch {batch}) vs build + bare failing "
+        f"forward: {res['bare']['wall']:.3f} s vs {res['features']['wall']:.3f} s, "
+        f"ratio {ratio:.2f}x (median of {rounds(repeats)} rounds)"
+    )
+    record(
+        "features_failure",
+        ratio,
+        what="`features` on a model that raises vs build + bare forward",
+        target="about 1",
     )
 
 

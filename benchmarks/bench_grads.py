@@ -1,13 +1,13 @@
 """``grads`` overhead: resnet50, batch 8, against a bare forward + ``loss.backward()``.
 
-In one process, on one model, runs alternate (bare, hooked, report, bare, ...) so
-that drift in machine load hits all three alike; the figure is the ratio of
-medians. Target: hooked / bare <= 1.15.
+In one process, on one model, interleaved rounds (bare, grads; then grads, bare; ...)
+so that drift in machine load hits both alike; the figure is the median of the
+per-round ratios. Target: grads / bare <= 1.08.
 
 - bare: ``loss = model(x).sum(); loss.backward()`` with grads reset to None;
-- hooked: the grads session (forward, backward-pre, backward and tensor hooks on
-  every module and parameter, state saved and restored, figures fetched once);
-- report: hooked plus building the rows, running every check and rendering the table.
+- grads: the public call ``hookcli.grads(model, x, fail_on="nan,inf,dead")``: every
+  hook, the forward watch those gates turn on, state saved and restored, the rows,
+  the checks and the Report.
 
 One CPU thread by default (``--threads 0``: torch's default). On a shared machine
 torch's threads wait for each other whenever another process holds a core, which
@@ -22,13 +22,13 @@ the defaults: resnet50, batch 8, 224px, 5 runs each; about a minute on one core)
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import interleave, ratio_line, record, rounds, smoke
 
 
 def _sync(device: str) -> None:
@@ -52,19 +52,24 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
     import torch
 
+    threads_before = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
+    try:
+        return _measure(args, torch)
+    finally:
+        torch.set_num_threads(threads_before)  # run.py's next benchmarks get torch's default
 
-    from hookcli.api import GRADS_KINDS as DEFAULT_KINDS
-    from hookcli.checks.grads import FAIL_ON, GradGates, run_checks
-    from hookcli.layers import layer_rows, shape_columns
+
+def _measure(args: argparse.Namespace, torch: Any) -> dict[str, float]:
+
+    import hookcli
     from hookcli.losses import reduce_output
     from hookcli.options import Mode, ModelOptions, RunOptions
-    from hookcli.pipeline import prepare, run_session
-    from hookcli.probes.grads import GradProbe
-    from hookcli.render import render_table
-    from hookcli.report import Report
+    from hookcli.pipeline import prepare
 
+    if smoke():
+        args.model, args.batch, args.size = "resnet18", 1, 64
     spec = f"{args.batch}x3x{args.size}x{args.size}"
     prepared = prepare(
         ModelOptions(spec=args.model),
@@ -80,59 +85,24 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             p.grad = None
         loss = reduce_output(model(*x), "sum")
         loss.backward()
-        float(loss.detach())  # the session reads the loss too
+        float(loss.detach())  # hookcli reads the loss too
         _sync(args.device)
 
-    def hooked() -> object:
-        probe = GradProbe(frozenset(DEFAULT_KINDS), output_hooks=False)
-        outcome = run_session(prepared, [probe], mode=Mode.TRAIN, backward=True)
+    def grads() -> None:  # the public call, report included; the gates turn on watch_forward
+        report = hookcli.grads(model, *x, fail_on="nan,inf,dead")
+        assert report.checks
         _sync(args.device)
-        return probe, outcome
 
-    def report() -> None:
-        probe, outcome = hooked()  # type: ignore[misc]
-        assert probe.findings is not None and outcome.error is None
-        gates = GradGates(FAIL_ON, 1e9, 0.0)
-        checks = run_checks(gates, probe.findings, outcome.records, outcome.loss)
-        rows, _ = layer_rows(outcome.records, model, kinds=DEFAULT_KINDS, probes=[probe])
-        rep = Report(command="grads", model={}, settings={}, layers=rows, checks=checks)
-        render_table(rep, [*shape_columns(DEFAULT_KINDS), *probe.table_columns])
-
-    runs: dict[str, Callable[[], object]] = {"bare": bare, "hooked": hooked, "report": report}
-    times: dict[str, list[float]] = {k: [] for k in runs}
-    cpu: dict[str, list[float]] = {k: [] for k in runs}
     print(
         f"{args.model} batch {args.batch} at {args.size}px on {args.device}, "
-        f"{torch.get_num_threads()} threads, {args.repeats} runs each (after one warm-up)",
+        f"{torch.get_num_threads()} threads, {rounds(args.repeats)} interleaved rounds",
         flush=True,
     )
-    for fn in runs.values():
-        fn()  # warm-up: allocator, kernels, lazy imports
-    for _ in range(args.repeats):
-        for name, fn in runs.items():
-            start, start_cpu = time.perf_counter(), time.process_time()
-            fn()
-            times[name].append(time.perf_counter() - start)
-            cpu[name].append(time.process_time() - start_cpu)
-    med = {k: statistics.median(v) for k, v in times.items()}
-    med_cpu = {k: statistics.median(v) for k, v in cpu.items()}
-    for name in runs:
-        spread = f"min {min(times[name]):.3f}, max {max(times[name]):.3f}"
-        print(
-            f"  {name:7s} wall median {med[name]:.3f} s ({spread}); "
-            f"process CPU median {med_cpu[name]:.3f} s"
-        )
-    # Wall time is the figure that matters; on a shared machine other processes stretch
-    # it at random, so the process CPU time (this process's work alone) is shown too.
-    ratio = med["hooked"] / med["bare"]
-    ratio_cpu = med_cpu["hooked"] / med_cpu["bare"]
-    verdict = "ok" if ratio <= 1.15 else "OVER TARGET"
-    print(f"  ratio hooked/bare: wall {ratio:.3f} (target <= 1.15: {verdict}), CPU {ratio_cpu:.3f}")
-    print(
-        f"  ratio report/bare: wall {med['report'] / med['bare']:.3f}, "
-        f"CPU {med_cpu['report'] / med_cpu['bare']:.3f}"
-    )
-    return {"bare": med["bare"], "hooked": med["hooked"], "ratio": ratio, "ratio_cpu": ratio_cpu}
+    res = interleave({"bare": bare, "grads": grads}, rounds(args.repeats))
+    label = f"hookcli.grads({args.model}, x, fail_on='nan,inf,dead') vs bare forward + backward"
+    print(ratio_line(label, res, "grads", 1.08), flush=True)
+    record("grads", res["grads"]["ratio"], what=label, target="<= 1.08")
+    return {k: v["wall"] for k, v in res.items()} | {"ratio": res["grads"]["ratio"]}
 
 
 if __name__ == "__main__":

@@ -30,6 +30,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import record, rounds, smoke  # noqa: E402
+
 REPEATS = int(os.environ.get("BENCH_REPEATS", "3"))
 
 TORCHINFO = """
@@ -103,41 +107,44 @@ def compare(name: str, plain: list[str], hooked: list[str]) -> dict[str, float]:
     times: dict[str, list[float]] = {key: [] for key in runs}
     peaks: dict[str, list[int]] = {key: [] for key in runs}
     _run(plain)  # warm the page cache
-    for _ in range(REPEATS):
+    for _ in range(rounds(REPEATS)):
         for key, (argv, env) in runs.items():
             t, rss = _run(argv, env)
             times[key].append(t)
             peaks[key].append(rss)
     t = {key: statistics.median(v) for key, v in times.items()}
     r = {key: statistics.median(v) for key, v in peaks.items()}
+    # Like for like first: the plain script and hookcli with HOOKCLI_FULL_EXIT=1 both pay
+    # the interpreter's teardown; then hookcli as shipped (os._exit after the report).
     print(
-        f"{name:<44} plain {t['plain']:6.2f} s {r['plain'] / 2**30:5.2f} GiB | hookcli "
-        f"{t['hookcli']:6.2f} s {r['hookcli'] / 2**30:5.2f} GiB | time x"
-        f"{t['hookcli'] / t['plain']:.2f}, RSS x{r['hookcli'] / r['plain']:.2f} | full exit: "
-        f"{t['full exit']:6.2f} s {r['full exit'] / 2**30:5.2f} GiB, time x"
-        f"{t['full exit'] / t['plain']:.2f}, RSS x{r['full exit'] / r['plain']:.2f}",
+        f"{name:<44} plain {t['plain']:6.2f} s {r['plain'] / 2**30:5.2f} GiB | hookcli, "
+        f"full exit {t['full exit']:6.2f} s {r['full exit'] / 2**30:5.2f} GiB, time x"
+        f"{t['full exit'] / t['plain']:.2f}, RSS x{r['full exit'] / r['plain']:.2f} | as "
+        f"shipped: {t['hookcli']:6.2f} s {r['hookcli'] / 2**30:5.2f} GiB, time x"
+        f"{t['hookcli'] / t['plain']:.2f}, RSS x{r['hookcli'] / r['plain']:.2f}",
         flush=True,
     )
-    return {"time": t["hookcli"] / t["plain"], "rss": r["hookcli"] / r["plain"]}
+    out = {
+        "time_full": t["full exit"] / t["plain"],
+        "rss_full": r["full exit"] / r["plain"],
+        "time": t["hookcli"] / t["plain"],
+        "rss": r["hookcli"] / r["plain"],
+    }
+    return out
 
 
 def per_call_overhead(repeats: int = 5) -> None:
-    """In process: (hooked - bare) / calls for the 5,000-layer MLP."""
+    """In process: (``hookcli.inspect(model, x)`` - bare) / calls for the 5,000-layer MLP."""
     import torch
 
-    from hookcli.layers import layer_rows
-    from hookcli.options import Mode
-    from hookcli.pipeline import Prepared, run_session
-
-    sys.path.insert(0, str(ROOT))
+    import hookcli
+    from benchmarks.common import interleave
     from benchmarks.deep_mlp import deep_mlp
-    from hookcli.inputs import Inputs
-    from hookcli.loading import LoadedModel
 
+    before = torch.get_num_threads()
     torch.set_num_threads(1)
     model = deep_mlp().eval()
     x = torch.randn(1, 64)
-    prepared = Prepared(LoadedModel(model, "deep_mlp"), Inputs((x,), {}, (), "bench"), {})
 
     def bare() -> None:
         with torch.inference_mode():
@@ -145,25 +152,19 @@ def per_call_overhead(repeats: int = 5) -> None:
 
     calls = 0
 
-    def hooked() -> None:
+    def inspect() -> None:
         nonlocal calls
-        outcome = run_session(prepared, [], mode=Mode.EVAL)
-        calls = len(outcome.records)
-        layer_rows(outcome.records, model)
+        calls = len(hookcli.inspect(model, x).layers)
 
-    bare()
-    hooked()
-    tb, th = [], []
-    for _ in range(repeats):
-        for fn, acc in ((bare, tb), (hooked, th)):
-            start = time.perf_counter()
-            fn()
-            acc.append(time.perf_counter() - start)
-    b, h = statistics.median(tb), statistics.median(th)
+    try:
+        res = interleave({"bare": bare, "inspect": inspect}, rounds(repeats))
+    finally:
+        torch.set_num_threads(before)
+    b, h = res["bare"]["wall"], res["inspect"]["wall"]
     print(
         f"per call (in process, 1 thread, {calls} calls): bare {b * 1e6 / calls:.1f} us, "
-        f"hookcli {h * 1e6 / calls:.1f} us, overhead {(h - b) * 1e6 / calls:.1f} us "
-        f"(x{h / b:.2f} including the rows)",
+        f"hookcli.inspect {h * 1e6 / calls:.1f} us, overhead {(h - b) * 1e6 / calls:.1f} us "
+        f"(x{res['inspect']['ratio']:.2f}, the Report included)",
         flush=True,
     )
 
@@ -171,27 +172,43 @@ def per_call_overhead(repeats: int = 5) -> None:
 def main() -> None:
     py = sys.executable
     hook = [py, "-m", "hookcli", "inspect"]
-    for factory in ("llama_7b", "llama_70b"):
-        compare(
+    for factory in ("llama_7b",) if smoke() else ("llama_7b", "llama_70b"):
+        r = compare(
             f"{factory} (file model) on meta vs torchinfo",
             [py, "-c", TORCHINFO.format(factory=factory)],
             [*hook, f"sample_models.decoder:{factory}", "--device", "meta", "-d", "3"],
         )
-    compare(
-        "hf:llama (7B) on meta vs build + print",
-        [py, "-c", HF_PLAIN.format(extra="")],
-        [*hook, "hf:llama", "--device", "meta", "-d", "3"],
-    )
-    compare(
-        "hf:llama 400 layers (5,204 calls) on meta",
-        [py, "-c", HF_PLAIN.format(extra=", num_hidden_layers=400")],
-        [*hook, "hf:llama", "-k", "num_hidden_layers=400", "--device", "meta", "-f", "json"],
-    )
-    compare(
+        what = f"`inspect` {factory} on meta vs torchinfo, whole process"
+        record(
+            f"{factory}_time_full", r["time_full"], what=what + ", full exit: time", target="<= 1.0"
+        )
+        record(
+            f"{factory}_rss_full",
+            r["rss_full"],
+            what=what + ", full exit: peak RSS",
+            target="<= 1.0",
+        )
+        record(f"{factory}_time", r["time"], what=what + ", as shipped: time", target="<= 1.0")
+        record(f"{factory}_rss", r["rss"], what=what + ", as shipped: peak RSS", target="<= 1.0")
+    if not smoke():
+        compare(
+            "hf:llama (7B) on meta vs build + print",
+            [py, "-c", HF_PLAIN.format(extra="")],
+            [*hook, "hf:llama", "--device", "meta", "-d", "3"],
+        )
+        compare(
+            "hf:llama 400 layers (5,204 calls) on meta",
+            [py, "-c", HF_PLAIN.format(extra=", num_hidden_layers=400")],
+            [*hook, "hf:llama", "-k", "num_hidden_layers=400", "--device", "meta", "-f", "json"],
+        )
+    r = compare(
         "5,000-layer MLP (10,001 calls) on cpu",
         [py, "-c", MLP_PLAIN],
         [*hook, "benchmarks.deep_mlp:deep_mlp", "-i", "1x64", "-f", "json"],
     )
+    what = "`inspect` of a 5,000-layer MLP vs build + one forward, whole process"
+    record("mlp_time_full", r["time_full"], what=what + ", full exit", target="<= 1.15")
+    record("mlp_time", r["time"], what=what + ", as shipped", target="<= 1.15")
     per_call_overhead()
 
 

@@ -13,9 +13,9 @@ report the parent's peak):
 Printed: ``stats/bare`` (target <= 1.10) and, stricter, the memory the forward
 adds above ``idle`` in each case.
 
-Time (target: stats/bare <= 2.0): a plain ``model(x)`` under ``torch.inference_mode()``
-against the same forward inside a HookSession with the StatsProbe (every hook, the
-figures fetched and pooled, the origin found), in one process per thread count
+Time (target: stats/bare <= 1.30): a plain ``model(x)`` under ``torch.inference_mode()``
+against the public call ``hookcli.stats(model, x)`` (every hook, the figures fetched
+and pooled, the origin found, the rows and the Report), in one process per thread count
 (1 and 2 threads by default). After one warm-up of each, ``--rounds`` rounds each time
 both, alternating which goes first, so that a neighbour's load on a shared machine hits
 both alike; printed are the medians of each and the median of the per-round ratios
@@ -41,6 +41,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import record, rounds, smoke
+
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "resnet50"
 BATCH = 8
@@ -58,70 +62,82 @@ def peak_kib():
     import resource
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 """
-_SETUP = (
-    _PEAK
-    + f"""
+
+
+def _config() -> tuple[str, int, int]:
+    """(model, batch, size): resnet50, 8, 224; tiny under ``--smoke``."""
+    return ("resnet18", 1, 64) if smoke() else (MODEL, BATCH, 224)
+
+
+def _scripts() -> dict[str, str]:
+    model, batch, size = _config()
+    setup = (
+        _PEAK
+        + f"""
 import torch, torchvision
 torch.manual_seed(0)
-model = torchvision.models.get_model({MODEL!r}, weights=None).eval()
-x = torch.randn(({BATCH}, 3, 224, 224), generator=torch.Generator().manual_seed(0))
+model = torchvision.models.get_model({model!r}, weights=None).eval()
+x = torch.randn(({batch}, 3, {size}, {size}), generator=torch.Generator().manual_seed(0))
 """
-)
+    )
+    return {
+        "idle": setup + "print(peak_kib())\n",
+        "bare": setup
+        + textwrap.dedent(
+            """
+            with torch.inference_mode():
+                model(x)
+            print(peak_kib())
+            """
+        ),
+        "stats": _PEAK
+        + textwrap.dedent(
+            f"""
+            import os, sys
+            os.environ["HOOKCLI_FULL_EXIT"] = "1"  # else main() ends in os._exit, before the print
+            from hookcli.cli import main
+            sys.argv = ["hookcli", "stats", {model!r}, "-i", "{batch}x3x{size}x{size}",
+                        "-f", "json", "-o", os.devnull]
+            try:
+                main()
+            except SystemExit as e:
+                assert not e.code, e.code
+            print(peak_kib())
+            """
+        ),
+    }
 
-SCRIPTS = {
-    "idle": _SETUP + "print(peak_kib())\n",
-    "bare": _SETUP
-    + textwrap.dedent(
-        """
-        with torch.inference_mode():
-            model(x)
-        print(peak_kib())
-        """
-    ),
-    "stats": _PEAK
-    + textwrap.dedent(
-        f"""
-        import os, sys
-        from hookcli.cli import main
-        sys.argv = ["hookcli", "stats", {MODEL!r}, "-b", "{BATCH}", "-f", "json",
-                    "-o", os.devnull]
-        try:
-            main()
-        except SystemExit as e:
-            assert not e.code, e.code
-        print(peak_kib())
-        """
-    ),
-}
 
 TIMING = textwrap.dedent(
-    f"""
+    """
     import importlib.util, json, statistics, sys, time, torch
     threads, rounds, baseline = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+    MODEL, INPUT = sys.argv[4], sys.argv[5]
     torch.set_num_threads(threads)
+    import hookcli
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare, run_session
-    from hookcli.probes.stats import StatsProbe
 
-    prepared = prepare(ModelOptions({MODEL!r}), RunOptions(batch_size={BATCH}))
+    prepared = prepare(ModelOptions(MODEL), RunOptions(inputs=(INPUT,)))
     model, args = prepared.model, prepared.inputs.args
+    model.eval()
 
     def bare():
         with torch.inference_mode():
             model(*args)
 
-    def session(probe_class):
-        return lambda: run_session(prepared, [probe_class()], mode=Mode.EVAL)
+    def stats():  # the public call: session, rows, origin, notes, the Report
+        hookcli.stats(model, *args)
 
-    runs = {{"bare": bare, "stats": session(StatsProbe)}}
-    if baseline:  # another version of the probe module, timed alongside
+    runs = {"bare": bare, "stats": stats}
+    if baseline:  # another version of the probe module, timed alongside (session only)
         spec = importlib.util.spec_from_file_location("baseline_stats", baseline)
         module = importlib.util.module_from_spec(spec)
         sys.modules["baseline_stats"] = module
         spec.loader.exec_module(module)
-        runs["baseline"] = session(module.StatsProbe)
-    wall = {{k: [] for k in runs}}
-    cpu = {{k: [] for k in runs}}
+        runs["baseline"] = lambda: run_session(prepared, [module.StatsProbe()], mode=Mode.EVAL)
+    wall = {k: [] for k in runs}
+    cpu = {k: [] for k in runs}
     for fn in runs.values():
         fn()  # warm-up
     names = list(runs)
@@ -132,10 +148,10 @@ TIMING = textwrap.dedent(
             wall[k].append(time.perf_counter() - t0)
             cpu[k].append(time.process_time() - c0)
     med = statistics.median
-    out = {{}}
+    out = {}
     for k in names:
-        out[k] = {{"wall": med(wall[k]), "cpu": med(cpu[k]),
-                  "ratio": med(y / x for x, y in zip(wall["bare"], wall[k]))}}
+        out[k] = {"wall": med(wall[k]), "cpu": med(cpu[k]),
+                  "ratio": med(y / x for x, y in zip(wall["bare"], wall[k]))}
     print(json.dumps(out))
     """
 )
@@ -158,30 +174,41 @@ def _run(code: str, *argv: str) -> str:
 def _peak_mb(name: str) -> float:
     # ru_maxrss is in KiB on Linux (bytes on macOS).
     scale = 1024 * 1024 if sys.platform == "darwin" else 1024
-    return min(int(_run(SCRIPTS[name])) * scale / 1e6 for _ in range(REPEAT))
+    return min(int(_run(_scripts()[name])) * scale / 1e6 for _ in range(rounds(REPEAT)))
 
 
 def _memory() -> None:
-    peaks = {name: _peak_mb(name) for name in SCRIPTS}
+    peaks = {name: _peak_mb(name) for name in _scripts()}
+    model, batch, _ = _config()
     idle, bare, stats = peaks["idle"], peaks["bare"], peaks["stats"]
-    print(f"{MODEL} batch {BATCH}, peak RSS (MB, best of {REPEAT} fresh processes):")
+    print(f"{model} batch {batch}, peak RSS (MB, best of {rounds(REPEAT)} fresh processes):")
     print(f"  idle (model built, no forward): {idle:8.1f}")
     print(f"  bare forward:                   {bare:8.1f}")
     print(f"  hookcli stats:                  {stats:8.1f}")
     ratio = stats / bare
     verdict = "ok" if ratio <= 1.10 else "OVER TARGET"
     print(f"  stats/bare peak RSS ratio: {ratio:.3f} (target <= 1.10: {verdict})")
+    record(
+        "stats_rss",
+        ratio,
+        what="`hookcli stats` peak RSS vs a bare forward, fresh processes",
+        target="<= 1.10",
+    )
     if bare > idle:
         print(f"  forward's own memory, stats vs bare: {(stats - idle) / (bare - idle):.3f}")
 
 
-def _time(threads: int, rounds: int, baseline: str) -> float:
-    res = json.loads(_run(TIMING, str(threads), str(rounds), baseline))
+def _time(threads: int, n: int, baseline: str) -> float:
+    model, batch, size = _config()
+    res = json.loads(
+        _run(TIMING, str(threads), str(n), baseline, model, f"{batch}x3x{size}x{size}")
+    )
     b, st = res["bare"], res["stats"]
-    verdict = "ok" if st["ratio"] <= 2.0 else "OVER TARGET"
+    verdict = "ok" if st["ratio"] <= 1.30 else "OVER TARGET"
     print(
-        f"  {threads} thread(s), medians of {rounds} rounds: bare {b['wall']:.3f} s, "
-        f"stats {st['wall']:.3f} s; stats/bare {st['ratio']:.2f} (target <= 2.0: {verdict})"
+        f"  {threads} thread(s), medians of {n} rounds: bare {b['wall']:.3f} s, "
+        f"hookcli.stats {st['wall']:.3f} s; stats/bare {st['ratio']:.2f} "
+        f"(target <= 1.30: {verdict})"
     )
     if "baseline" in res:
         bl = res["baseline"]
@@ -205,11 +232,24 @@ def main(argv: list[str] | None = None) -> None:
         "(git show REV:hookcli/probes/stats.py > FILE)",
     )
     args = parser.parse_args([] if argv is None else argv)
+    if smoke():
+        args.threads = "1"
     if not args.time_only:
         _memory()
-    print(f"{MODEL} batch {BATCH}, time (interleaved rounds, medians):")
+    model, batch, _ = _config()
+    print(f"{model} batch {batch}, time (interleaved rounds, medians):")
     for threads in (int(t) for t in args.threads.split(",")):
-        _time(threads, args.rounds, str(Path(args.baseline).resolve()) if args.baseline else "")
+        ratio = _time(
+            threads,
+            rounds(args.rounds),
+            str(Path(args.baseline).resolve()) if args.baseline else "",
+        )
+        record(
+            f"stats_{threads}t",
+            ratio,
+            what=f"hookcli.stats({model}, x) b{batch} vs a bare forward, {threads} thread(s)",
+            target="<= 1.30",
+        )
 
 
 if __name__ == "__main__":

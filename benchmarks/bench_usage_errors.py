@@ -21,6 +21,10 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.common import record, rounds
+
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {
     "--seed 2**64": ["--seed", str(2**64)],
@@ -58,7 +62,7 @@ def main(argv: list[str] | None = None) -> None:
     case_times: dict[str, list[float]] = {name: [] for name in CASES}
     codes: dict[str, list[int]] = {name: [] for name in ("help", "torch", *CASES)}
     model = "sample_models:LeNet"
-    for _ in range(args.repeat):
+    for _ in range(rounds(args.repeat)):
         help_times.append(_time([*hookcli, "--help"], codes["help"]))
         torch_times.append(_time([sys.executable, "-c", "import torch"], codes["torch"]))
         for name, extra in CASES.items():
@@ -69,9 +73,12 @@ def main(argv: list[str] | None = None) -> None:
     torch_s = statistics.median(torch_times)
     name = "python -c import torch"
     print(f"{name:<24} {codes['torch'][0]:>4} {torch_s:>9.3f} {torch_s / floor:>9.2f}")
+    worst = 0.0
     for name, times in case_times.items():
         median = statistics.median(times)
+        worst = max(worst, median / floor)
         print(f"{name:<24} {codes[name][0]:>4} {median:>9.3f} {median / floor:>9.2f}")
+    record("usage_error", worst, what="slowest usage error vs `hookcli --help`", target="about 1")
 
 
 if __name__ == "__main__":

@@ -83,6 +83,9 @@ class Probe:
     """
 
     kinds: frozenset[HookKind] = frozenset()
+    # True: a forward without grad runs under ``no_grad`` instead of ``inference_mode``,
+    # so tensors keep the version counter that tells the probe of in-place changes.
+    needs_versions: bool = False
 
     def attach(self, session: HookSession) -> None:
         """Extra hooks (tensor hooks): register them through ``session.keep``."""
@@ -503,7 +506,11 @@ class HookSession:
 
     # -- running -------------------------------------------------------------------
     def _grad_context(self) -> contextlib.AbstractContextManager[Any]:
-        return torch.enable_grad() if self.grad else torch.inference_mode()
+        if self.grad:
+            return torch.enable_grad()
+        if any(p.needs_versions for p in self.probes):
+            return torch.no_grad()
+        return torch.inference_mode()
 
     def forward(self, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> Any:
         """Run the model once; a failure raises RunError naming the module."""

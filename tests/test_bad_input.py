@@ -54,7 +54,3 @@ def test_bad_invocation(argv: list[str], code: int, fragment: str) -> None:
     if code in (3, 4):
         # our own errors are one line on stderr
         assert result.stderr.strip().count("\n") == 0, result.stderr
-
-
-def test_at_least_twenty_cases() -> None:
-    assert len(CASES) >= 20

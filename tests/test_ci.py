@@ -189,8 +189,13 @@ def test_annotations_for_each_difference(tmp_path: Path) -> None:
     assert result.exit_code == 1
     lines = annotation_lines(result.stderr)
     assert len(lines) == 2
-    assert any("totals loss%3A" not in ln and "12.5" in ln for ln in lines)
-    assert any("output_shapes" in ln for ln in lines)
+    (loss,) = [ln for ln in lines if "12.5" in ln]
+    # a colon in the title is escaped (%3A), the message keeps its own
+    title, message = loss.removeprefix("::error title=").split("::", 1)
+    assert title == "hookcli diff%3A totals loss", loss
+    assert message.startswith("totals loss: ") and "-> 12.5" in message, loss
+    (shapes,) = [ln for ln in lines if "output_shapes" in ln]
+    assert "[[1, 2]]" in shapes and "conv1" in shapes
 
 
 def test_run_error_is_annotated() -> None:

@@ -33,10 +33,12 @@ def test_every_option_of_every_command_sits_in_a_named_panel(name):
     result = invoke(name, "--help")
     assert result.exit_code == 0
     sections = panels(result.stdout)
+    assert sections, f"no option panel found in `{name} --help`:\n{result.stdout}"
     assert "Options" not in sections or set(sections["Options"]) <= {"--help"}, sections.get(
         "Options"
     )
     known = [s for s in sections if s != "Arguments" and s != "Options"]
+    assert known, sections  # every command has at least one named panel
     assert known == [p for p in PANEL_ORDER if p in known], known  # in the documented order
 
 

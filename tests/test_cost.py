@@ -145,6 +145,39 @@ def test_backward_flops_conv_on_meta_equal_cpu():
     cpu = invoke_json("cost", f"{CM}:ConvNet", "--backward")
     meta = invoke_json("cost", f"{CM}:ConvNet", "--backward", "--device", "meta")
     assert cpu["totals"]["backward_flops"] == meta["totals"]["backward_flops"] > 0
+    # The closed forms, from the shapes a plain forward sees: a conv's forward is
+    # 2 * outputs * (C_in / groups) * kernel (a transposed conv: 2 * inputs * (C_out /
+    # groups) * kernel), a Linear's 2 * rows * in * out; its backward is the same product
+    # for the weight's grad, and again for the input's grad when that input needs one.
+    from tests.fixtures.cost_models import ConvNet
+
+    torch.manual_seed(0)
+    model = ConvNet()
+    shapes: dict[str, tuple[torch.Size, torch.Size]] = {}
+    handles = [
+        m.register_forward_hook(lambda m, a, o, n=n: shapes.__setitem__(n, (a[0].shape, o.shape)))
+        for n, m in model.named_children()
+    ]
+    model(model.example_input_array)
+    for h in handles:
+        h.remove()
+    want_total = 0
+    for name, m in model.named_children():
+        (inp, outp), k = shapes[name], 1
+        if isinstance(m, nn.Linear):
+            fwd = 2 * inp[:-1].numel() * m.in_features * m.out_features
+        else:
+            for d in m.kernel_size:
+                k *= d
+            if m.transposed:
+                fwd = 2 * inp.numel() * (m.out_channels // m.groups) * k
+            else:
+                fwd = 2 * outp.numel() * (m.in_channels // m.groups) * k
+        bwd = fwd * (1 if name == "conv" else 2)  # the model's input needs no grad
+        assert row(cpu, name)["flops"] == fwd, name
+        assert row(cpu, name)["backward_flops"] == bwd, name
+        want_total += bwd
+    assert cpu["totals"]["backward_flops"] == want_total
     # every conv but the first (whose input needs no grad) does twice its forward work
     conv = row(cpu, "conv")
     assert conv["backward_flops"] == conv["flops"]
@@ -188,9 +221,24 @@ def test_every_arithmetic_op_is_counted_or_listed():
         model(model.example_input_array)
     report = invoke_json("cost", f"{CM}:Encoder")
     listed = {u["op"] for u in report["uncounted_ops"]}
+    # Arithmetic, judged without hookcli: torch tags the op pointwise, or torch's own
+    # FlopCounterMode has a formula for it; minus the pointwise ops that only copy or
+    # select values (no multiply or add happens in them).
+    from torch.utils.flop_counter import flop_registry
+
+    copies_or_selects = {"aten.clone", "aten.masked_fill", "aten.where", "aten._to_copy"}
+
+    def arithmetic(packet: object, name: str) -> bool:
+        tags = {t for o in packet.overloads() for t in getattr(packet, o).tags}  # type: ignore[attr-defined]
+        pointwise = torch.Tag.pointwise in tags and name not in copies_or_selects
+        return pointwise or packet in flop_registry
+
     for packet in seen:
         name = str(packet._qualified_op_name).replace("::", ".")
         assert packet in FORMULAS or packet in ZERO_FLOP_OPS or name in listed, name
+        if arithmetic(packet, name):  # never silently zero
+            assert packet not in ZERO_FLOP_OPS, name
+            assert packet in FORMULAS or name in listed, name
     assert {"aten.add", "aten.native_layer_norm", "aten.relu"} <= listed
 
 
@@ -563,6 +611,25 @@ def test_training_peak_with_backward_bounds():
         + t["train_peak_activation_bytes"]
     )
     assert "train_peak_bytes" not in invoke_json("cost", "sample_models.basic:BNMLP")["totals"]
+
+
+def test_attention_flops_are_counted_on_cpu_and_meta():
+    """cpu == meta (test_meta_attention_memory_equals_cpu) would also hold at zero
+    attention FLOPs: the forward must exceed what the Linear layers alone do."""
+    from sample_models.decoder import Decoder
+
+    spec = "sample_models.decoder:Decoder"
+    torch.manual_seed(0)
+    dec = Decoder()
+    tokens = dec.example_input_array.numel()
+    linear = sum(
+        2 * tokens * m.in_features * m.out_features
+        for m in dec.modules()
+        if isinstance(m, nn.Linear)
+    )
+    for device in ("cpu", "meta"):
+        flops = invoke_json("cost", spec, "--device", device)["totals"]["flops"]
+        assert flops > linear, (device, flops, linear)
 
 
 def test_meta_attention_memory_equals_cpu():

@@ -93,10 +93,13 @@ def test_training_step_estimate_within_10_percent(label, build, shape, vocab):
         spec = "int64:" + "x".join(map(str, shape)) + f":0..{vocab}"
     est = _estimate(build, spec)
     train, fwd_bwd, inference = _measured(build, x)
-    assert abs(est["train_step_bytes"] - train) <= 0.10 * train, (label, est, train)
-    # the other totals against their own measurements: printed (pytest -s), not gated
-    print(
+    figures = (
         f"{label}: train_step {est['train_step_bytes']} vs Adam step {train}; train_peak "
         f"{est['train_peak_bytes']} vs forward+backward {fwd_bwd}; inference "
         f"{est['inference_bytes']} vs {inference}"
     )
+    assert abs(est["train_step_bytes"] - train) <= 0.10 * train, figures
+    # The other totals against their own measurements. Looser: the measured peaks also
+    # hold kernel workspaces (cuDNN, cuBLAS), which no estimate here models.
+    assert abs(est["train_peak_bytes"] - fwd_bwd) <= 0.15 * fwd_bwd, figures
+    assert abs(est["inference_bytes"] - inference) <= 0.15 * inference, figures

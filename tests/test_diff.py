@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 import torch
-from torch.testing._comparison import default_tolerances
 
 from hookcli.diff import diff_reports
 from tests.conftest import invoke, invoke_json
@@ -73,6 +72,10 @@ def test_default_tolerances_are_assert_close_s(
     old = copy.deepcopy(grads_report)
     old["settings"]["dtype"] = dtype
     _, report = diff_json(tmp_path, old, old)
+    try:  # private to torch: a torch that moves it skips this test, not the whole file
+        from torch.testing._comparison import default_tolerances
+    except ImportError:
+        pytest.skip("torch.testing._comparison.default_tolerances (private) moved in this torch")
     rtol, atol = default_tolerances(torch_dtype)
     assert report["settings"]["rtol"] == rtol
     assert report["settings"]["atol"] == atol

@@ -165,9 +165,16 @@ def test_shapes_match_hand_run_lenet_and_dict_output():
 def test_lstm_nested_output_flattened():
     report = invoke_json("inspect", "sample_models:LSTMModel")
     rows = {r["name"]: r for r in report["layers"]}
-    # nn.LSTM returns (output, (h, c)): three tensors, in order
-    assert rows["lstm"]["output_shapes"] == [[3, 5, 16], [2, 3, 16], [2, 3, 16]]
-    assert rows[""]["output_shapes"] == [[3, 5, 4], [2, 3, 16], [2, 3, 16]]
+    from sample_models import LSTMModel
+
+    torch.manual_seed(0)
+    model = LSTMModel()
+    x = model.example_input_array
+    lstm_out, (h, c) = model.lstm(model.proj(x))  # run by hand: the oracle
+    head_out = model.head(lstm_out)
+    # nn.LSTM returns (output, (h, c)): three tensors, flattened in order
+    assert rows["lstm"]["output_shapes"] == [list(t.shape) for t in (lstm_out, h, c)]
+    assert rows[""]["output_shapes"] == [list(t.shape) for t in (head_out, h, c)]
 
 
 @pytest.mark.parametrize("depth", [None, 0, 1, 2, 3])

@@ -69,5 +69,6 @@ def test_totals_equal_unique_params_and_no_hook_remains(case, mode):
     from tests.test_inspect import table_params
 
     col_sum, total, not_run = table_params(table.stdout)
+    assert total == sum(p.numel() for p in unique)  # the printed total, against torch
     assert col_sum + not_run == total
     assert torch.is_grad_enabled()

@@ -31,6 +31,7 @@ Hook kinds and the columns they fill (``--hooks``):
 from __future__ import annotations
 
 import math
+import weakref
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -258,6 +259,14 @@ def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
 _openmp: bool | None = None
 
 
+def _version(t: torch.Tensor) -> int:
+    """``t``'s in-place modification counter; -1 where it has none (inference tensors)."""
+    try:
+        return int(t._version)
+    except RuntimeError:
+        return -1
+
+
 def on_one_thread(fn: Callable[..., _T], *args: Any) -> _T:
     """``fn(*args)`` with torch's intra-op threads set to 1, then put back.
 
@@ -342,7 +351,14 @@ class StatsProbe(Probe):
     ) -> None:
         self.kinds = frozenset(k for k in kinds if k in STAT_KINDS)
         self.cpu_reads = cpu_reads
+        self.needs_versions = cpu_reads  # the reuse below reads ``_version``
         self._scratch = Scratch()
+        # CPU figures already read, by tensor object: a module's output is often the
+        # very tensor another hook just reduced (a block returns its last ReLU's
+        # output, a Sequential its last child's, an in-place ReLU's input is the
+        # output before it), so its figures are reused while the object is alive and
+        # unmodified (same ``_version``). Weak references: no activation is kept.
+        self._seen: dict[int, tuple[weakref.ref[torch.Tensor], int, list[float]]] = {}
         # Per chunk: a device vector, or (CPU) the host floats already read.
         self._chunks: list[torch.Tensor | list[float]] = []
         # (kind, key, numel) per chunk: key is a frame index (a parameter id for
@@ -357,10 +373,25 @@ class StatsProbe(Probe):
         self.nonfinite_calls = 0
 
     # -- hooks ------------------------------------------------------------------------
+    def _known(self, t: torch.Tensor) -> list[float] | None:
+        """The figures of ``t`` if this probe read them from this object unmodified."""
+        hit = self._seen.get(id(t))
+        if hit is not None and hit[0]() is t and hit[1] == _version(t):
+            return hit[2]
+        return None
+
+    def _host(self, t: torch.Tensor) -> list[float]:
+        vals = self._known(t)
+        if vals is None:
+            vals = on_one_thread(host_vector, t, self._scratch)
+            if (version := _version(t)) >= 0:
+                self._seen[id(t)] = (weakref.ref(t), version, vals)
+        return vals
+
     def _add(self, kind: HookKind, key: int, tensors: Sequence[torch.Tensor]) -> None:
         for t in tensors:
             if self.cpu_reads and t.device.type == "cpu":
-                self._chunks.append(on_one_thread(host_vector, t, self._scratch))
+                self._chunks.append(list(self._host(t)))
             else:
                 self._chunks.append(tensor_vector(t))
             self._where.append((kind, key, t.numel()))
@@ -390,7 +421,12 @@ class StatsProbe(Probe):
         if not inputs:
             return
         if self.cpu_reads and all(t.device.type == "cpu" for t in inputs):
-            self.inputs_finite[frame.index] = on_one_thread(host_all_finite, inputs)
+            known = [self._known(t) for t in inputs]
+            finite = all(math.isfinite(v[2]) and math.isfinite(v[3]) for v in known if v)
+            rest = [t for t, v in zip(inputs, known, strict=True) if v is None]
+            if finite and rest:
+                finite = on_one_thread(host_all_finite, rest)
+            self.inputs_finite[frame.index] = finite
         else:
             flag = all_finite(inputs)
             self._chunks.append(flag.to(_acc_dtype(flag.device)).reshape(1))
@@ -437,6 +473,7 @@ class StatsProbe(Probe):
     def finish(self, session: HookSession) -> None:
         values = self._transfer()
         self._chunks.clear()
+        self._seen.clear()
         parts: dict[tuple[HookKind, int], list[tuple[int, list[float]]]] = {}
         for (kind, key, numel), vals in zip(self._where, values, strict=True):
             if kind is None:
