@@ -282,26 +282,35 @@ def _to_meta(module: nn.Module, name: str, param: Any) -> Any:
 def build_on(device: torch.device | None) -> Iterator[None]:
     """Construct modules where the run happens.
 
-    On meta, a global parameter-registration hook moves each parameter to meta the
-    moment a module registers it, so no parameter memory is ever held (buffers stay
-    where the module's own code made them, so ``__init__`` code reading them works,
-    and move with the model afterwards). On CUDA and other devices, torch's device
-    context makes every factory call allocate there.
+    On meta nothing is allocated (``hookcli.metavalues.building_on_meta``): every
+    factory makes its tensor on meta, an explicit ``device=`` or ``.to(device)`` in
+    ``__init__`` included, and small tensors keep CPU shadows so construction code
+    that reads values (``linspace(...).tolist()``) still works. On CUDA and other
+    devices, torch's device context makes every factory call allocate there.
     """
     if device is None or device.type == "cpu":
         yield
         return
     if device.type == "meta":
-        from torch.nn.modules import module as module_mod
+        from hookcli.metavalues import building_on_meta
 
-        handle = module_mod.register_module_parameter_registration_hook(_to_meta)
-        try:
+        with building_on_meta():
             yield
-        finally:
-            handle.remove()
         return
     with device:
         yield
+
+
+@contextlib.contextmanager
+def _params_to_meta() -> Iterator[None]:
+    """The fallback build on meta: parameters move to meta as they are registered."""
+    from torch.nn.modules import module as module_mod
+
+    handle = module_mod.register_module_parameter_registration_hook(_to_meta)
+    try:
+        yield
+    finally:
+        handle.remove()
 
 
 def _load(spec: str, kw: dict[str, Any], seed: int) -> LoadedModel:
@@ -396,11 +405,12 @@ def _load_checked(
             raise
         print(
             f"hookcli: note: {spec} cannot be built on meta ({first_line(cause)}); "
-            "building it on cpu, then moving it to meta",
+            "building it on cpu (parameters moved to meta as they are made), then moving it",
             file=sys.stderr,
             flush=True,
         )
-        loaded = _load(spec, kw, seed)
+        with _params_to_meta():
+            loaded = _load(spec, kw, seed)
     loaded = _eager(loaded)
     if weights is not None:
         from hookcli.weights import apply_weights
