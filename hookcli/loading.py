@@ -45,6 +45,8 @@ class LoadedModel:
     # SPEC texts (``[NAME=][DTYPE:]DIMS[:LOW..HIGH]``) when the source knows the inputs
     default_inputs: tuple[str, ...] = ()
     input_source: str = ""  # where default_inputs came from, for the report
+    # name -> CPU tensor: exact values for default inputs of that name (hf multimodal ids)
+    input_values: Mapping[str, Any] | None = None
 
 
 def parse_kwargs(items: tuple[str, ...] | list[str]) -> dict[str, Any]:

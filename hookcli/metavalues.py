@@ -63,7 +63,7 @@ ASSUMPTIONS = {
     "the routing offsets",
 }
 
-_SCALAR = (aten._local_scalar_dense.default, aten.is_nonzero.default)
+_SCALAR = (aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default)
 _INDEX_OPS = {
     aten.topk.default,
     aten.sort.default,
@@ -86,6 +86,7 @@ _RANDOM_WORDS = ("rand", "normal", "bernoulli", "uniform", "exponential", "multi
 _OP_WORDS = {
     "aten::_local_scalar_dense": "Tensor.item()",
     "aten::is_nonzero": "bool(Tensor)",
+    "aten::item": "Tensor.item()",
     "aten::_to_copy": "a copy off meta (.tolist(), .cpu(), .numpy())",
 }
 
@@ -124,6 +125,22 @@ class MetaValues(TorchDispatchMode):
         self.last: Any = None
         self.needs_values = False  # set when this mode (not the model) found no value
         self.op_errors: list[tuple[Any, BaseException]] = []  # (op, error) a meta op raised
+
+    def __enter__(self) -> MetaValues:
+        self._data = _MetaData(self)
+        self._data.__enter__()
+        try:
+            super().__enter__()
+        except BaseException:
+            self._data.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            self._data.__exit__(*exc)
 
     # -- public ------------------------------------------------------------------
     def give(self, meta: torch.Tensor, values: torch.Tensor) -> None:
@@ -379,6 +396,43 @@ def _meta_like(x: Any) -> Any:
     return x
 
 
+_READ_OUT = {
+    torch.Tensor.tolist,
+    torch.Tensor.numpy,
+    torch.Tensor.cpu,
+    torch.Tensor.item,
+    torch.Tensor.__int__,
+    torch.Tensor.__float__,
+    torch.Tensor.__bool__,
+    torch.Tensor.__index__,
+}
+
+
+class _MetaData(TorchFunctionMode):
+    """``torch.tensor(data, device=meta)``: made on the cpu, kept as the meta tensor's shadow."""
+
+    def __init__(self, values: MetaValues) -> None:
+        super().__init__()
+        self.values = values
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _READ_OUT and args and _is_meta(args[0]):
+            # under inference mode these read the storage before any op is dispatched
+            shadow = self.values.shadows.get(args[0])
+            if shadow is not None:
+                return func(shadow, *args[1:], **kwargs)
+        if func in (torch.tensor, torch.as_tensor) and args and not isinstance(args[0], torch.Tensor):
+            dev = kwargs.get("device")
+            if dev is not None and _meta_device(dev) and not isinstance(dev, torch.dtype):
+                cpu = func(*args, **{**kwargs, "device": "cpu"})
+                meta = cpu.to("meta")
+                if not _too_big(cpu):
+                    self.values.shadows[meta] = cpu
+                return meta
+        return func(*args, **kwargs)
+
+
 class _MetaFactories(TorchFunctionMode):
     """While building on meta: a factory or ``.to`` given an explicit device makes it on meta."""
 
@@ -418,3 +472,12 @@ def building_on_meta() -> Iterator[MetaValues]:
     values = MetaValues()
     with torch.device("meta"), _MetaFactories(), values:
         yield values
+
+
+@contextlib.contextmanager
+def plain() -> Iterator[None]:
+    """Inside ``building_on_meta``: ordinary CPU tensors again (input values drawn by a source)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with torch._C.DisableTorchFunction(), _disable_current_modes():
+        yield

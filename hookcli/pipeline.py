@@ -157,6 +157,7 @@ def prepare(
             torchvision_name=loaded.torchvision_name,
             defaults=loaded.default_inputs,
             defaults_source=loaded.input_source,
+            values=loaded.input_values,
         )
     settings = {
         "device": str(device),
