@@ -194,6 +194,8 @@ class MetaValues(TorchDispatchMode):
         if func is aten._grouped_mm.default:
             return self._grouped_mm(*args, **kwargs)
 
+        if func is aten.copy_.default and _is_meta(args[0]) and not _too_big(args[0]):
+            return self._copy_in(func, args, kwargs)
         known = all(t in self.shadows for t in metas)
         meta_out: Any = None
         meta_err: Exception | None = None
@@ -272,6 +274,19 @@ class MetaValues(TorchDispatchMode):
             f"copying a {t.dtype} tensor of shape {list(t.shape)} off meta (.tolist(), .cpu()) "
             "needs values meta tensors do not hold"
         )
+
+    def _copy_in(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """``meta.copy_(src)``: the destination takes the source's values where known."""
+        dest, src = args[0], args[1]
+        out = func(*args, **kwargs)
+        values = self.shadows.get(src) if _is_meta(src) else src
+        if isinstance(values, torch.Tensor) and values.device.type != "meta":
+            shadow = torch.empty(dest.shape, dtype=dest.dtype)
+            shadow.copy_(values)
+            self.shadows[dest] = shadow
+        else:
+            self.shadows.pop(dest, None)
+        return out
 
     def _grouped_mm(
         self,
@@ -424,6 +439,8 @@ class _MetaData(TorchFunctionMode):
                 return func(shadow, *args[1:], **kwargs)
         if func in (torch.tensor, torch.as_tensor) and args and not isinstance(args[0], torch.Tensor):
             dev = kwargs.get("device")
+            if dev is None and torch.get_default_device().type == "meta":  # building
+                dev = "meta"
             if dev is not None and _meta_device(dev) and not isinstance(dev, torch.dtype):
                 cpu = func(*args, **{**kwargs, "device": "cpu"})
                 meta = cpu.to("meta")
@@ -438,6 +455,8 @@ class _MetaFactories(TorchFunctionMode):
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = dict(kwargs or {})
+        if isinstance(func, torch._ops.OpOverload):  # aten ops hookcli's own modes call
+            return func(*args, **kwargs)
         dev = kwargs.get("device")
         if dev is not None and not _meta_device(dev):
             kwargs["device"] = torch.device("meta")

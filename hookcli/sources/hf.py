@@ -107,6 +107,26 @@ def _warn_unknown(config: Any, overrides: dict[str, Any]) -> None:
             )
 
 
+# config fields some default configs leave None although forward needs a number
+# (DeepseekV2Config: num_experts_per_tok): the value hookcli uses, with a note
+UNSET_FILLS = {"num_experts_per_tok": 2}
+
+
+def _fill_unset(config: Any, given: dict[str, Any]) -> None:
+    """Fill the ``UNSET_FILLS`` fields a default config leaves None, saying so on stderr."""
+    for cfg in _configs(config):
+        for key, value in UNSET_FILLS.items():
+            if key in given or not hasattr(cfg, key) or getattr(cfg, key) is not None:
+                continue
+            setattr(cfg, key, value)
+            print(
+                f"hookcli: note: {type(cfg).__name__} leaves {key} unset and its forward needs "
+                f"it; using {value} (-k {key}=N to choose)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 def build(name: str, kwargs: dict[str, Any], seed: int) -> LoadedModel:
     """Build ``hf:NAME[:HEAD]`` from its config, seeded, with default inputs from the config."""
     import torch
@@ -119,6 +139,7 @@ def build(name: str, kwargs: dict[str, Any], seed: int) -> LoadedModel:
     overrides.setdefault("use_cache", False)  # no key/value cache in the outputs
     config = _config(tf, model_name, overrides)
     _warn_unknown(config, kwargs)
+    _fill_unset(config, kwargs)
     auto = getattr(tf, HEADS[head])
     torch.manual_seed(seed)
     try:
