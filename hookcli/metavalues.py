@@ -342,17 +342,11 @@ class MetaValues(TorchDispatchMode):
         idx = next((t for t in outs if _is_meta(t) and t.dtype == torch.int64), None)
         if idx is None or _too_big(idx) or src.dim() == 0:
             return
-        dim = kwargs.get("dim")
-        if dim is None:
-            dim = args[2] if func is aten.topk.default and len(args) > 2 else None
-        if dim is None and func in (aten.argmax.default, aten.argmin.default):
-            dim = args[1] if len(args) > 1 else None
-            if dim is None:  # over the flattened tensor
-                self.shadows[idx] = torch.zeros(idx.shape, dtype=torch.int64)
-                self.assumed["routing"] += 1
-                return
-        if dim is None:
-            dim = args[1] if len(args) > 1 and isinstance(args[1], int) else -1
+        dim = _dim_of(func, args, kwargs)
+        if dim is None:  # argmax/argmin over the flattened tensor
+            self.shadows[idx] = torch.zeros(idx.shape, dtype=torch.int64)
+            self.assumed["routing"] += 1
+            return
         dim = dim % src.dim()
         n = src.shape[dim]
         shape = list(idx.shape)
@@ -403,6 +397,21 @@ class MetaValues(TorchDispatchMode):
             else:
                 new.append(ix)
         return aten.index.Tensor(src, new)
+
+
+def _dim_of(func: Any, args: Any, kwargs: dict[str, Any]) -> int | None:
+    """The dimension an index op works along (None: argmax/argmin over everything)."""
+    packet = func._overloadpacket
+    if packet in (aten.topk, aten.kthvalue):  # (self, k, dim=-1)
+        return args[2] if len(args) > 2 else kwargs.get("dim", -1)
+    if packet in (aten.argmax, aten.argmin):  # (self, dim=None, keepdim=False)
+        return args[1] if len(args) > 1 else kwargs.get("dim")
+    if packet in (aten.max, aten.min):  # .dim: (self, dim, keepdim=False)
+        return args[1]
+    # sort/argsort: (self, dim=-1, descending) or .stable (self, *, stable, dim=-1, ...)
+    if len(args) > 1 and isinstance(args[1], int) and not isinstance(args[1], bool):
+        return args[1]
+    return kwargs.get("dim", -1)
 
 
 def _meta_like(x: Any) -> Any:

@@ -361,12 +361,27 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
             if isinstance(start, int) and 0 <= start < dec_vocab:
                 dec[0, 0] = start
             out.tensor("decoder_input_ids", dec)
+    if not out.specs and _has_vision(config) and main not in ("input_ids", "inputs_embeds"):
+        # a vision model whose forward names its image otherwise (``input``, ``x``):
+        # one config-sized image, positional
+        height, width = _image_size(config)
+        channels = _channels(config)
+        out.add(main, f"1x{channels}x{height}x{width}")
+    elif not out.specs and params[0] not in ("input_ids", "inputs_embeds") and _has_vision(config):
+        height, width = _image_size(config)
+        out.add(params[0], f"1x{_channels(config)}x{height}x{width}")
     return tuple(out.specs), out.values
+
+
+def _channels(config: Any) -> int:
+    channels = _get(config, "num_channels", "in_channels", "in_chans")
+    return channels if isinstance(channels, int) and 0 < channels <= 16 else 3
 
 
 def _has_vision(config: Any) -> bool:
     return any(
-        getattr(config, k, None) is not None for k in ("vision_config", "image_size", "num_channels")
+        getattr(config, k, None) is not None
+        for k in ("vision_config", "image_size", "num_channels", "in_channels")
     )
 
 
