@@ -122,17 +122,32 @@ def run_one(source: str, name: str, timeout: float, mem_bytes: int) -> dict[str,
         else:
             os.kill(pid, signal.SIGKILL)
             _, status, usage = os.wait4(pid, 0)
-            return {"name": name, "ok": False, "cause": f"timeout after {timeout:.0f} s",
-                    "seconds": timeout, "rss_mib": usage.ru_maxrss / 1024}
+            return {
+                "name": name,
+                "ok": False,
+                "cause": f"timeout after {timeout:.0f} s",
+                "seconds": timeout,
+                "rss_mib": usage.ru_maxrss / 1024,
+            }
         seconds = time.monotonic() - start
         rss = usage.ru_maxrss / 1024 if usage else 0.0
         if os.WIFSIGNALED(status):
             sig = signal.Signals(os.WTERMSIG(status)).name
-            return {"name": name, "ok": False, "cause": f"killed by {sig}",
-                    "seconds": seconds, "rss_mib": rss}
+            return {
+                "name": name,
+                "ok": False,
+                "cause": f"killed by {sig}",
+                "seconds": seconds,
+                "rss_mib": rss,
+            }
         code = os.WEXITSTATUS(status)
-        row: dict[str, Any] = {"name": name, "ok": code == 0, "exit": code,
-                               "seconds": seconds, "rss_mib": rss}
+        row: dict[str, Any] = {
+            "name": name,
+            "ok": code == 0,
+            "exit": code,
+            "seconds": seconds,
+            "rss_mib": rss,
+        }
         if code != 0:
             row["cause"] = f"exit {code}: {cause(work)}"
             return row
@@ -172,25 +187,35 @@ def main(argv: list[str] | None = None) -> int:
         everything = timm_names()
     names = args.names or everything[args.offset :: args.every]
     sample = "all" if len(names) == len(everything) else f"{len(names)} of {len(everything)}"
-    print(f"# {args.source}: {sample} names, timeout {args.timeout:.0f} s, cap {args.mem_gib} GiB",
-          flush=True)
+    print(
+        f"# {args.source}: {sample} names, timeout {args.timeout:.0f} s, cap {args.mem_gib} GiB",
+        flush=True,
+    )
     rows = []
     for name in names:
         row = run_one(args.source, name, args.timeout, int(args.mem_gib * (1 << 30)))
         rows.append(row)
         if row["ok"]:
-            match = "params match" if row.get("params_match") else (
-                f"PARAMS DIFFER: hookcli {row['params']:,} vs plain {row['plain_params']}")
-            note = " (stand-ins: " + str(len(row["assumptions"])) + ")" if row["assumptions"] else ""
-            print(f"ok      {name}: {match}{note}; {row['seconds']:.1f} s, "
-                  f"{row['rss_mib']:.0f} MiB", flush=True)
+            match = (
+                "params match"
+                if row.get("params_match")
+                else (f"PARAMS DIFFER: hookcli {row['params']:,} vs plain {row['plain_params']}")
+            )
+            stand_ins = len(row["assumptions"])
+            note = f" (value stand-ins of {stand_ins} kinds)" if stand_ins else ""
+            print(
+                f"ok      {name}: {match}{note}; {row['seconds']:.1f} s, {row['rss_mib']:.0f} MiB",
+                flush=True,
+            )
         else:
             print(f"failed  {name}: {row['cause']}", flush=True)
     ok = sum(r["ok"] for r in rows)
     match = sum(bool(r.get("params_match")) for r in rows)
     peak = max((r["rss_mib"] for r in rows), default=0.0)
-    print(f"# {ok}/{len(rows)} reported ({100 * ok / max(len(rows), 1):.1f}%); "
-          f"params equal plain {args.source} on {match}/{ok}; peak child RSS {peak:.0f} MiB")
+    print(
+        f"# {ok}/{len(rows)} reported ({100 * ok / max(len(rows), 1):.1f}%); "
+        f"params equal plain {args.source} on {match}/{ok}; peak child RSS {peak:.0f} MiB"
+    )
     causes = Counter(_group(r["cause"]) for r in rows if not r["ok"])
     for text, n in causes.most_common():
         print(f"#   {n:3d}  {text}")

@@ -446,7 +446,8 @@ class _MetaData(TorchFunctionMode):
             shadow = self.values.shadows.get(args[0])
             if shadow is not None:
                 return func(shadow, *args[1:], **kwargs)
-        if func in (torch.tensor, torch.as_tensor) and args and not isinstance(args[0], torch.Tensor):
+        data = args[0] if args else None
+        if func in (torch.tensor, torch.as_tensor) and args and not isinstance(data, torch.Tensor):
             dev = kwargs.get("device")
             if dev is None and torch.get_default_device().type == "meta":  # building
                 dev = "meta"

@@ -27,10 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CAP_BYTES = 12 << 30  # address space per child: torch's CUDA libraries map ~4 GiB
 RSS_LIMIT_KIB = int(1.5 * (1 << 20))  # 1.5 GiB in ru_maxrss's KiB
 
-_PRELUDE = (
-    "import resource; "
-    f"resource.setrlimit(resource.RLIMIT_AS, ({CAP_BYTES}, {CAP_BYTES})); "
-)
+_PRELUDE = f"import resource; resource.setrlimit(resource.RLIMIT_AS, ({CAP_BYTES}, {CAP_BYTES})); "
 
 
 def _capped(code: str, timeout: float = 600) -> tuple[int, str, str, int]:
@@ -53,7 +50,9 @@ def _capped(code: str, timeout: float = 600) -> tuple[int, str, str, int]:
     # communicate() reaped the child; its rusage is in RUSAGE_CHILDREN only as a max
     # over all children, so the child reports its own peak as its last stderr line
     lines = err.strip().splitlines()
-    rss = int(lines[-1].removeprefix("MAXRSS ")) if lines and lines[-1].startswith("MAXRSS ") else -1
+    rss = (
+        int(lines[-1].removeprefix("MAXRSS ")) if lines and lines[-1].startswith("MAXRSS ") else -1
+    )
     return proc.returncode, out, err, rss
 
 
@@ -95,7 +94,9 @@ def _plain_params(types: list[str]) -> dict[str, int]:
 def _check_types(types: list[str]) -> None:
     plain = _plain_params(types)
     for t in types:
-        rc, out, err, rss = _hookcli("inspect", f"hf:{t}", "--device", "meta", "-d", "1", "--format", "json")
+        rc, out, err, rss = _hookcli(
+            "inspect", f"hf:{t}", "--device", "meta", "-d", "1", "--format", "json"
+        )
         assert rc == 0, f"hf:{t}: {err[-1500:]}"
         report = json.loads(out)
         assert report["totals"]["params"] == plain[t], t
@@ -240,9 +241,17 @@ def test_build_on_meta_allocates_no_buffer_with_an_explicit_device(tmp_path: Pat
 def test_cost_on_a_small_mixtral_counts_balanced_routing() -> None:
     """FLOPs of a 1-layer Mixtral on meta equal the hand count under balanced routing,
     and the report states the routing assumption."""
-    dims = {"hidden_size": 64, "intermediate_size": 96, "num_hidden_layers": 1,
-            "num_attention_heads": 4, "num_key_value_heads": 2, "num_local_experts": 4,
-            "num_experts_per_tok": 2, "vocab_size": 100, "max_position_embeddings": 32}
+    dims = {
+        "hidden_size": 64,
+        "intermediate_size": 96,
+        "num_hidden_layers": 1,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "num_local_experts": 4,
+        "num_experts_per_tok": 2,
+        "vocab_size": 100,
+        "max_position_embeddings": 32,
+    }
     args = [a for k, v in dims.items() for a in ("-k", f"{k}={v}")]
     report = invoke_json("cost", "hf:mixtral", *args, "--device", "meta")
     stated = " ".join(report["settings"]["meta_assumptions"])

@@ -226,7 +226,9 @@ def _processor_class(config: Any, kind: str) -> Any:
     from transformers.models.auto import feature_extraction_auto as fa
     from transformers.models.auto import image_processing_auto as ia
 
-    mapping: Any = ia.IMAGE_PROCESSOR_MAPPING_NAMES if kind == "image" else fa.FEATURE_EXTRACTOR_MAPPING_NAMES
+    mapping: Any = (
+        ia.IMAGE_PROCESSOR_MAPPING_NAMES if kind == "image" else fa.FEATURE_EXTRACTOR_MAPPING_NAMES
+    )
     model_type = str(getattr(config, "model_type", ""))
     parts = model_type.split("_")
     for n in range(len(parts), 0, -1):
@@ -402,8 +404,10 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
                 out.tensor(key, value)
         return
     frames = _get(config, "num_frames")
-    if isinstance(frames, int) and frames > 0 and "video" in type(module).__name__.lower() + str(
-        getattr(config, "model_type", "")
+    if (
+        isinstance(frames, int)
+        and frames > 0
+        and "video" in type(module).__name__.lower() + str(getattr(config, "model_type", ""))
     ):
         out.add("pixel_values", f"pixel_values=1x{frames}x{channels}x{height}x{width}")
     else:
@@ -459,7 +463,7 @@ def _audio(config: Any, params: list[str], main: str, out: _Inputs) -> None:
                     target = next((p for p in params if p.startswith(main) and "mask" in p), None)
                     target = target or ("attention_mask" if "attention_mask" in params else None)
                 if target is not None:
-                    out.tensor(target, value if value.is_floating_point() else value)
+                    out.tensor(target, value)
             if main in out.names:
                 return
         except Exception:
