@@ -271,15 +271,6 @@ def _prefixed(prefix: str) -> Callable[[str, dict[str, Any], int], LoadedModel]:
     return PREFIXES[prefix]
 
 
-def _to_meta(module: nn.Module, name: str, param: Any) -> Any:
-    """Parameter-registration hook: every parameter lands on meta as it is registered."""
-    if param is None or param.is_meta or type(param).__name__.startswith("Uninitialized"):
-        return None  # already there (a tied weight keeps its identity), or lazy
-    from torch import nn
-
-    return nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
-
-
 @contextlib.contextmanager
 def build_on(device: torch.device | None) -> Iterator[None]:
     """Construct modules where the run happens.
@@ -301,18 +292,6 @@ def build_on(device: torch.device | None) -> Iterator[None]:
         return
     with device:
         yield
-
-
-@contextlib.contextmanager
-def _params_to_meta() -> Iterator[None]:
-    """The fallback build on meta: parameters move to meta as they are registered."""
-    from torch.nn.modules import module as module_mod
-
-    handle = module_mod.register_module_parameter_registration_hook(_to_meta)
-    try:
-        yield
-    finally:
-        handle.remove()
 
 
 def _load(spec: str, kw: dict[str, Any], seed: int) -> LoadedModel:
@@ -407,12 +386,11 @@ def _load_checked(
             raise
         print(
             f"hookcli: note: {spec} cannot be built on meta ({first_line(cause)}); "
-            "building it on cpu (parameters moved to meta as they are made), then moving it",
+            "building it on cpu, then moving it to meta",
             file=sys.stderr,
             flush=True,
         )
-        with _params_to_meta():
-            loaded = _load(spec, kw, seed)
+        loaded = _load(spec, kw, seed)
     loaded = _eager(loaded)
     if weights is not None:
         from hookcli.weights import apply_weights
