@@ -107,6 +107,7 @@ FAST = ["mixtral", "whisper", "bit"]
 SLOW = ["qwen3_moe", "deepseek_v2", "llava", "conditional_detr", "gemma3n_audio", "mistral_large4"]
 
 
+@pytest.mark.slow  # four capped interpreters, each importing torch and transformers
 def test_representative_types_report_at_full_size_on_meta() -> None:
     """MoE (grouped mm), speech seq2seq (decoder start ids), vision: exit 0, exact params."""
     _check_types(FAST)
