@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test run lint zoo slow bench bench-docs docs-check clean golden matrix matrix-zoo
+.PHONY: install test run lint zoo slow bench bench-docs docs-check clean golden matrix matrix-zoo hf-coverage timm-coverage
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -53,6 +53,15 @@ matrix: $(STAMP)
 
 matrix-zoo: $(STAMP)
 	$(BIN)/nox -s zoo
+
+# Every transformers AutoModel type / every timm model at full size on --device meta,
+# one capped child each (long: see docs/models.md#coverage-on-meta; EVERY=N samples).
+EVERY ?= 1
+hf-coverage: $(STAMP)
+	$(BIN)/python benchmarks/hf_coverage.py --source hf --every $(EVERY)
+
+timm-coverage: $(STAMP)
+	$(BIN)/python benchmarks/hf_coverage.py --source timm --every $(EVERY)
 
 golden: $(STAMP)
 	$(BIN)/python -m pytest -q tests/test_golden.py --update-golden

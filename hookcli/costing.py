@@ -134,7 +134,7 @@ def measure(
         except RunError as err:
             error = err
         session.finish()
-        note_meta_assumptions(session)
+        note_meta_assumptions(session, prepared.settings)
         n = probe.measured_calls if probe.measured_calls is not None else len(session.frames)
         records = session.records[:n]
     return probe, records, error

@@ -205,12 +205,27 @@ def _draw(
     import torch
 
     dtype = spec.dtype or default_float
-    if device is not None and device.type == "meta":  # no values: nothing is drawn
-        return torch.empty(spec.dims, dtype=torch_dtype(dtype), device=device)
+    if device is not None and device.type == "meta":
+        if dtype in FLOAT_DTYPES:  # no values: nothing is drawn
+            return torch.empty(spec.dims, dtype=torch_dtype(dtype), device=device)
+        # integer inputs (token ids, masks) are drawn as on the cpu and kept as the meta
+        # tensor's shadow, so ops on them have values (hookcli.metavalues)
+        drawn = torch.randint(spec.low, spec.high, spec.dims, generator=g)
+        return meta_with_values(drawn.to(torch_dtype(dtype)))
     if dtype in FLOAT_DTYPES:
         return torch.randn(spec.dims, generator=g, dtype=torch_dtype(dtype))
     values = torch.randint(spec.low, spec.high, spec.dims, generator=g)
     return values.to(torch_dtype(dtype))
+
+
+def meta_with_values(values: torch.Tensor) -> torch.Tensor:
+    """A meta tensor shaped like ``values`` that keeps them as its shadow (small ones)."""
+    from hookcli.metavalues import KNOWN, _too_big
+
+    meta = values.to("meta")
+    if not _too_big(values):
+        KNOWN[meta] = values
+    return meta
 
 
 def positional_names(model: nn.Module) -> list[str]:
@@ -395,13 +410,16 @@ def build_inputs(
     torchvision_name: str | None = None,
     defaults: Sequence[str] = (),
     defaults_source: str = "",
+    values: Mapping[str, Any] | None = None,
 ) -> Inputs:
     """Draw the inputs: ``--input`` specs, else ``example_input_array``, else the defaults
     of the model's source (``hf:``/``timm:`` config, torchvision family).
 
     On meta, inputs are created on meta (no values, nothing allocated); elsewhere they
     are drawn on the CPU from the seeded generator and moved, so every device sees
-    the same values.
+    the same values. ``values`` (name -> CPU tensor, from the model's source) are used
+    as given for the default inputs of that name and shape (token ids that carry
+    image tokens, ``image_grid_thw``); on meta they are kept as shadows.
     """
     import torch
 
@@ -443,9 +461,12 @@ def build_inputs(
         spec = _with_batch(spec, batch_size, dtype)
         default_float = dtype or "float32"
         try:
-            if spec.as_list:
+            given = (values or {}).get(spec.name or "") if not texts else None
+            if given is not None and tuple(given.shape) == tuple(spec.dims):
+                value: Any = meta_with_values(given) if dev.type == "meta" else given.clone()
+            elif spec.as_list:
                 item = replace(spec, dims=spec.dims[1:], as_list=False)
-                value: Any = [_draw(item, g, default_float, dev) for _ in range(spec.dims[0])]
+                value = [_draw(item, g, default_float, dev) for _ in range(spec.dims[0])]
             else:
                 value = _draw(spec, g, default_float, dev)
             value = _move(value, dev, None)

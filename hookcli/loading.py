@@ -45,6 +45,8 @@ class LoadedModel:
     # SPEC texts (``[NAME=][DTYPE:]DIMS[:LOW..HIGH]``) when the source knows the inputs
     default_inputs: tuple[str, ...] = ()
     input_source: str = ""  # where default_inputs came from, for the report
+    # name -> CPU tensor: exact values for default inputs of that name (hf multimodal ids)
+    input_values: Mapping[str, Any] | None = None
 
 
 def parse_kwargs(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
@@ -317,36 +319,24 @@ def _prefixed(prefix: str) -> Callable[[str, dict[str, Any], int], LoadedModel]:
     return PREFIXES[prefix]
 
 
-def _to_meta(module: nn.Module, name: str, param: Any) -> Any:
-    """Parameter-registration hook: every parameter lands on meta as it is registered."""
-    if param is None or param.is_meta or type(param).__name__.startswith("Uninitialized"):
-        return None  # already there (a tied weight keeps its identity), or lazy
-    from torch import nn
-
-    return nn.Parameter(param.to("meta"), requires_grad=param.requires_grad)
-
-
 @contextlib.contextmanager
 def build_on(device: torch.device | None) -> Iterator[None]:
     """Construct modules where the run happens.
 
-    On meta, a global parameter-registration hook moves each parameter to meta the
-    moment a module registers it, so no parameter memory is ever held (buffers stay
-    where the module's own code made them, so ``__init__`` code reading them works,
-    and move with the model afterwards). On CUDA and other devices, torch's device
-    context makes every factory call allocate there.
+    On meta nothing is allocated (``hookcli.metavalues.building_on_meta``): every
+    factory makes its tensor on meta, an explicit ``device=`` or ``.to(device)`` in
+    ``__init__`` included, and small tensors keep CPU shadows so construction code
+    that reads values (``linspace(...).tolist()``) still works. On CUDA and other
+    devices, torch's device context makes every factory call allocate there.
     """
     if device is None or device.type == "cpu":
         yield
         return
     if device.type == "meta":
-        from torch.nn.modules import module as module_mod
+        from hookcli.metavalues import building_on_meta
 
-        handle = module_mod.register_module_parameter_registration_hook(_to_meta)
-        try:
+        with building_on_meta():
             yield
-        finally:
-            handle.remove()
         return
     with device:
         yield

@@ -178,6 +178,7 @@ def prepare(
             torchvision_name=loaded.torchvision_name,
             defaults=loaded.default_inputs,
             defaults_source=loaded.input_source,
+            values=loaded.input_values,
         )
     if inputs is not None:
         from hookcli.inputfiles import initialize_lazy
@@ -272,7 +273,7 @@ def run_session(
         except RunError as err:
             error = err
         session.finish()
-        note_meta_assumptions(session)
+        note_meta_assumptions(session, prepared.settings)
         if after_run is not None:
             after_run(session)
         records = session.records
@@ -284,14 +285,21 @@ def run_session(
     )
 
 
-def note_meta_assumptions(session: HookSession) -> None:
-    """One stderr line when a run on meta took data-dependent boolean checks as true."""
-    if session.meta_assumed:
-        progress(
-            f"hookcli: note: on meta, {session.meta_assumed} data-dependent boolean "
-            "check(s) in the model (such as 'is the mask all ones?') were taken as true; "
-            "run on cpu for the model's exact control flow"
-        )
+def note_meta_assumptions(session: HookSession, settings: dict[str, Any] | None = None) -> None:
+    """On meta, the value stand-ins the run used: one stderr line, and the report's
+    ``settings.meta_assumptions`` (docs/models.md#values-on-meta)."""
+    if not session.meta_assumed:
+        return
+    from hookcli.metavalues import ASSUMPTIONS
+
+    stated = [f"{ASSUMPTIONS[k]} ({n}x)" for k, n in sorted(session.meta_assumed.items())]
+    if settings is not None:
+        settings["meta_assumptions"] = stated
+    progress(
+        "hookcli: note: on meta, values were synthesized: "
+        + "; ".join(stated)
+        + "; run on cpu for the model's exact control flow"
+    )
 
 
 def emit(

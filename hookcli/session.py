@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import sys
 import warnings
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -20,10 +21,10 @@ from typing import Any
 import torch
 from torch import nn
 from torch.nn.modules import module as module_mod
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.hooks import RemovableHandle
 
 from hookcli.errors import ResourceError, RunError, first_line, is_oom, oom_cause
+from hookcli.metavalues import MetaValues
 from hookcli.modelinfo import depth_of, module_names
 from hookcli.options import HookKind, Mode
 from hookcli.structures import iter_tensors, shapes_of
@@ -143,38 +144,6 @@ def _aliasing_hook_forward(ctx: Any, *args: torch.Tensor) -> tuple[torch.Tensor,
     return outs
 
 
-_SCALAR_OPS = (torch.ops.aten._local_scalar_dense.default, torch.ops.aten.is_nonzero.default)
-_OP_WORDS = {"aten::_local_scalar_dense": "Tensor.item()", "aten::is_nonzero": "bool(Tensor)"}
-
-
-class _MetaRun(TorchDispatchMode):
-    """A forward on meta: remember the op that ran last, so a failure can name it, and
-    take data-dependent boolean checks (``mask.all()`` used as a bool) as true.
-
-    Such checks are how libraries test for the common case (transformers: "is the
-    attention mask all ones?", which it is for the inputs hookcli draws); a numeric
-    ``.item()`` or a data-dependent shape (``nonzero``) still fails, and is reported.
-    """
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.last: Any = None
-        self.assumed = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.last = func
-        if func in _SCALAR_OPS and args[0].is_meta and args[0].dtype == torch.bool:
-            self.assumed += 1
-            return True
-        return func(*args, **(kwargs or {}))
-
-    def op_name(self) -> str:
-        if self.last is None:
-            return "an op"
-        name = self.last.name().split(".")[0]  # aten::nonzero.default -> aten::nonzero
-        return _OP_WORDS.get(name, name)
-
-
 def _on_meta(model: nn.Module, args: Any, kwargs: Any) -> bool:
     for t in iter_tensors((args, kwargs)):
         return bool(t.is_meta)
@@ -222,7 +191,8 @@ class HookSession:
         self._bw_pending: dict[int, list[Frame]] = {}
         self._bw_open: dict[int, list[Frame]] = {}
         self._bw_order: list[Frame] = []
-        self.meta_assumed = 0  # boolean checks taken as true on meta (_MetaRun)
+        # stand-ins used on meta, by kind (hookcli.metavalues.ASSUMPTIONS)
+        self.meta_assumed: Counter[str] = Counter()
         self.scripted: set[int] = set()  # TorchScript submodules: run without hooks
         self._handles: list[RemovableHandle] = []
         self._restore: list[Callable[[], None]] = []
@@ -514,7 +484,7 @@ class HookSession:
 
     def forward(self, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> Any:
         """Run the model once; a failure raises RunError naming the module."""
-        meta = _MetaRun() if _on_meta(self.model, args, kwargs) else None
+        meta = MetaValues() if _on_meta(self.model, args, kwargs) else None
         try:
             with self._grad_context(), meta or contextlib.nullcontext():
                 return self.call(*args, **(kwargs or {}))
@@ -534,13 +504,10 @@ class HookSession:
                 raise ResourceError(
                     f"out of memory during forward{at}: {first_line(oom_cause(err))}"
                 ) from err
-            reason = _reason(err)
-            if meta is not None:
-                short = reason.split(". ")[0][:160]
-                reason = (
-                    f"{meta.op_name()} needs tensor values, which meta tensors do not have "
-                    f"({short}); run with --device cpu"
-                )
+            reason = _reason(err)  # the model's exception first, then hookcli's reading
+            reading = meta.reading(err) if meta is not None else None
+            if reading is not None:
+                reason = f"{reason} (on meta: {reading}; run with --device cpu)"
             where = self.failure or (self._stack[-1] if self._stack else None)
             if where is not None:
                 where.failed = True
@@ -554,7 +521,7 @@ class HookSession:
             raise RunError(f"forward failed: {reason}") from err
         finally:
             if meta is not None:
-                self.meta_assumed += meta.assumed
+                self.meta_assumed.update(meta.assumed)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward from a scalar loss; a failure raises RunError naming the module."""

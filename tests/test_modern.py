@@ -243,7 +243,7 @@ def test_meta_build_falls_back_to_cpu_when_init_needs_values(capsys):
 # -- meta-only failures ------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("attr", "module", "op"),
-    [("ItemInForward", "gate", "Tensor.item()"), ("NonzeroInForward", "pick", "aten::nonzero")],
+    [("ItemInForward", "gate", "Tensor.item()")],
 )
 def test_meta_only_failures_name_module_and_op(attr, module, op):
     result = invoke("inspect", f"tests.fixtures.metaonly:{attr}", "--device", "meta")
@@ -482,8 +482,16 @@ def test_registrations_of_a_7b_model_on_meta():
 
 @pytest.mark.parametrize("command", ["inspect", "cost"])
 def test_meta_run_says_which_checks_it_took_as_true(command):
-    result = invoke(command, "hf:llama", *kw_args(LLAMA_SMALL), "--device", "meta", "-d", "0")
+    # nonzero on a mask meta does not hold: taken as all true, and stated
+    result = invoke(
+        command, "tests.fixtures.metaonly:NonzeroInForward", "--device", "meta", "-f", "json"
+    )
     assert result.exit_code == 0, result.stderr
-    assert "data-dependent boolean check(s)" in result.stderr
+    assert "takes the mask as all true (1x)" in result.stderr
+    stated = json.loads(result.stdout)["settings"]["meta_assumptions"]
+    assert any("mask as all true" in s for s in stated)
+    # llama's "is the mask all ones?" is decided from the drawn mask's values: no stand-in
+    llama = invoke(command, "hf:llama", *kw_args(LLAMA_SMALL), "--device", "meta", "-d", "0")
+    assert llama.exit_code == 0 and "synthesized" not in llama.stderr
     plain = invoke(command, "sample_models.decoder:Decoder", "--device", "meta", "-d", "0")
-    assert plain.exit_code == 0 and "data-dependent" not in plain.stderr
+    assert plain.exit_code == 0 and "synthesized" not in plain.stderr

@@ -8,6 +8,7 @@ task head (``HEADS``); the base model (``AutoModel``) without one.
 
 from __future__ import annotations
 
+import contextlib
 import difflib
 import inspect
 import os
@@ -106,6 +107,26 @@ def _warn_unknown(config: Any, overrides: dict[str, Any]) -> None:
             )
 
 
+# config fields some default configs leave None although forward needs a number
+# (DeepseekV2Config: num_experts_per_tok): the value hookcli uses, with a note
+UNSET_FILLS = {"num_experts_per_tok": 2}
+
+
+def _fill_unset(config: Any, given: dict[str, Any]) -> None:
+    """Fill the ``UNSET_FILLS`` fields a default config leaves None, saying so on stderr."""
+    for cfg in _configs(config):
+        for key, value in UNSET_FILLS.items():
+            if key in given or not hasattr(cfg, key) or getattr(cfg, key) is not None:
+                continue
+            setattr(cfg, key, value)
+            print(
+                f"hookcli: note: {type(cfg).__name__} leaves {key} unset and its forward needs "
+                f"it; using {value} (-k {key}=N to choose)",
+                file=sys.stderr,
+                flush=True,
+            )
+
+
 def build(name: str, kwargs: dict[str, Any], seed: int) -> LoadedModel:
     """Build ``hf:NAME[:HEAD]`` from its config, seeded, with default inputs from the config."""
     import torch
@@ -118,6 +139,7 @@ def build(name: str, kwargs: dict[str, Any], seed: int) -> LoadedModel:
     overrides.setdefault("use_cache", False)  # no key/value cache in the outputs
     config = _config(tf, model_name, overrides)
     _warn_unknown(config, kwargs)
+    _fill_unset(config, kwargs)
     auto = getattr(tf, HEADS[head])
     torch.manual_seed(seed)
     try:
@@ -133,22 +155,44 @@ def build(name: str, kwargs: dict[str, Any], seed: int) -> LoadedModel:
         raise LoadError(f"could not build hf:{name}: {first_line(err)}") from err
     if not isinstance(module, torch.nn.Module):
         raise LoadError(f"hf:{name} built a {type(module).__name__}, not an nn.Module")
+    from hookcli.metavalues import plain
+
+    with plain():  # the inputs are drawn on the cpu, also while building on meta
+        specs, values = default_inputs(module, config)
     return LoadedModel(
         module=module,
         spec=f"hf:{name}",
-        default_inputs=default_inputs(module, config),
+        default_inputs=specs,
         input_source="hf config default",
+        input_values=values,
     )
 
 
-def _get(config: Any, *keys: str) -> Any:
-    """The first of ``keys`` set on the config or its text/vision/encoder sub-configs."""
+_SUBCONFIGS = (
+    "text_config",
+    "vision_config",
+    "audio_config",
+    "encoder",
+    "decoder",
+    "backbone_config",
+    "encoder_config",
+    "decoder_config",
+)
+
+
+def _configs(config: Any) -> list[Any]:
+    """The config and its sub-configs (text, vision, audio, encoder, backbone), in order."""
     subs = [config]
-    for sub in ("text_config", "vision_config", "encoder", "audio_config"):
+    for sub in _SUBCONFIGS:
         value = getattr(config, sub, None)
-        if value is not None and not isinstance(value, (dict, str)):
+        if value is not None and not isinstance(value, (dict, str, bool, int)):
             subs.append(value)
-    for cfg in subs:
+    return subs
+
+
+def _get(config: Any, *keys: str) -> Any:
+    """The first of ``keys`` set on the config or its sub-configs."""
+    for cfg in _configs(config):
         for key in keys:
             value = getattr(cfg, key, None)
             if value is not None:
@@ -156,37 +200,342 @@ def _get(config: Any, *keys: str) -> Any:
     return None
 
 
-def default_inputs(module: Any, config: Any) -> tuple[str, ...]:
-    """SPEC texts for forward's main inputs, from the config (empty: none known)."""
+def _image_size(config: Any) -> tuple[int, int]:
+    """(height, width) from ``image_size``-like config fields; 224 where none says."""
+    size = _get(config, "image_size", "img_size", "input_size", "crop_size")
+    if isinstance(size, dict):
+        size = [size.get("height", size.get("shortest_edge")), size.get("width")]
+        size = [v for v in size if isinstance(v, int)]
+    if isinstance(size, (list, tuple)) and size and all(isinstance(v, int) for v in size):
+        return (size[-2], size[-1]) if len(size) >= 2 else (size[0], size[0])
+    if isinstance(size, int) and size > 0:
+        return size, size
+    return 224, 224
+
+
+def _params(module: Any) -> list[str]:
     try:
-        params = set(inspect.signature(module.forward).parameters)
+        return list(inspect.signature(module.forward).parameters)
     except (TypeError, ValueError):
-        return ()
-    specs: list[str] = []
-    if "input_ids" in params:
-        vocab = _get(config, "vocab_size")
-        if isinstance(vocab, int) and vocab > 0:
-            limit = _get(config, "max_position_embeddings", "n_positions", "max_length")
-            length = DEFAULT_TEXT_LENGTH
-            if isinstance(limit, int) and 0 < limit < length:
-                length = limit
-            specs.append(f"input_ids=int64:1x{length}:0..{vocab}")
-            if "attention_mask" in params:
-                specs.append(f"attention_mask=int64:1x{length}:1..2")
-            if "decoder_input_ids" in params and getattr(config, "is_encoder_decoder", False):
-                specs.append(f"decoder_input_ids=int64:1x{length}:0..{vocab}")
-    if "pixel_values" in params:
-        size = _get(config, "image_size")
-        channels = _get(config, "num_channels") or 3
-        if isinstance(size, (list, tuple)) and len(size) == 2:
-            specs.append(f"pixel_values=1x{channels}x{size[0]}x{size[1]}")
-        elif isinstance(size, int):
-            specs.append(f"pixel_values=1x{channels}x{size}x{size}")
-    if "input_values" in params and not specs:
-        specs.append("input_values=1x16000")  # one second of 16 kHz audio
-    if "input_features" in params and not specs:
-        bins = _get(config, "num_mel_bins")
-        frames = _get(config, "max_source_positions")
-        if isinstance(bins, int) and isinstance(frames, int):
-            specs.append(f"input_features=1x{bins}x{2 * frames}")
-    return tuple(specs)
+        return []
+
+
+def _processor_class(config: Any, kind: str) -> Any:
+    """transformers' default image processor or feature extractor class for this type
+    (for ``gemma3n_audio`` the one of ``gemma3n``), or None."""
+    from transformers.models.auto import feature_extraction_auto as fa
+    from transformers.models.auto import image_processing_auto as ia
+
+    mapping: Any = (
+        ia.IMAGE_PROCESSOR_MAPPING_NAMES if kind == "image" else fa.FEATURE_EXTRACTOR_MAPPING_NAMES
+    )
+    model_type = str(getattr(config, "model_type", ""))
+    parts = model_type.split("_")
+    for n in range(len(parts), 0, -1):
+        entry = mapping.get("_".join(parts[:n]))
+        if entry is None:
+            continue
+        name = entry.get("torchvision") or entry.get("pil") if isinstance(entry, dict) else entry
+        if not isinstance(name, str):
+            return None
+        try:
+            if kind == "image":
+                return ia.get_image_processor_class_from_name(name)
+            return fa.feature_extractor_class_from_name(name)
+        except Exception:
+            return None
+    return None
+
+
+def _special_ids(config: Any) -> set[int]:
+    """Every ``*_token_id``/``*_token_index`` of the config: ids random text must avoid."""
+    out: set[int] = set()
+    for cfg in _configs(config):
+        for key, value in vars(cfg).items():
+            if key.endswith(("_token_id", "_token_index")) and isinstance(value, int):
+                out.add(value)
+    return out
+
+
+def _text_ids(length: int, vocab: int, avoid: set[int], seed: int) -> Any:
+    """Token ids drawn uniformly from the vocabulary, none of them a special token."""
+    import torch
+
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (1, length), generator=g)
+    safe = next((i for i in range(vocab) if i not in avoid), 0)
+    for a in avoid:
+        ids[ids == a] = safe
+    return ids
+
+
+def _spec(name: str, t: Any) -> str:
+    """A SPEC text for a CPU tensor (shape and dtype), the values given apart."""
+    dims = "x".join(str(int(d)) for d in t.shape) or "1"
+    dtype = str(t.dtype).removeprefix("torch.")
+    if t.is_floating_point():
+        return f"{name}={dtype}:{dims}"
+    return f"{name}={dtype}:{dims}:0..2"
+
+
+class _Inputs:
+    """The default inputs being put together: SPEC texts plus exact values by name."""
+
+    def __init__(self) -> None:
+        self.specs: list[str] = []
+        self.values: dict[str, Any] = {}
+        self.names: set[str] = set()
+
+    def add(self, name: str, spec: str, value: Any = None) -> None:
+        if name in self.names:
+            return
+        self.names.add(name)
+        self.specs.append(spec)
+        if value is not None:
+            self.values[name] = value
+
+    def tensor(self, name: str, value: Any) -> None:
+        self.add(name, _spec(name, value), value)
+
+
+def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
+    """Forward's main inputs from transformers' own hints, one rule per family.
+
+    Returns SPEC texts and, by name, exact CPU values where values matter (token ids
+    carrying image tokens, decoder start ids, feature masks, ``image_grid_thw``).
+    The families, chosen from ``main_input_name``, forward's parameters and config fields:
+    text (``input_ids``), vision (``pixel_values``; 5-D with ``num_frames`` for video;
+    ``pixel_mask`` for detection), audio (``input_values``, or the features transformers'
+    default feature extractor makes from one second of audio), speech and text seq2seq
+    (``decoder_input_ids`` starting with ``decoder_start_token_id``), and multimodal
+    (``pixel_values`` and extras from the default image processor, ``input_ids``
+    carrying as many image tokens as ``get_image_features`` returns features).
+    """
+    params = _params(module)
+    if not params:
+        return (), {}
+    main = getattr(module, "main_input_name", None)
+    if main not in params:
+        main = params[0]
+    out = _Inputs()
+    vocab = _get(config, "vocab_size")
+    avoid = _special_ids(config)
+    length = DEFAULT_TEXT_LENGTH
+    limit = _get(config, "max_position_embeddings", "n_positions", "max_length")
+    if isinstance(limit, int) and 0 < limit < length:
+        length = limit
+
+    vision = "pixel_values" in params and (main == "pixel_values" or _has_vision(config))
+    if vision:
+        _vision(module, config, params, out)
+    if main in ("input_features", "input_values", "audio_mel", "input_audio_embeds"):
+        _audio(config, params, main, out)
+    text = "input_ids" in params and isinstance(vocab, int) and vocab > 0
+    if text and (main == "input_ids" or getattr(config, "is_encoder_decoder", False)):
+        ids = _text_ids(length, vocab, avoid, 0)
+        image_token = _get(config, "image_token_id", "image_token_index")
+        if "pixel_values" in out.names and isinstance(image_token, int):
+            count = _image_tokens(module, out)
+            if count is None:  # the vision part cannot say: text alone
+                for key in [k for k in out.names if k != "input_ids"]:
+                    out.names.discard(key)
+                    out.values.pop(key, None)
+                out.specs = []
+            else:
+                import torch
+
+                image = torch.full((1, count), image_token, dtype=torch.int64)
+                ids = torch.cat([ids[:, :1], image, ids[:, 1:]], dim=1)
+        out.tensor("input_ids", ids)
+        if "attention_mask" in params:
+            out.tensor("attention_mask", ids.new_ones(ids.shape))
+    if "decoder_input_ids" in params and (
+        getattr(config, "is_encoder_decoder", False) or main != "input_ids"
+    ):
+        dec_vocab = _get(config, "decoder_vocab_size", "vocab_size")
+        start = _get(config, "decoder_start_token_id", "bos_token_id")
+        if isinstance(dec_vocab, int) and dec_vocab > 0:
+            dec_len = length
+            dec_limit = _get(config, "max_target_positions")
+            if isinstance(dec_limit, int) and 0 < dec_limit < dec_len:
+                dec_len = dec_limit
+            dec = _text_ids(dec_len, dec_vocab, avoid, 1)
+            if isinstance(start, int) and 0 <= start < dec_vocab:
+                dec[0, 0] = start
+            out.tensor("decoder_input_ids", dec)
+    if not out.specs and _has_vision(config) and main not in ("input_ids", "inputs_embeds"):
+        # a vision model whose forward names its image otherwise (``input``, ``x``):
+        # one config-sized image, positional
+        height, width = _image_size(config)
+        channels = _channels(config)
+        out.add(main, f"1x{channels}x{height}x{width}")
+    elif not out.specs and params[0] not in ("input_ids", "inputs_embeds") and _has_vision(config):
+        height, width = _image_size(config)
+        out.add(params[0], f"1x{_channels(config)}x{height}x{width}")
+    return tuple(out.specs), out.values
+
+
+def _channels(config: Any) -> int:
+    channels = _get(config, "num_channels", "in_channels", "in_chans")
+    return channels if isinstance(channels, int) and 0 < channels <= 16 else 3
+
+
+def _has_vision(config: Any) -> bool:
+    return any(
+        getattr(config, k, None) is not None
+        for k in ("vision_config", "image_size", "num_channels", "in_channels")
+    )
+
+
+def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
+    """pixel_values (and the extras the default image processor makes, where forward
+    takes them), else a config-sized image; 5-D for video, pixel_mask for detection."""
+    import torch
+
+    height, width = _image_size(config)
+    channels = _get(config, "num_channels", "in_channels", "in_chans")
+    channels = channels if isinstance(channels, int) and 0 < channels <= 16 else 3
+    processed = _processed_image(config, height, width, channels)
+    extras = {k: v for k, v in processed.items() if k in params and k != "pixel_values"}
+    if extras and "pixel_values" in processed:
+        out.tensor("pixel_values", processed["pixel_values"])
+        for key, value in extras.items():
+            if isinstance(value, torch.Tensor):
+                out.tensor(key, value)
+        return
+    frames = _get(config, "num_frames")
+    if (
+        isinstance(frames, int)
+        and frames > 0
+        and "video" in type(module).__name__.lower() + str(getattr(config, "model_type", ""))
+    ):
+        out.add("pixel_values", f"pixel_values=1x{frames}x{channels}x{height}x{width}")
+    else:
+        out.add("pixel_values", f"pixel_values=1x{channels}x{height}x{width}")
+    if "pixel_mask" in params:
+        out.tensor("pixel_mask", torch.ones((1, height, width), dtype=torch.int64))
+
+
+def _processed_image(config: Any, height: int, width: int, channels: int) -> dict[str, Any]:
+    """What transformers' default image processor for this type makes of one image."""
+    cls = _processor_class(config, "image")
+    if cls is None:
+        return {}
+    try:
+        import numpy as np
+
+        image = np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
+        with _quiet():
+            got = cls()(images=[image], return_tensors="pt")
+        return dict(got)
+    except Exception:
+        return {}
+
+
+def _audio(config: Any, params: list[str], main: str, out: _Inputs) -> None:
+    """One second of audio: raw (``input_values``) or through transformers' default
+    feature extractor for this type; else ``num_mel_bins`` x twice ``max_source_positions``."""
+    import torch
+
+    if main == "input_values":
+        rate = _get(config, "sampling_rate") or 16000
+        out.add("input_values", f"input_values=1x{int(rate)}")
+        return
+    cls = _processor_class(config, "audio")
+    if cls is not None:
+        try:
+            import numpy as np
+
+            fe = cls()
+            rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
+            wave = np.random.default_rng(0).standard_normal(rate).astype(np.float32) * 0.1
+            with _quiet():
+                got = dict(fe(wave, sampling_rate=rate, return_tensors="pt"))
+            names = list(getattr(fe, "model_input_names", []) or got)
+            first = names[0] if names else None
+            for key, value in got.items():
+                if not isinstance(value, torch.Tensor):
+                    continue
+                target = key if key in params else None
+                if target is None and key == first:
+                    target = main
+                elif target is None and "mask" in key:
+                    target = next((p for p in params if p.startswith(main) and "mask" in p), None)
+                    target = target or ("attention_mask" if "attention_mask" in params else None)
+                if target is not None:
+                    out.tensor(target, value)
+            if main in out.names:
+                return
+        except Exception:
+            pass
+    bins = _get(config, "num_mel_bins", "feature_size", "input_feat_size", "n_mels")
+    frames = _get(config, "max_source_positions")
+    if isinstance(bins, int) and isinstance(frames, int):
+        out.add(main, f"{main}=1x{bins}x{2 * frames}")
+
+
+def _image_tokens(module: Any, out: _Inputs) -> int | None:
+    """How many image tokens the text must carry: the features ``get_image_features``
+    returns for these pixel values (run on the model's device; on meta, nothing runs)."""
+    import torch
+
+    from hookcli.inputs import meta_with_values
+    from hookcli.metavalues import MetaValues
+
+    fn = getattr(module, "get_image_features", None)
+    if fn is None:
+        inner = getattr(module, "model", None)
+        fn = getattr(inner, "get_image_features", None)
+    if fn is None:
+        return None
+    try:
+        accepted = set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return None
+    device = next((p.device for p in module.parameters()), torch.device("cpu"))
+    kwargs: dict[str, Any] = {}
+    for name in out.names:
+        if name not in accepted:
+            continue
+        value = out.values.get(name)
+        if value is None:
+            spec = next(s for s in out.specs if s.startswith(f"{name}="))
+            dims = [int(d) for d in spec.split("=", 1)[1].split(":")[0].split("x")]
+            value = torch.randn(dims) if device.type != "meta" else None
+            if value is None:
+                kwargs[name] = torch.empty(dims, device="meta")
+                continue
+        kwargs[name] = meta_with_values(value) if device.type == "meta" else value.to(device)
+    if "pixel_values" not in kwargs:
+        return None
+    dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), None)
+    if dtype is not None and kwargs["pixel_values"].is_floating_point():
+        kwargs["pixel_values"] = kwargs["pixel_values"].to(dtype)
+    try:
+        with torch.no_grad(), MetaValues() if device.type == "meta" else contextlib.nullcontext():
+            feats = fn(**kwargs)
+    except Exception:
+        return None
+    feats = getattr(feats, "pooler_output", feats) if not isinstance(feats, torch.Tensor) else feats
+    tensors = [t for t in _flat(feats) if isinstance(t, torch.Tensor) and t.dim() >= 1]
+    if not tensors:
+        return None
+    hidden = tensors[0].shape[-1]
+    total = sum(t.numel() for t in tensors)
+    return total // hidden if hidden else None
+
+
+def _flat(obj: Any) -> list[Any]:
+    if isinstance(obj, (list, tuple)):
+        return [x for o in obj for x in _flat(o)]
+    return [obj]
+
+
+@contextlib.contextmanager
+def _quiet() -> Any:
+    """transformers' processors warn about defaults; hookcli's output stays clean."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield

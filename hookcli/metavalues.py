@@ -1,0 +1,512 @@
+"""Values on the meta device: what a model reads from tensors that hold none.
+
+Meta tensors have shapes but no values, so an op whose result depends on values
+(``.item()``, ``.tolist()``, ``nonzero``, boolean-mask indexing, ``bincount``,
+``histc`` offsets, ``torch._grouped_mm`` with routing offsets) cannot run there.
+``MetaValues`` is a dispatch mode that gives such ops values by one documented
+synthesis (docs/models.md#values-on-meta), in three parts:
+
+1. **Shadows, exact.** A small meta tensor whose values are known keeps a CPU
+   copy (its shadow): integer and boolean inputs drawn as they are on the CPU
+   (``input_ids``, masks, ``image_grid_thw``), and every small tensor made by a
+   factory (``arange``, ``zeros``, ``full``, ``linspace``). An op whose meta
+   operands all have shadows also runs on the shadows, so positions, masks,
+   token counts and offsets computed from them are exact, and ``.item()``,
+   ``.tolist()`` and ``nonzero`` on them return the real values.
+2. **Stand-ins, stated.** Where a value comes from data meta does not hold
+   (activations, weights), the value is synthesized and the report lists it in
+   ``settings.meta_assumptions``:
+   - ``routing``: indices chosen from values (``topk``, ``sort``, ``argmax``,
+     ``max``/``min`` over a dim) spread evenly: row ``t`` of a top-``k`` over
+     ``n`` picks ``(t*k + j) mod n``. MoE routing is therefore balanced across
+     experts (per-expert token counts differ by at most one), which fixes the
+     ``bincount``/``histc`` counts and the grouped-matmul offsets;
+   - ``bool``: a data-dependent boolean check (``if mask.all():``) is true;
+   - ``mask``: ``nonzero``/``masked_select``/boolean indexing on a mask with no
+     shadow takes the mask as all true.
+3. ``torch._grouped_mm`` runs group by group as matrix products (its meta kernel
+   takes bfloat16 only), so shapes and FLOP counts follow the offsets.
+
+A numeric ``.item()`` on a value with no shadow has no stand-in: it fails with
+``NeedsValues``, which is the one case hookcli reports as "needs tensor values".
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten, tree_map
+from torch.utils.weak import WeakTensorKeyDictionary
+
+aten = torch.ops.aten
+
+SHADOW_NUMEL = 1 << 20  # an integer or boolean meta tensor with more elements gets no shadow
+FLOAT_SHADOW_NUMEL = 1 << 16  # the same for floating tensors (masks, rotary tables)
+# every shadow, by meta tensor; weak, so a shadow lives as long as its meta tensor
+KNOWN: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
+
+# kind -> the sentence the report states for it
+ASSUMPTIONS = {
+    "routing": "indices chosen from values meta does not hold (topk, sort, argmax, max/min "
+    "over a dim) are spread evenly: row t of a top-k over n picks (t*k + j) mod n, so MoE "
+    "routing is balanced across experts",
+    "bool": "data-dependent boolean checks on values meta does not hold are taken as true",
+    "mask": "nonzero / masked_select / boolean indexing on a mask meta does not hold "
+    "takes the mask as all true",
+    "grouped_mm": "torch._grouped_mm runs group by group as matrix products, split at "
+    "the routing offsets",
+}
+
+_SCALAR = (aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default)
+_INDEX_OPS = {
+    aten.topk.default,
+    aten.sort.default,
+    aten.sort.stable,
+    aten.argsort.default,
+    aten.argsort.stable,
+    aten.argmax.default,
+    aten.argmin.default,
+    aten.max.dim,
+    aten.min.dim,
+    aten.kthvalue.default,
+}
+_MASK_OPS = {
+    aten.nonzero.default,
+    aten.masked_select.default,
+    aten.argwhere.default,
+    aten.nonzero_static.default,
+}
+_RANDOM_WORDS = ("rand", "normal", "bernoulli", "uniform", "exponential", "multinomial", "cauchy")
+_OP_WORDS = {
+    "aten::_local_scalar_dense": "Tensor.item()",
+    "aten::is_nonzero": "bool(Tensor)",
+    "aten::item": "Tensor.item()",
+    "aten::_to_copy": "a copy off meta (.tolist(), .cpu(), .numpy())",
+}
+
+
+class NeedsValues(RuntimeError):
+    """An op needs tensor values that meta does not hold and that have no stand-in."""
+
+
+def _is_meta(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "meta"
+
+
+def _random(func: Any) -> bool:
+    """Random fills and uninitialized tensors: their values mean nothing, keep no shadow."""
+    name = func.__name__
+    return name.startswith(("empty", "new_empty")) or any(w in name for w in _RANDOM_WORDS)
+
+
+def _too_big(t: torch.Tensor) -> bool:
+    limit = FLOAT_SHADOW_NUMEL if t.is_floating_point() or t.is_complex() else SHADOW_NUMEL
+    return t.numel() > limit
+
+
+def _device_is_meta(kwargs: dict[str, Any]) -> bool:
+    dev = kwargs.get("device")
+    return dev is not None and torch.device(dev).type == "meta"
+
+
+class MetaValues(TorchDispatchMode):
+    """Dispatch mode for a run (or a build) on meta: shadows, stand-ins, grouped mm."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shadows = KNOWN
+        self.assumed: Counter[str] = Counter()
+        self.last: Any = None
+        self.needs_values = False  # set when this mode (not the model) found no value
+        self.op_errors: list[tuple[Any, BaseException]] = []  # (op, error) a meta op raised
+
+    def __enter__(self) -> MetaValues:
+        self._data = _MetaData(self)
+        self._data.__enter__()
+        try:
+            super().__enter__()
+        except BaseException:
+            self._data.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            super().__exit__(*exc)
+        finally:
+            self._data.__exit__(*exc)
+
+    # -- public ------------------------------------------------------------------
+    def give(self, meta: torch.Tensor, values: torch.Tensor) -> None:
+        """Attach known values (a CPU tensor of the same shape) to a meta tensor."""
+        if meta.shape == values.shape:
+            self.shadows[meta] = values
+
+    def assumptions(self) -> list[str]:
+        """The stand-ins this run used, one sentence each, with how often."""
+        return [f"{ASSUMPTIONS[k]} ({n}x)" for k, n in sorted(self.assumed.items())]
+
+    def reading(self, err: BaseException) -> str | None:
+        """hookcli's reading of ``err`` when an op on meta raised it (directly or as the
+        cause of the model's error); None when the model itself raised it."""
+        chain: list[BaseException] = []
+        e: BaseException | None = err
+        while e is not None and len(chain) < 8:
+            chain.append(e)
+            e = e.__cause__ or e.__context__
+        if any(isinstance(e, NeedsValues) for e in chain):
+            return "meta tensors hold no values and hookcli has no stand-in for this one"
+        for func, op_err in reversed(self.op_errors):
+            if any(e is op_err for e in chain):
+                name = func.name().split(".")[0]
+                text = str(op_err)
+                if "meta" in text.lower() or isinstance(op_err, NotImplementedError):
+                    return f"{name} cannot run on meta tensors"
+                return None  # a shape or argument error: the same on any device
+        return None
+
+    def op_name(self) -> str:
+        if self.last is None:
+            return "an op"
+        name = self.last.name().split(".")[0]
+        return _OP_WORDS.get(name, name)
+
+    # -- dispatch ----------------------------------------------------------------
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        flat, _ = tree_flatten((args, kwargs))
+        metas = [t for t in flat if _is_meta(t)]
+        if not metas and not _device_is_meta(kwargs):
+            return func(*args, **kwargs)
+        self.last = func
+        if func in _SCALAR:
+            return self._scalar(func, args[0])
+        if func is aten._to_copy.default and _is_meta(args[0]):
+            dev = kwargs.get("device")
+            if dev is not None and torch.device(dev).type != "meta":
+                return self._copy_out(func, args, kwargs)
+        if func is aten._grouped_mm.default:
+            return self._grouped_mm(*args, **kwargs)
+
+        if func is aten.copy_.default and _is_meta(args[0]) and not _too_big(args[0]):
+            return self._copy_in(func, args, kwargs)
+        known = all(t in self.shadows for t in metas)
+        meta_out: Any = None
+        meta_err: Exception | None = None
+        try:
+            meta_out = func(*args, **kwargs)
+        except Exception as err:  # a data-dependent output shape, or the model's own error
+            meta_err = err
+        if known and not _random(func) and self._small(metas, meta_out):
+            try:
+                cpu_out = func(*self._to_cpu(args), **self._to_cpu(kwargs))
+            except Exception:
+                if meta_err is not None:
+                    raise meta_err from None
+                return meta_out
+            if meta_out is None:
+                meta_out = tree_map(_meta_like, cpu_out)
+            self._pair(meta_out, cpu_out)
+            return meta_out
+        if meta_err is None:
+            if func in _INDEX_OPS and not known:
+                self._balanced(func, args, kwargs, meta_out)
+            return meta_out
+        if func in _MASK_OPS:
+            return self._all_true(func, args, kwargs)
+        if func is aten.index.Tensor:
+            return self._index_all_true(args, kwargs)
+        self.op_errors.append((func, meta_err))
+        raise meta_err
+
+    # -- pieces ------------------------------------------------------------------
+    def _small(self, metas: list[torch.Tensor], out: Any) -> bool:
+        if any(_too_big(t) for t in metas):
+            return False
+        if out is not None:
+            return not any(_too_big(t) for t in tree_flatten(out)[0] if isinstance(t, torch.Tensor))
+        return True
+
+    def _to_cpu(self, tree: Any) -> Any:
+        def conv(x: Any) -> Any:
+            if _is_meta(x):
+                return self.shadows[x]
+            if isinstance(x, torch.device) and x.type == "meta":
+                return torch.device("cpu")
+            return x
+
+        out = tree_map(conv, tree)
+        if isinstance(out, dict) and "device" in out and _device_is_meta(tree):
+            out["device"] = torch.device("cpu")
+        return out
+
+    def _pair(self, meta_out: Any, cpu_out: Any) -> None:
+        metas = tree_flatten(meta_out)[0]
+        cpus = tree_flatten(cpu_out)[0]
+        for m, c in zip(metas, cpus, strict=False):
+            if _is_meta(m) and isinstance(c, torch.Tensor) and m.shape == c.shape:
+                self.shadows[m] = c
+
+    def _scalar(self, func: Any, t: torch.Tensor) -> Any:
+        if t in self.shadows:
+            return func(self.shadows[t])
+        if t.dtype == torch.bool:
+            self.assumed["bool"] += 1
+            return True
+        self.needs_values = True
+        raise NeedsValues(
+            f"{_OP_WORDS.get(func.name().split('.')[0], func.name())} needs the value of a "
+            f"{t.dtype} tensor of shape {list(t.shape)}, which meta tensors do not hold"
+        )
+
+    def _copy_out(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        t = args[0]
+        if t in self.shadows:
+            return func(self.shadows[t], *args[1:], **kwargs)
+        self.needs_values = True
+        raise NeedsValues(
+            f"copying a {t.dtype} tensor of shape {list(t.shape)} off meta (.tolist(), .cpu()) "
+            "needs values meta tensors do not hold"
+        )
+
+    def _copy_in(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        """``meta.copy_(src)``: the destination takes the source's values where known."""
+        dest, src = args[0], args[1]
+        out = func(*args, **kwargs)
+        values = self.shadows.get(src) if _is_meta(src) else src
+        if isinstance(values, torch.Tensor) and values.device.type != "meta":
+            shadow = torch.empty(dest.shape, dtype=dest.dtype)
+            shadow.copy_(values)
+            self.shadows[dest] = shadow
+        else:
+            self.shadows.pop(dest, None)
+        return out
+
+    def _grouped_mm(
+        self,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        offs: torch.Tensor | None = None,
+        bias: torch.Tensor | None = None,
+        out_dtype: torch.dtype | None = None,
+    ) -> torch.Tensor:
+        """``out[rows of group g] = a[rows] @ b[g]`` as one mm per group, so FLOPs are counted."""
+        self.assumed["grouped_mm"] += 1
+        dtype = out_dtype or a.dtype
+        if a.dim() == 3 and b.dim() == 3:
+            out = torch.bmm(a, b.to(a.dtype))
+        elif a.dim() == 2 and b.dim() == 3:
+            ends = self._offsets(offs, b.shape[0], a.shape[0])
+            parts, start = [], 0
+            for g, end in enumerate(ends):
+                parts.append(torch.mm(a[start:end], b[g].to(a.dtype)))
+                start = end
+            if start < a.shape[0]:  # rows past the last offset are left as they are
+                parts.append(a.new_zeros((a.shape[0] - start, b.shape[-1])))
+            out = torch.cat(parts)
+        elif a.dim() == 3 and b.dim() == 2:
+            ends = self._offsets(offs, a.shape[0], b.shape[-1])
+            parts, start = [], 0
+            for g, end in enumerate(ends):
+                parts.append(torch.mm(a[g], b[:, start:end].to(a.dtype)))
+                start = end
+            out = torch.cat(parts, dim=1)
+        else:  # 2D x 2D: groups along K, one output per group
+            ends = self._offsets(offs, offs.shape[0] if offs is not None else 1, a.shape[1])
+            outs, start = [], 0
+            for end in ends:
+                outs.append(torch.mm(a[:, start:end], b[start:end].to(a.dtype)))
+                start = end
+            out = torch.stack(outs)
+        if bias is not None:
+            out = out + bias.unsqueeze(-2) if out.dim() == 3 else out
+        return out.to(dtype)
+
+    def _offsets(self, offs: torch.Tensor | None, groups: int, total: int) -> list[int]:
+        """The cumulative ends of each group: the shadow's, else an even split."""
+        if offs is not None and offs in self.shadows:
+            return [min(int(v), total) for v in self.shadows[offs].tolist()]
+        self.assumed["routing"] += 1
+        return [round(total * (g + 1) / groups) for g in range(groups)]
+
+    def _balanced(self, func: Any, args: Any, kwargs: dict[str, Any], out: Any) -> None:
+        """Index outputs of topk/sort/argmax on values meta lacks: spread evenly."""
+        src = args[0]
+        outs = out if isinstance(out, tuple) else (out,)
+        idx = next((t for t in outs if _is_meta(t) and t.dtype == torch.int64), None)
+        if idx is None or _too_big(idx) or src.dim() == 0:
+            return
+        dim = _dim_of(func, args, kwargs)
+        if dim is None:  # argmax/argmin over the flattened tensor
+            self.shadows[idx] = torch.zeros(idx.shape, dtype=torch.int64)
+            self.assumed["routing"] += 1
+            return
+        dim = dim % src.dim()
+        n = src.shape[dim]
+        shape = list(idx.shape)
+        keep = idx.dim() == src.dim()
+        k = shape[dim] if keep else 1
+        moved = [s for i, s in enumerate(shape) if i != dim] if keep else shape
+        rows = 1
+        for s in moved:
+            rows *= s
+        t = torch.arange(rows).unsqueeze(1)
+        j = torch.arange(k).unsqueeze(0)
+        vals = ((t * k + j) % max(n, 1)).reshape(*moved, k)
+        vals = vals.movedim(-1, dim) if keep else vals.reshape(shape)
+        self.shadows[idx] = vals.contiguous()
+        self.assumed["routing"] += 1
+
+    def _all_true(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
+        mask = args[0]
+        self.assumed["mask"] += 1
+        if func is aten.masked_select.default:
+            src, m = args[0], args[1]
+            n = torch.broadcast_shapes(src.shape, m.shape)
+            numel = 1
+            for d in n:
+                numel *= d
+            return torch.empty(numel, dtype=src.dtype, device="meta")
+        full = torch.ones(mask.shape, dtype=torch.bool)
+        cpu = torch.nonzero(full) if mask.numel() <= SHADOW_NUMEL else None
+        count = mask.numel()
+        out = torch.empty((count, mask.dim()), dtype=torch.int64, device="meta")
+        if cpu is not None:
+            self.shadows[out] = cpu
+        if func is aten.argwhere.default:
+            return out
+        return out
+
+    def _index_all_true(self, args: Any, kwargs: dict[str, Any]) -> Any:
+        """``x[mask]`` with a mask meta does not hold: every element selected."""
+        src, indices = args[0], args[1]
+        self.assumed["mask"] += 1
+        new: list[Any] = []
+        for ix in indices:
+            if ix is not None and ix.dtype in (torch.bool, torch.uint8):
+                grids = torch.meshgrid(
+                    *[torch.arange(d, device="meta") for d in ix.shape], indexing="ij"
+                )
+                new.extend(g.reshape(-1) for g in grids)
+            else:
+                new.append(ix)
+        return aten.index.Tensor(src, new)
+
+
+def _dim_of(func: Any, args: Any, kwargs: dict[str, Any]) -> int | None:
+    """The dimension an index op works along (None: argmax/argmin over everything)."""
+    packet = func._overloadpacket
+    if packet in (aten.topk, aten.kthvalue):  # (self, k, dim=-1)
+        return args[2] if len(args) > 2 else kwargs.get("dim", -1)
+    if packet in (aten.argmax, aten.argmin):  # (self, dim=None, keepdim=False)
+        return args[1] if len(args) > 1 else kwargs.get("dim")
+    if packet in (aten.max, aten.min):  # .dim: (self, dim, keepdim=False)
+        return args[1]
+    # sort/argsort: (self, dim=-1, descending) or .stable (self, *, stable, dim=-1, ...)
+    if len(args) > 1 and isinstance(args[1], int) and not isinstance(args[1], bool):
+        return args[1]
+    return kwargs.get("dim", -1)
+
+
+def _meta_like(x: Any) -> Any:
+    if isinstance(x, torch.Tensor):
+        return torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device="meta")
+    return x
+
+
+_READ_OUT = {
+    torch.Tensor.tolist,
+    torch.Tensor.numpy,
+    torch.Tensor.cpu,
+    torch.Tensor.item,
+    torch.Tensor.__int__,
+    torch.Tensor.__float__,
+    torch.Tensor.__bool__,
+    torch.Tensor.__index__,
+}
+
+
+class _MetaData(TorchFunctionMode):
+    """``torch.tensor(data, device=meta)``: made on the cpu, kept as the meta tensor's shadow."""
+
+    def __init__(self, values: MetaValues) -> None:
+        super().__init__()
+        self.values = values
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in _READ_OUT and args and _is_meta(args[0]):
+            # under inference mode these read the storage before any op is dispatched
+            shadow = self.values.shadows.get(args[0])
+            if shadow is not None:
+                return func(shadow, *args[1:], **kwargs)
+        data = args[0] if args else None
+        if func in (torch.tensor, torch.as_tensor) and args and not isinstance(data, torch.Tensor):
+            dev = kwargs.get("device")
+            if dev is None and torch.get_default_device().type == "meta":  # building
+                dev = "meta"
+            if dev is not None and _meta_device(dev) and not isinstance(dev, torch.dtype):
+                cpu = func(*args, **{**kwargs, "device": "cpu"})
+                meta = cpu.to("meta")
+                if not _too_big(cpu):
+                    self.values.shadows[meta] = cpu
+                return meta
+        return func(*args, **kwargs)
+
+
+class _MetaFactories(TorchFunctionMode):
+    """While building on meta: a factory or ``.to`` given an explicit device makes it on meta."""
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = dict(kwargs or {})
+        if isinstance(func, torch._ops.OpOverload):  # aten ops hookcli's own modes call
+            return func(*args, **kwargs)
+        dev = kwargs.get("device")
+        if dev is not None and not _meta_device(dev):
+            kwargs["device"] = torch.device("meta")
+            kwargs.pop("pin_memory", None)
+        if func in (torch.Tensor.to, torch.Tensor.cuda, torch.Tensor.cpu) and args:
+            if func is not torch.Tensor.to:
+                return args[0]
+            args = tuple(
+                torch.device("meta")
+                if (isinstance(a, (str, torch.device)) and not _meta_device(a) and i > 0)
+                else a
+                for i, a in enumerate(args)
+            )
+        return func(*args, **kwargs)
+
+
+def _meta_device(dev: Any) -> bool:
+    try:
+        return torch.device(dev).type == "meta"
+    except (RuntimeError, TypeError):
+        return True  # not a device at all (a dtype passed positionally to .to): leave it
+
+
+@contextlib.contextmanager
+def building_on_meta() -> Iterator[MetaValues]:
+    """Build a model on meta: nothing is allocated, explicit devices included.
+
+    Factories default to meta (``torch.device("meta")``), an explicit ``device=``
+    or ``.to(device)`` in ``__init__`` is redirected there, and small tensors keep
+    shadows so construction code that reads them (``linspace(...).tolist()``) works.
+    """
+    values = MetaValues()
+    with torch.device("meta"), _MetaFactories(), values:
+        yield values
+
+
+@contextlib.contextmanager
+def plain() -> Iterator[None]:
+    """Inside ``building_on_meta``: ordinary CPU tensors again (input values drawn by a source)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with torch._C.DisableTorchFunction(), _disable_current_modes():
+        yield
