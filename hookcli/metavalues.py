@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 from torch.utils._pytree import tree_flatten, tree_map
 from torch.utils.weak import WeakTensorKeyDictionary
 
@@ -205,7 +205,10 @@ class MetaValues(TorchDispatchMode):
             meta_err = err
         if known and not _random(func) and self._small(metas, meta_out):
             try:
-                cpu_out = func(*self._to_cpu(args), **self._to_cpu(kwargs))
+                # the twin computation is hookcli's, not the model's: the modes below
+                # (cost's counter, its storage ledger) must not see it
+                with _disable_current_modes():
+                    cpu_out = func(*self._to_cpu(args), **self._to_cpu(kwargs))
             except Exception:
                 if meta_err is not None:
                     raise meta_err from None
@@ -281,8 +284,9 @@ class MetaValues(TorchDispatchMode):
         out = func(*args, **kwargs)
         values = self.shadows.get(src) if _is_meta(src) else src
         if isinstance(values, torch.Tensor) and values.device.type != "meta":
-            shadow = torch.empty(dest.shape, dtype=dest.dtype)
-            shadow.copy_(values)
+            with _disable_current_modes():
+                shadow = torch.empty(dest.shape, dtype=dest.dtype)
+                shadow.copy_(values)
             self.shadows[dest] = shadow
         else:
             self.shadows.pop(dest, None)
