@@ -375,8 +375,13 @@ def _redraw_like(t: torch.Tensor, batch: int, g: torch.Generator) -> torch.Tenso
     shape = (batch, *t.shape[1:])
     if t.is_floating_point():
         return torch.randn(shape, generator=g, dtype=t.dtype)
-    low = int(t.min()) if t.numel() else 0
-    high = int(t.max()) + 1 if t.numel() else 2
+    values = t
+    if t.is_meta:  # built under torch.device("meta"): its values, where hookcli kept them
+        from hookcli.metavalues import KNOWN
+
+        values = KNOWN.get(t, torch.zeros(0, dtype=t.dtype))
+    low = int(values.min()) if values.numel() else 0
+    high = int(values.max()) + 1 if values.numel() else 2
     return torch.randint(low, max(high, low + 1), shape, generator=g).to(t.dtype)
 
 

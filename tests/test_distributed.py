@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -70,9 +71,24 @@ def torchrun(
         *(["-m", "hookcli"] if module else []),
         *args,
     ]
-    proc = subprocess.run(
-        cmd, cwd=tmp, env={**_env(), **(env or {})}, capture_output=True, text=True, timeout=TIMEOUT
-    )
+    # torchrun in a session of its own: on a timeout the whole group goes, workers
+    # included (subprocess.run's kill would leave the ranks running, orphaned)
+    with subprocess.Popen(
+        cmd,
+        cwd=tmp,
+        env={**_env(), **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    ) as popen:
+        try:
+            _, stderr = popen.communicate(timeout=TIMEOUT)
+        except subprocess.TimeoutExpired:
+            os.killpg(popen.pid, signal.SIGKILL)
+            popen.communicate()
+            raise
+    proc = subprocess.CompletedProcess(cmd, popen.returncode, "", stderr)
     ranks: dict[int, dict[str, str]] = {}
     for rank in (0, 1):
         out = list(logs.rglob(f"attempt_0/{rank}/stdout.log"))

@@ -123,3 +123,13 @@ def test_bad_device_and_dtype():
         build_inputs(model, ["1x2"], dtype="int64")
     with pytest.raises(UsageError):
         build_inputs(model, ["1x2"], device="tpu")
+
+
+def test_batch_size_redraws_an_integer_example_built_on_meta():
+    """A model built on meta has its example_input_array on meta too (no values): -b
+    redraws it without reading them (it was an internal error, exit 4)."""
+    from tests.conftest import invoke_json
+
+    report = invoke_json("inspect", "sample_models.decoder:Decoder", "--device", "meta", "-b", "3")
+    assert report["inputs"][0]["shape"][0] == 3
+    assert report["inputs"][0]["dtype"] == "int64"
