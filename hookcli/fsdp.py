@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import math
+import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -444,7 +445,29 @@ def launch_fsdp(
     if not fsdp:
         raise UsageError("--shard needs --fsdp (under torchrun or srun)")
     check_fsdp_options(kinds, global_hooks, ddp=ddp)
+    check_fsdp_torch(device)
     return launch(body, device=device, backend=backend, timeout_s=timeout_s, flag="--fsdp")
+
+
+def check_fsdp_torch(device: str) -> None:
+    """Under a distributed launch, refuse --fsdp on the CPU where this torch cannot run it."""
+    env = os.environ
+    launched = ("RANK" in env and "WORLD_SIZE" in env) or "SLURM_PROCID" in env
+    if launched and not device.startswith(("cuda", "meta")) and not cpu_fsdp_supported():
+        import torch
+
+        raise UsageError(
+            f"--fsdp on the CPU needs a newer torch than {torch.__version__}: its CPU "
+            "stream cannot record events, which FSDP2 uses; run on cuda, or upgrade torch"
+        )
+
+
+def cpu_fsdp_supported() -> bool:
+    """Whether this torch runs FSDP2 on the CPU (torch 2.6's CPU stream has no
+    ``record_event``, and ``fully_shard`` fails there in the first forward)."""
+    import torch
+
+    return hasattr(torch.cpu.current_stream(), "record_event")
 
 
 def fsdp_settings(

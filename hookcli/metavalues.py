@@ -115,6 +115,10 @@ def _device_is_meta(kwargs: dict[str, Any]) -> bool:
     return dev is not None and torch.device(dev).type == "meta"
 
 
+# torch.ops.aten._grouped_mm (torch 2.8 and later); None where the installed torch lacks it
+_GROUPED_MM = getattr(getattr(aten, "_grouped_mm", None), "default", None)
+
+
 class MetaValues(TorchDispatchMode):
     """Dispatch mode for a run (or a build) on meta: shadows, stand-ins, grouped mm."""
 
@@ -191,7 +195,7 @@ class MetaValues(TorchDispatchMode):
             dev = kwargs.get("device")
             if dev is not None and torch.device(dev).type != "meta":
                 return self._copy_out(func, args, kwargs)
-        if func is aten._grouped_mm.default:
+        if func is _GROUPED_MM:
             return self._grouped_mm(*args, **kwargs)
 
         if func is aten.copy_.default and _is_meta(args[0]) and not _too_big(args[0]):

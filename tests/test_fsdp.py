@@ -17,7 +17,7 @@ import pytest
 import torch
 from torch import nn
 
-from hookcli.fsdp import memory_per_rank, shard_plan, shard_rows, unit_params
+from hookcli.fsdp import cpu_fsdp_supported, memory_per_rank, shard_plan, shard_rows, unit_params
 from tests.conftest import invoke
 from tests.test_distributed import check, close, report_of, rows_by_name, spoken, torchrun
 
@@ -114,10 +114,42 @@ def test_fsdp_usage_errors_exit_2_with_one_line(monkeypatch: pytest.MonkeyPatch)
         assert "Traceback" not in result.stderr
 
 
+def test_fsdp_refused_in_one_line_where_torch_cannot_run_it_on_cpu(monkeypatch) -> None:
+    """torch 2.6's CPU stream cannot record events, so FSDP2 fails in the first forward
+    there: hookcli says so before launching anything (exit 2)."""
+    import hookcli.fsdp
+
+    monkeypatch.setattr(hookcli.fsdp, "cpu_fsdp_supported", lambda: False)
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.setenv("WORLD_SIZE", "1")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")
+    monkeypatch.setenv("MASTER_PORT", str(_free_port()))
+    result = invoke("grads", MLP, "--fsdp")
+    assert result.exit_code == 2
+    assert "--fsdp on the CPU needs a newer torch" in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+NEEDS_CPU_FSDP = pytest.mark.skipif(
+    not cpu_fsdp_supported(),
+    reason="this torch cannot run FSDP2 on the CPU (its CPU stream has no record_event)",
+)
+
+
 # -- two ranks under torchrun ----------------------------------------------------------------
 
 
 @pytest.mark.distributed
+@NEEDS_CPU_FSDP
 def test_grads_fsdp_matches_plain_fsdp2_and_ddp(tmp_path: Path) -> None:
     ref = fsdp_oracle(tmp_path, MLP, "--seed", "2")
     flags = ("-f", "json", "--seed", "2", "--fail-on", "unused,nan,inf,desync")
@@ -168,6 +200,7 @@ def test_grads_fsdp_matches_plain_fsdp2_and_ddp(tmp_path: Path) -> None:
 
 
 @pytest.mark.distributed
+@NEEDS_CPU_FSDP
 def test_rank_dependent_branch_is_named_per_rank_without_a_hang(tmp_path: Path) -> None:
     spec = "sample_models.distributed:RankBranch"
     run = torchrun(
@@ -196,6 +229,7 @@ def test_rank_dependent_branch_is_named_per_rank_without_a_hang(tmp_path: Path) 
 
 
 @pytest.mark.distributed
+@NEEDS_CPU_FSDP
 def test_failure_on_one_rank_ends_every_rank_with_one_line(tmp_path: Path) -> None:
     spec = "sample_models.distributed:FailsOnRank"
     run = torchrun(tmp_path, "grads", spec, "--fsdp", "--dist-timeout", "60")
@@ -210,6 +244,7 @@ def test_failure_on_one_rank_ends_every_rank_with_one_line(tmp_path: Path) -> No
 
 
 @pytest.mark.distributed
+@NEEDS_CPU_FSDP
 def test_inspect_stats_and_cost_fsdp_on_a_decoder(tmp_path: Path) -> None:
     ref = fsdp_oracle(tmp_path, DECODER, "--blocks", "layers")
     from sample_models.decoder import Decoder

@@ -174,7 +174,7 @@ def command(
     out = output_options(format, output, depth, debug, ci)
     if fsdp:
         from hookcli.distributed import launch
-        from hookcli.fsdp import check_fsdp_options
+        from hookcli.fsdp import check_fsdp_options, check_fsdp_torch
         from hookcli.fsdp import run_grads as run_grads_fsdp
 
         check_fsdp_options(
@@ -186,6 +186,7 @@ def command(
             fail_on=plan.gates.fail_on,
             bounds=max_grad_norm is not None or min_grad_norm is not None,
         )
+        check_fsdp_torch(device)
         return launch(
             lambda ctx: run_grads_fsdp(
                 ctx,
