@@ -307,7 +307,23 @@ def _params() -> list[object]:
     return params
 
 
+# The pages show the output of the torch a default install resolves (`make test`'s).
+# Other torches of the matrix pick other attention kernels (torch 2.6 runs bfloat16
+# attention on the CPU through the math path), so their backward FLOPs and saved bytes
+# differ, and their last digits of float statistics may: the pages are checked on this one.
+DOCS_TORCH = "2.14."
+
+
+def _docs_torch() -> bool:
+    import torch
+
+    return torch.__version__.startswith(DOCS_TORCH)
+
+
 @pytest.mark.docs
+@pytest.mark.skipif(
+    not _docs_torch(), reason=f"the pages show torch {DOCS_TORCH}x's output (matrix runs)"
+)
 @pytest.mark.parametrize("block", _params())
 def test_example_prints_what_the_page_shows(block: Block, tmp_path: Path) -> None:
     problems = []

@@ -503,3 +503,18 @@ def test_7b_decoder_on_meta_equals_closed_form_at_full_depth() -> None:
         "0",
     )["totals"]
     assert totals["macs"] == _decoder_closed_form(128, 32)
+
+
+def test_backward_booked_by_graph_walk_where_torch_has_no_node_creation_hook(monkeypatch) -> None:
+    """torch < 2.12-ish has no ``node_creation_hook``: cost then books each call's autograd
+    nodes by walking its graph. Per row, that gives what the hook gives (and the attention
+    backward, 5 products of the forward's sizes, is booked on the attention module)."""
+    spec = "sample_models.decoder:Decoder"
+    with_hook = invoke_json("cost", spec, "--backward")
+    monkeypatch.delattr(torch.autograd.graph, "node_creation_hook", raising=False)
+    walked = invoke_json("cost", spec, "--backward")
+    assert walked["totals"]["backward_flops"] == with_hook["totals"]["backward_flops"]
+    for a, b in zip(walked["layers"], with_hook["layers"], strict=True):
+        assert (a["name"], a["own_backward_flops"]) == (b["name"], b["own_backward_flops"])
+    attn = next(r for r in walked["layers"] if r["name"] == "layers.0.self_attn")
+    assert attn["own_backward_flops"] > 0

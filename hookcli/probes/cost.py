@@ -469,12 +469,14 @@ class CostProbe(Probe):
         ``node_creation_hook``): the nodes behind its outputs whose sequence number is
         at least the one current when the call began, not booked on an inner call yet."""
         todo = [t.grad_fn for t in iter_tensors(output) if t.grad_fn is not None]
-        seen: set[int] = set()
+        # the nodes themselves are kept while walking: Python wrappers of C++ nodes are
+        # made afresh by next_functions, and a freed one's id can come back for another
+        seen: dict[int, Any] = {}
         while todo:
             node = todo.pop()
             if id(node) in seen:
                 continue
-            seen.add(id(node))
+            seen[id(node)] = node
             try:
                 seq = node._sequence_nr()
             except (AttributeError, RuntimeError):
