@@ -308,9 +308,9 @@ def _params() -> list[object]:
 
 
 # The pages show the output of the torch a default install resolves (`make test`'s).
-# Other torches of the matrix pick other attention kernels (torch 2.6 runs bfloat16
-# attention on the CPU through the math path), so their backward FLOPs and saved bytes
-# differ, and their last digits of float statistics may: the pages are checked on this one.
+# Other torches of the matrix keep other tensors for backward (saved bytes differ), word
+# their own errors differently and may differ in the last digits of float statistics:
+# the pages are checked on this one.
 DOCS_TORCH = "2.14."
 
 
