@@ -234,7 +234,8 @@ def _packed_shapes(
     q: Any, k: Any, v: Any, cu_q: Any, cu_k: Any, max_q: Any, max_k: Any, seq_first: bool
 ) -> Iterator[tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...]]]:
     """[B, H, S, D] shapes of a kernel's query, key and value, one per sequence when
-    the batch is packed (cumulative sequence offsets given)."""
+    the batch is packed (cumulative sequence offsets given; heads and head size are the
+    last two dims, of [T, H, D] for flash and [1, T, H, D] for efficient attention)."""
     if cu_q is None:
         yield _bhsd(q, seq_first), _bhsd(k, seq_first), _bhsd(v, seq_first)
         return
@@ -298,15 +299,8 @@ def _efficient_forward(
     *_: Any,
     **__: Any,
 ) -> int:
-    """aten._efficient_attention_forward: [B, S, H, D] (packed: B is 1, offsets given)."""
-    if cu_q is not None:
-        qs, ks, vs = _dims(q), _dims(k), _dims(v)
-        pairs = zip(_lengths(cu_q, max_q), _lengths(cu_k, max_k), strict=False)
-        return sum(
-            sdpa_flops((1, qs[2], lq, qs[3]), (1, ks[2], lk, ks[3]), (1, vs[2], lk, vs[3]))
-            for lq, lk in pairs
-        )
-    return sdpa_flops(_bhsd(q, True), _bhsd(k, True), _bhsd(v, True))
+    """aten._efficient_attention_forward: [B, S, H, D] (packed: [1, T, H, D], offsets given)."""
+    return sum(sdpa_flops(*s) for s in _packed_shapes(q, k, v, cu_q, cu_k, max_q, max_k, True))
 
 
 def _efficient_backward(
@@ -323,14 +317,8 @@ def _efficient_backward(
     *_: Any,
     **__: Any,
 ) -> int:
-    if cu_q is not None:
-        qs, ks, vs = _dims(q), _dims(k), _dims(v)
-        pairs = zip(_lengths(cu_q, max_q), _lengths(cu_k, max_k), strict=False)
-        return sum(
-            sdpa_backward_flops((1, qs[2], lq, qs[3]), (1, ks[2], lk, ks[3]), (1, vs[2], lk, vs[3]))
-            for lq, lk in pairs
-        )
-    return sdpa_backward_flops(_bhsd(q, True), _bhsd(k, True), _bhsd(v, True))
+    shapes = _packed_shapes(q, k, v, cu_q, cu_k, max_q, max_k, True)
+    return sum(sdpa_backward_flops(*s) for s in shapes)
 
 
 def _native_mha(q: Any, k: Any, v: Any, embed_dim: int, num_heads: int, *_: Any, **__: Any) -> int:
