@@ -352,13 +352,18 @@ def _flat(tensors: Sequence[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
     return torch.cat([t.reshape(-1).to(dtype) for t in tensors])
 
 
+def _norm64(t: torch.Tensor) -> torch.Tensor:
+    """L2 norm accumulated in float64 (a 0-dim float64 tensor)."""
+    import torch
+
+    return torch.linalg.vector_norm(t.detach(), dtype=torch.float64)
+
+
 class Basis:
     """The clean output, prepared once so that each pass compares cheaply."""
 
     def __init__(self, tensors: Sequence[torch.Tensor], compared: str) -> None:
         import torch
-
-        from hookcli.probes.grads import tensor_norm
 
         self.compared = compared
         self.kind = output_kind(tensors, compared)
@@ -367,7 +372,7 @@ class Basis:
         self.dtype = torch.float64 if wide else torch.float32
         self.out_dtype = str(tensors[0].dtype).removeprefix("torch.")
         self.flat = _flat(tensors, self.dtype)
-        self.norm = tensor_norm(self.flat)
+        self.norm = _norm64(self.flat)
         self.top: torch.Tensor | None = None
         self.logp: torch.Tensor | None = None
         if self.kind != TENSOR:
@@ -379,17 +384,16 @@ class Basis:
         """The EFFECT_KEYS of an ablated output, as one vector (NaN where undefined)."""
         import torch
 
-        from hookcli.probes.grads import tensor_norm
-
         tensors, _ = compared_tensors(output)
-        nan = torch.full((len(EFFECT_KEYS),), math.nan, dtype=self.dtype, device=self.flat.device)
+        nan = torch.full((len(EFFECT_KEYS),), math.nan, dtype=torch.float64, device=self.flat.device)
         if tuple(tuple(t.shape) for t in tensors) != self.shapes:
             return nan, "the output's shapes differ from the clean run's"
         flat = _flat(tensors, self.dtype)
         diff = flat - self.flat
-        nd, na, nc = tensor_norm(diff), tensor_norm(flat), self.norm
+        nd, na, nc = _norm64(diff), _norm64(flat), self.norm
         rel = torch.where(nc > 0, nd / nc, torch.where(nd > 0, math.inf, 0.0))
-        # From the three (accurately blocked) norms rather than a float32 dot product.
+        # From the three norms, accumulated in float64: the law of cosines cancels
+        # near cos = 0, where float32 norms left errors of ~1e-6.
         denom = 2 * na * nc
         cos = torch.where(
             denom > 0, ((na * na + nc * nc - nd * nd) / denom).clamp(-1, 1), torch.zeros_like(nd)
@@ -403,7 +407,7 @@ class Basis:
             rows = max(self.logp.numel() // self.logp.shape[-1], 1)
             kl = torch.nn.functional.kl_div(logq, self.logp, reduction="sum", log_target=True)
             kl = kl / rows
-        return torch.stack([rel, cos, max_abs, top1, kl]).to(self.dtype), None
+        return torch.stack([rel, cos, max_abs.double(), top1.double(), kl.double()]), None
 
     def summary(self) -> dict[str, Any]:
         """Device-side figures of the clean output (norm, mean, std, min, max)."""
