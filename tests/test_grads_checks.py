@@ -335,3 +335,26 @@ def test_backward_failure_exits_4_naming_the_module() -> None:
     code, report = run_json("grads", f"{HERE}:BackwardRaises", "-i", "2x4")
     assert code == 4 and report["totals"]["unused_params"] is None
     assert all(r["unused_params"] == [] for r in report["layers"])
+
+
+# -- the CPU fast paths of the NaN/Inf/dead flags --------------------------------------------
+@pytest.mark.parametrize(
+    "values",
+    [
+        [1.0, -2.0, 3.0],  # finite: one aminmax decides
+        [0.0, 0.0, 0.0],  # dead
+        [1.0, float("nan"), 2.0],
+        [1.0, float("inf"), 2.0],
+        [float("-inf"), 0.0, 0.0],
+        [float("nan"), float("inf"), 0.0],  # NaN hides the Inf from aminmax
+        [3e38, 3e38, -0.0],  # finite, though its norm overflows float32
+    ],
+)
+def test_forward_flags_and_grad_inf_flag_equal_exact_scans(values):
+    from hookcli.probes.grads import GradProbe, _forward_flags
+
+    t = torch.tensor(values)
+    expected = [bool(torch.isnan(t).any()), bool(torch.isinf(t).any()), bool((t != 0).any())]
+    assert _forward_flags(t).tolist() == expected
+    _, inf = GradProbe(frozenset(), flag_inf=True)._one(t)
+    assert bool(inf) == expected[1]

@@ -18,6 +18,7 @@ moves them all to the host at once: no hook synchronizes with the device.
 from __future__ import annotations
 
 import contextlib
+import math
 import weakref
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -36,6 +37,24 @@ if TYPE_CHECKING:
     from hookcli.session import CallRecord, Frame, HookSession
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+_FALSE = torch.zeros((), dtype=torch.bool)
+
+
+def _forward_flags(t: torch.Tensor) -> torch.Tensor:
+    """[holds NaN, holds Inf, holds a non-zero] of one output, as a bool tensor.
+
+    On the CPU one aminmax pass decides all three when both ends are finite (the
+    common case: no NaN, no Inf, and all-zero exactly when both ends are 0); only
+    otherwise do the exact scans run. On other devices the exact scans run without a
+    read, so no hook synchronizes.
+    """
+    if t.device.type == "cpu":
+        lo, hi = (float(v) for v in torch.aminmax(t))  # both propagate NaN, show any Inf
+        if math.isfinite(lo) and math.isfinite(hi):
+            return torch.tensor([False, False, lo != 0 or hi != 0])
+    return torch.stack([torch.isnan(t).any(), torch.isinf(t).any(), (t != 0).any()])
 
 
 # CPU reductions accumulate float32 lane by lane: a plain vector_norm of a 25M-element
@@ -235,16 +254,37 @@ class GradProbe(Probe):
         # reference rules out a new tensor at a reused address, the version counter a
         # tensor that autograd has since accumulated into in place.
         self._seen: dict[int, tuple[weakref.ref[torch.Tensor], int, _Stat]] = {}
+        self._fseen: dict[int, tuple[weakref.ref[torch.Tensor], int, torch.Tensor]] = {}
 
     def _one(self, t: torch.Tensor) -> _Stat:
         cached = self._seen.get(id(t))
         if cached is not None and cached[0]() is t and cached[1] == t._version:
             return cached[2]
         d = t.detach()
-        stat = (tensor_norm(d), torch.isinf(d).any() if self.flag_inf else None)
+        norm = tensor_norm(d)
+        inf = None
+        if self.flag_inf:
+            # On the CPU a read costs nothing: a finite norm rules out Inf (and NaN), so
+            # the exact scan runs only when the norm is not (Inf, NaN, or an overflow).
+            if d.device.type == "cpu" and math.isfinite(norm.item()):
+                inf = _FALSE
+            else:
+                inf = torch.isinf(d).any()
+        stat = (norm, inf)
         with contextlib.suppress(TypeError):  # a tensor subclass without weak references
             self._seen[id(t)] = (weakref.ref(t), t._version, stat)
         return stat
+
+    def _flags_of(self, t: torch.Tensor) -> torch.Tensor:
+        """``_forward_flags`` once per tensor object and version: a block returns its
+        last layer's output, a ``Sequential`` its last child's."""
+        cached = self._fseen.get(id(t))
+        if cached is not None and cached[0]() is t and cached[1] == t._version:
+            return cached[2]
+        flags = _forward_flags(t.detach())
+        with contextlib.suppress(TypeError):  # a tensor subclass without weak references
+            self._fseen[id(t)] = (weakref.ref(t), t._version, flags)
+        return flags
 
     def _stat(self, tensors: Iterable[Any]) -> _Stat | None:
         stats = [self._one(t) for t in tensors if isinstance(t, torch.Tensor)]
@@ -287,14 +327,12 @@ class GradProbe(Probe):
             return
         self._fwd_order.append(frame.index)
         if self.watch_forward:
-            floats = [
-                t.detach() for t in iter_tensors(output) if t.is_floating_point() and t.numel()
+            flags = [
+                self._flags_of(t)
+                for t in iter_tensors(output)
+                if t.is_floating_point() and t.numel()
             ]
-            if floats:
-                flags = [
-                    torch.stack([torch.isnan(t).any(), torch.isinf(t).any(), (t != 0).any()])
-                    for t in floats
-                ]
+            if flags:
                 self._fwd_flags[frame.index] = torch.cat([f.to(flags[0].device) for f in flags])
         if not self.output_hooks or not torch.is_grad_enabled() or self._session is None:
             return
@@ -440,6 +478,7 @@ class GradProbe(Probe):
         for store in (self._pstat, self._pcounts, self._gout, self._gin, self._ograd, self._seen):
             store.clear()
         self._fwd_flags.clear()
+        self._fseen.clear()
         self._session = None
 
     def columns(self, record: CallRecord) -> dict[str, Any]:
