@@ -149,12 +149,22 @@ def test_sys_exit_in_backward_is_exit_4_naming_the_module() -> None:
 
 def test_sys_exit_in_forward_leaves_the_model_as_found() -> None:
     from hookcli.errors import RunError
+    from hookcli.options import Mode
     from hookcli.session import HookSession
-    from tests.fixtures.hostile import ExitsInForward
+    from tests.fixtures.hostile import _Quits
 
-    model = ExitsInForward().train()
+    # Every kind of state the snapshot holds is changed before the exit: the session puts
+    # the model in train mode and sets each grad to None; BatchNorm's running stats move
+    # in the forward, before the module that exits. Each must be put back.
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4), _Quits()).eval()
+    for p in model.parameters():
+        p.grad = torch.randn_like(p)
     before = state_snapshot(model)
-    with pytest.raises(RunError, match=r"sys\.exit"), HookSession(model, backward=True) as s:
+    with (
+        pytest.raises(RunError, match=r"sys\.exit"),
+        HookSession(model, mode=Mode.TRAIN, backward=True) as s,
+    ):
         s.forward((torch.randn(2, 4),))
     assert_no_hooks(model)
     assert_same_state(before, state_snapshot(model))  # flags, buffers, grads, in-place flags
