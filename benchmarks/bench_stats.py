@@ -95,6 +95,9 @@ x = torch.randn(({batch}, 3, {size}, {size}), generator=torch.Generator().manual
             f"""
             import os, sys
             os.environ["HOOKCLI_FULL_EXIT"] = "1"  # else main() ends in os._exit, before the print
+            # hookcli keeps fd 1 for its report alone (a model's late prints go elsewhere),
+            # so the peak goes out through a copy of it taken first
+            peak_out = os.fdopen(os.dup(1), "w")
             from hookcli.cli import main
             sys.argv = ["hookcli", "stats", {model!r}, "-i", "{batch}x3x{size}x{size}",
                         "-f", "json", "-o", os.devnull]
@@ -102,7 +105,7 @@ x = torch.randn(({batch}, 3, {size}, {size}), generator=torch.Generator().manual
                 main()
             except SystemExit as e:
                 assert not e.code, e.code
-            print(peak_kib())
+            print(peak_kib(), file=peak_out, flush=True)
             """
         ),
     }
