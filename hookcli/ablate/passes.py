@@ -385,7 +385,9 @@ class Basis:
         import torch
 
         tensors, _ = compared_tensors(output)
-        nan = torch.full((len(EFFECT_KEYS),), math.nan, dtype=torch.float64, device=self.flat.device)
+        nan = torch.full(
+            (len(EFFECT_KEYS),), math.nan, dtype=torch.float64, device=self.flat.device
+        )
         if tuple(tuple(t.shape) for t in tensors) != self.shapes:
             return nan, "the output's shapes differ from the clean run's"
         flat = _flat(tensors, self.dtype)
@@ -469,7 +471,7 @@ class _GradState:
         """[norm of each group..., total norm, L2 of the change from the clean grads]."""
         import torch
 
-        from hookcli.probes.grads import tensor_norm
+        from hookcli.grads.probe import tensor_norm
 
         zero = torch.zeros((), dtype=torch.float64, device=device)
         group_sq = [zero] * len(self.groups)

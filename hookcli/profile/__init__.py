@@ -4,6 +4,7 @@
                 on every module, writing clock stamps into preallocated arrays
     clocks.py   the clocks: perf_counter_ns, CUDA events, synchronize-then-read
     figures.py  per-call stamps -> per-module medians and spreads (inclusive and self)
+    plan.py     the options, checked (``ProfilePlan``), and the raw measurements
     runner.py   the plan, the counting pass (cost's CostProbe), warmup, the timed
                 repeats against bare forwards, the report
     trace.py    the Chrome trace-event file (Perfetto, chrome://tracing)
