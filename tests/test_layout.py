@@ -171,3 +171,18 @@ def test_the_core_imports_no_capability() -> None:
 def test_command_modules_are_short(path: Path) -> None:
     """A command module is its Typer signature plus one call into its capability."""
     assert len(path.read_text().splitlines()) <= MAX_COMMAND_LINES
+
+
+def test_api_holds_no_runner() -> None:
+    """api.py is the public API: its public functions are ``__all__``'s, and the runners
+    (``plan_*``, ``run_*``) live with their capability, where the commands call them too."""
+    tree = ast.parse((ROOT / "api.py").read_text())
+    functions = [n.name for n in tree.body if isinstance(n, ast.FunctionDef)]
+    exported = next(
+        ast.literal_eval(n.value)
+        for n in tree.body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "__all__"
+    )
+    assert [f for f in functions if f.startswith(("plan_", "run_"))] == []
+    public = {f for f in functions if not f.startswith("_")}
+    assert public - set(exported) <= {"live", "on_live", "untouched"}  # the live-model helpers

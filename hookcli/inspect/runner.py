@@ -11,7 +11,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookcli.layers import inspect_totals, layer_rows, param_totals
+from hookcli.layers import (
+    PARAM_COLUMNS,
+    inspect_totals,
+    layer_rows,
+    param_totals,
+    params_not_run,
+    shape_columns,
+)
 from hookcli.modelinfo import depth_of
 from hookcli.options import (
     HookKind,
@@ -59,14 +66,6 @@ def plan_inspect(
 def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
     """Shapes and parameters per module call."""
     from hookcli.grads.probe import backward_probes
-    from hookcli.layers import (
-        PARAM_COLUMNS,
-        inspect_totals,
-        layer_rows,
-        param_totals,
-        params_not_run,
-        shape_columns,
-    )
     from hookcli.pipeline import run_session
 
     kinds = plan.kinds
