@@ -16,7 +16,6 @@ def cli_command(
     debug: bool,
 ) -> int:
     """The models command's run (``hookcli models``): the names each source knows, emit."""
-
     import importlib.util
 
     from hookcli.errors import UsageError
