@@ -138,10 +138,10 @@ def cuda_training_peaks() -> list[tuple[str, dict[str, int], int, int | None]]:
 
 
 def cost_estimate(build: Callable[[], Any], spec: str) -> dict[str, int]:
-    from hookcli.costing import Optimizer, measure, memory_totals
-    from hookcli.loading import LoadedModel
+    from hookcli.cost.runner import Optimizer, measure, memory_totals
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare
+    from hookcli.sources import LoadedModel
 
     prepared = prepare(
         ModelOptions("m"),
@@ -156,7 +156,7 @@ def cost_estimate(build: Callable[[], Any], spec: str) -> dict[str, int]:
 def _input(spec: str) -> Any:
     import torch
 
-    from hookcli.inputs import parse_spec
+    from hookcli.inputs.grammar import parse_spec
 
     s = parse_spec(spec)
     if s.dtype == "int64":

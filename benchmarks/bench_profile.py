@@ -20,7 +20,7 @@ REPEATS = 7
 
 
 def _tree_and_modules(model: Any, x: Any) -> tuple[Any, list[Any]]:
-    from hookcli.costing import measure
+    from hookcli.cost.runner import measure
     from hookcli.options import Mode
     from hookcli.profile.runner import call_tree
 

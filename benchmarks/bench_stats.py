@@ -23,8 +23,8 @@ both alike; printed are the medians of each and the median of the per-round rati
 holding the core does not stretch (with one thread; with more, torch's threads also
 spend CPU time waiting for each other).
 
-``--baseline FILE`` times another version of ``hookcli/probes/stats.py`` in the same
-rounds (``git show REV:hookcli/probes/stats.py > FILE``), for a before/after under the
+``--baseline FILE`` times another version of ``hookcli/stats/probe.py`` in the same
+rounds (``git show REV:hookcli/stats/probe.py > FILE``), for a before/after under the
 same load.
 
 Usage: ``python benchmarks/bench_stats.py [--rounds 7] [--threads 1,2] [--time-only]
@@ -231,8 +231,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--baseline",
         default="",
-        help="another version of hookcli/probes/stats.py to time alongside "
-        "(git show REV:hookcli/probes/stats.py > FILE)",
+        help="another version of hookcli/stats/probe.py to time alongside "
+        "(git show REV:hookcli/stats/probe.py > FILE)",
     )
     args = parser.parse_args([] if argv is None else argv)
     if smoke():

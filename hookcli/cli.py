@@ -286,7 +286,7 @@ def preflight(options: dict[str, Any], command: str = "") -> dict[str, Any]:
     (a folder or an unwritable path). ``-o -`` is stdout.
     """
     from hookcli.atomic import check_target, is_stdout
-    from hookcli.inputs import INT64_MAX, check_order, check_size, parse_device, parse_spec
+    from hookcli.inputs.grammar import INT64_MAX, check_order, check_size, parse_device, parse_spec
     from hookcli.validate import check_seed
 
     if isinstance(options.get("seed"), int):

@@ -716,7 +716,7 @@ def _key_cell(d: Difference) -> str:
 
 def table_columns() -> list[Any]:
     """The diff table: only the differing rows, old and new side by side."""
-    from hookcli.render import Column
+    from hookcli.report import Column
 
     return [
         Column("where", "Where"),

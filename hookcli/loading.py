@@ -19,12 +19,12 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import LoadError, ResourceError, UsageError, first_line, is_oom, oom_cause
+from hookcli.sources import LoadedModel
 
 if TYPE_CHECKING:
     import torch
@@ -32,21 +32,6 @@ if TYPE_CHECKING:
 
 # torchvision submodules that name a model family; anything else is classification.
 TORCHVISION_FAMILIES = ("detection", "segmentation", "video", "optical_flow", "quantization")
-
-
-@dataclass(frozen=True)
-class LoadedModel:
-    """A built model and what was learnt about it while building."""
-
-    module: nn.Module
-    spec: str
-    family: str | None = None  # torchvision family, None for user models
-    torchvision_name: str | None = None
-    # SPEC texts (``[NAME=][DTYPE:]DIMS[:LOW..HIGH]``) when the source knows the inputs
-    default_inputs: tuple[str, ...] = ()
-    input_source: str = ""  # where default_inputs came from, for the report
-    # name -> CPU tensor: exact values for default inputs of that name (hf multimodal ids)
-    input_values: Mapping[str, Any] | None = None
 
 
 def parse_kwargs(items: tuple[str, ...] | list[str]) -> dict[str, Any]:

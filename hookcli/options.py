@@ -6,8 +6,10 @@ No torch import here: this module is on the ``--help`` path.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 
 class Format(str, enum.Enum):
@@ -82,6 +84,51 @@ def parse_hook_kinds(text: str | None) -> tuple[HookKind, ...] | None:
             "--hooks needs at least one kind: pre,forward,backward-pre,backward,tensor"
         )
     return tuple(kinds)
+
+
+# -- values the Python API may also give as lists or enums (the CLI gives strings) ------
+
+Hooks = str | Sequence[str | HookKind] | None
+Names = str | Sequence[str] | None
+
+
+def hook_kinds_arg(hooks: Hooks) -> tuple[HookKind, ...] | None:
+    """``--hooks`` (``hooks=``) as a string or a list -> the kinds; None when not given."""
+    if hooks is None or isinstance(hooks, str):
+        return parse_hook_kinds(hooks)
+    items = [k.value if isinstance(k, HookKind) else k for k in _strings(hooks, "hooks")]
+    return parse_hook_kinds(",".join(items))
+
+
+def _strings(value: Any, option: str) -> list[Any]:
+    from hookcli.errors import UsageError
+
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise UsageError(f"{option} must be a string or a list of strings, got {value!r}")
+
+
+def names_arg(value: Names) -> str | None:
+    """A comma string or a list of names (``fail_on=``, ``columns=``) -> the comma string."""
+    if value is None or isinstance(value, str):
+        return value
+    return ",".join(_strings(value, "fail_on"))
+
+
+def depth_arg(depth: int | None) -> int | None:
+    """``depth`` checked: None or >= 0."""
+    from hookcli.errors import UsageError
+
+    if depth is not None and depth < 0:
+        raise UsageError(f"depth must be >= 0, got {depth}")
+    return depth
+
+
+def loss_arg(value: str | LossKind) -> LossKind:
+    """``--loss`` (``loss=``) as a string or a ``LossKind``."""
+    from hookcli.validate import choice
+
+    return choice(value, LossKind, "loss")
 
 
 @dataclass(frozen=True)

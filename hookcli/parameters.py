@@ -6,10 +6,12 @@ sets ``requires_grad=False`` on the names it matches.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import UsageError
 from hookcli.globs import name_matches
+from hookcli.options import Annotate, Format, Mode
 
 if TYPE_CHECKING:
     from torch import nn
@@ -65,8 +67,8 @@ def params_report(
 ) -> Report:
     """The rows (a shared tensor's Numel counted at its first name), totals and table layout."""
     from hookcli.modelinfo import depth_of, is_lazy, numel
-    from hookcli.render import Column, fmt_bool, fmt_int, fmt_shape
-    from hookcli.report import Report, Row
+    from hookcli.render import fmt_bool, fmt_int, fmt_shape
+    from hookcli.report import Column, Report, Row
 
     entries = _entries(prepared.model)
     any_packed = any(packed for *_, packed in entries)
@@ -247,3 +249,37 @@ def pruned_line(counts: dict[str, Any]) -> str:
         f"{fmt_int(counts['pruned_params'])} ({fmt_int(counts['masked_params'])} weights "
         "zeroed by torch.nn.utils.prune masks not counted)"
     )
+
+
+def cli_command(
+    *,
+    model: str,
+    kwargs: list[str] | None,
+    weights: Path | None,
+    trust_pickle: bool,
+    device: str,
+    dtype: str | None,
+    frozen: list[str] | None,
+    depth: int | None,
+    format: Format,
+    output: Path | None,
+    baseline: Path | None,
+    update_baseline: bool,
+    rtol: float | None,
+    atol: float | None,
+    annotate: Annotate | None,
+    junit: Path | None,
+    seed: int,
+    debug: bool,
+) -> int:
+    """The params command's run (``hookcli params``): build, freeze, emit."""
+    from hookcli.cliopts import ci_options, model_options, output_options, run_options
+    from hookcli.pipeline import emit, prepare
+
+    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
+    ropts = run_options(None, None, device, dtype, None, Mode.EVAL)
+    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
+    out = output_options(format, output, depth, debug, ci)
+    prepared = prepare(mopts, ropts, need_inputs=False)
+    frozen_names = freeze(prepared.model, list(frozen or ()))
+    return emit(params_report(prepared, out.depth, list(frozen or ()), frozen_names), out)

@@ -1,6 +1,6 @@
 """The stages every command shares: build the model, draw inputs, run a session, emit.
 
-Commands (``hookcli.commands.*``) are presets of these stages plus their probes.
+Each capability's runner is a preset of these stages plus its probes.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from hookcli.inputs import Inputs
-    from hookcli.loading import LoadedModel
-    from hookcli.render import Column
-    from hookcli.report import Report
+    from hookcli.inputs.grammar import Inputs
+    from hookcli.report import Column, Report
     from hookcli.session import CallRecord, HookSession, Probe
+    from hookcli.sources import LoadedModel
 
 
 def progress(message: str) -> None:
@@ -110,7 +109,7 @@ def prepare(
     loaded: LoadedModel | None = None,
 ) -> Prepared:
     """Build the model (unless given), cast and move it, and draw its inputs."""
-    from hookcli.inputs import (
+    from hookcli.inputs.grammar import (
         build_inputs,
         check_against_forward,
         check_order,
@@ -127,11 +126,11 @@ def prepare(
         parse_spec(text)  # a malformed spec is exit 2 before the model is built
     saved_inputs = None
     if need_inputs and run_opts.input_file is not None:
-        from hookcli.inputfiles import read_input_file
+        from hookcli.inputs.files import read_input_file
 
         saved_inputs = read_input_file(run_opts.input_file)  # a bad file: exit 2, no build
     elif need_inputs and run_opts.inputs_from:
-        from hookcli.inputfiles import check_inputs_from
+        from hookcli.inputs.files import check_inputs_from
 
         check_inputs_from(run_opts.inputs_from)
     if loaded is None:
@@ -152,7 +151,7 @@ def prepare(
         raise LoadError(f"could not move the model to {device}: {first_line(err)}") from err
     inputs = None
     if need_inputs and (run_opts.input_file is not None or run_opts.inputs_from):
-        from hookcli.inputfiles import real_inputs
+        from hookcli.inputs.files import real_inputs
 
         inputs = real_inputs(
             model,
@@ -181,7 +180,7 @@ def prepare(
             values=loaded.input_values,
         )
     if inputs is not None:
-        from hookcli.inputfiles import initialize_lazy
+        from hookcli.inputs.files import initialize_lazy
 
         initialize_lazy(model, inputs)
     settings = {
@@ -212,6 +211,10 @@ def _model_dtype(model: nn.Module) -> str:
         if p.is_floating_point():
             return str(p.dtype).removeprefix("torch.")
     return "float32"
+
+
+# What a command's runner returns: the report (also of a failed run) and the failure.
+Outcome = tuple["Report", RunError | None]
 
 
 @dataclass(frozen=True)
@@ -283,6 +286,38 @@ def run_session(
         error=error,
         loss=loss_value,
     )
+
+
+_BATCHNORM_MARKERS = (
+    "Expected more than 1 value per channel when training",
+    "Expected more than 1 spatial element when training",
+)
+_TARGETS_MARKERS = ("targets should not be none when in training mode",)
+_TRAIN_MODE_HINTS = (
+    (
+        _BATCHNORM_MARKERS,
+        "in train mode batch norm needs more than one value per channel: pass a larger "
+        "batch (-b 2) or --mode eval",
+    ),
+    (
+        _TARGETS_MARKERS,
+        "in train mode a torchvision detection model needs targets (boxes and labels) and "
+        "returns losses: pass --mode eval to run it on images alone",
+    ),
+)
+
+
+def with_train_mode_hint(error: RunError | None, mode: Mode) -> RunError | None:
+    """A failure that train mode causes (batch norm on a batch of one, a detection model
+    wanting targets): say how to get past it."""
+    if error is None or mode is not Mode.TRAIN:
+        return error
+    for markers, hint in _TRAIN_MODE_HINTS:
+        if any(m in error.message for m in markers):
+            hinted = RunError(f"{error.message}; hint: {hint}", module=error.module)
+            hinted.__cause__ = error.__cause__
+            return hinted
+    return error
 
 
 def note_meta_assumptions(session: HookSession, settings: dict[str, Any] | None = None) -> None:

@@ -14,7 +14,10 @@ qualified name in the built model (None for a module that did not end up in it).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from hookcli.options import Annotate, Format
 
 if TYPE_CHECKING:
     from types import TracebackType
@@ -22,8 +25,8 @@ if TYPE_CHECKING:
     from torch import nn
     from torch.utils.hooks import RemovableHandle
 
-    from hookcli.loading import LoadedModel
     from hookcli.report import Report
+    from hookcli.sources import LoadedModel
 
 MODULE = "module"
 PARAMETER = "parameter"
@@ -225,8 +228,8 @@ def registrations_report(
     from collections import Counter
 
     from hookcli.modelinfo import depth_of
-    from hookcli.render import Column, fmt_bool
-    from hookcli.report import Report, Row
+    from hookcli.render import fmt_bool
+    from hookcli.report import Column, Report, Row
 
     rows = []
     for r in regs:
@@ -306,3 +309,43 @@ def registrations_report(
         ),
         table_totals=tuple(table_totals),
     )
+
+
+def cli_command(
+    *,
+    model: str,
+    kwargs: list[str] | None,
+    weights: Path | None,
+    trust_pickle: bool,
+    device: str,
+    depth: int | None,
+    format: Format,
+    output: Path | None,
+    baseline: Path | None,
+    update_baseline: bool,
+    rtol: float | None,
+    atol: float | None,
+    annotate: Annotate | None,
+    junit: Path | None,
+    seed: int,
+    debug: bool,
+) -> int:
+    """The registrations command's run (``hookcli registrations``): record the build, emit."""
+    from hookcli.cliopts import ci_options, model_options, output_options
+    from hookcli.inputs.grammar import resolve_device
+    from hookcli.loading import is_torchvision_name
+    from hookcli.pipeline import build_model, emit
+
+    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
+    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
+    out = output_options(format, output, depth, debug, ci)
+    if is_torchvision_name(mopts.spec.strip()):
+        # Import torchvision before the hooks go in: only the model's own build is recorded.
+        import torchvision.models  # noqa: F401
+
+    recorder = RegistrationRecorder()
+    with recorder:
+        loaded = build_model(mopts, resolve_device(device))
+    regs = recorder.resolve(loaded.module)
+    recorder.release()
+    return emit(registrations_report(loaded, regs, seed=mopts.seed, depth=out.depth), out)

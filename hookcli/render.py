@@ -9,15 +9,12 @@ import csv
 import io
 import json
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from hookcli.errors import printable
 from hookcli.options import Format
-from hookcli.report import Report, Row, jsonable
-
-Formatter = Callable[[Any], str]
+from hookcli.report import Column, Report, Row, jsonable, use_renderer
 
 
 def fmt_int(value: Any) -> str:
@@ -72,21 +69,39 @@ def fmt_text(value: Any) -> str:
     return str(value)
 
 
-def fmt_bytes(n: int) -> str:
-    """Bytes as MB with two decimals (kB below a megabyte)."""
-    if n < 1_000_000:
-        return f"{n / 1e3:,.2f} kB"
-    return f"{n / 1e6:,.2f} MB"
+def fmt_bytes(n: Any, binary: bool) -> str:
+    """Bytes with two decimals; '-' for None.
+
+    ``binary``: 512 B, 12.50 KiB, 97.49 MiB, 1.50 GiB, 2.00 TiB (cost, profile, --fsdp);
+    else decimal: kB below a megabyte, MB above (inspect's parameter sizes, features).
+    """
+    if n is None:
+        return "-"
+    n = int(n)
+    if not binary:
+        return f"{n / 1e3:,.2f} kB" if n < 1_000_000 else f"{n / 1e6:,.2f} MB"
+    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if abs(n) >= scale:
+            return f"{n / scale:,.2f} {unit}"
+    return f"{n} B"
 
 
-@dataclass(frozen=True)
-class Column:
-    """A table column: the row key it shows, its header and how to format it."""
-
-    key: str
-    header: str
-    fmt: Formatter = fmt_text
-    align: str = "left"
+def fmt_count(n: Any) -> str:
+    """A count with an SI suffix: 950, 12.3 k, 4.09 G, 1.40 T; '-' for None."""
+    if n is None:
+        return "-"
+    n = int(n)
+    for unit, scale in (
+        ("E", 10**18),
+        ("P", 10**15),
+        ("T", 10**12),
+        ("G", 10**9),
+        ("M", 10**6),
+        ("k", 10**3),
+    ):
+        if abs(n) >= scale:
+            return f"{n / scale:.2f} {unit}"
+    return str(n)
 
 
 def name_cell(row: Row) -> str:
@@ -112,7 +127,10 @@ def render_table(
     if rows:
         # printable: a name holding a newline or ESC (add_module accepts them) stays one row
         body = [
-            [printable(name_cell(r) if c.key == "name" else c.fmt(r.get(c.key))) for c in columns]
+            [
+                printable(name_cell(r) if c.key == "name" else (c.fmt or fmt_text)(r.get(c.key)))
+                for c in columns
+            ]
             for r in rows
         ]
         lines.append(
@@ -235,3 +253,6 @@ def render(
     if fmt is Format.MARKDOWN:
         return render_markdown(report)
     return render_table(report, columns, totals)
+
+
+use_renderer(lambda report, fmt: render(report, Format(fmt), report.columns, report.table_totals))

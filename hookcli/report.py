@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from hookcli.render import Column
+from typing import Any
 
 SCHEMA = "hookcli.report/1"
+
+Formatter = Callable[[Any], str]
 
 
 def _frozen(d: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -62,6 +61,28 @@ class Row:
 
 
 @dataclass(frozen=True)
+class Column:
+    """A table column: the row key it shows, its header and how to format it.
+
+    ``fmt`` None: the renderer's plain text (``hookcli.render.fmt_text``)."""
+
+    key: str
+    header: str
+    fmt: Formatter | None = None
+    align: str = "left"
+
+
+# Records never import their renderer (hookcli.render imports them): render.py hands
+# Report.render its entry point when it is imported, and importing hookcli imports it.
+_renderer: list[Callable[[Report, str], str]] = []
+
+
+def use_renderer(render: Callable[[Report, str], str]) -> None:
+    """Called once by ``hookcli.render``: what ``Report.render`` turns a report into text with."""
+    _renderer[:] = [render]
+
+
+@dataclass(frozen=True)
 class Report:
     """Everything one command found, built once, complete."""
 
@@ -91,10 +112,7 @@ class Report:
 
     def render(self, format: str = "table") -> str:
         """The report as the CLI prints it: table, json, csv or markdown."""
-        from hookcli.options import Format
-        from hookcli.render import render
-
-        return render(self, Format(format), self.columns, self.table_totals)
+        return _renderer[0](self, format)
 
     def rows(self, name: str | None = None) -> tuple[Row, ...]:
         """The rows of ``layers`` or of a command list."""

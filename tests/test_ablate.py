@@ -12,8 +12,8 @@ import torch.nn.functional as F
 import torchvision
 from torch import nn
 
-import hookcli.commands.ablate as ablate_cmd
-from hookcli.ablation import apply_op, map_tensors, parse_op
+import hookcli.ablate.runner as ablate_cmd
+from hookcli.ablate.passes import apply_op, map_tensors, parse_op
 from hookcli.errors import UsageError
 from sample_models import BNMLP, LeNet
 from sample_models.causal_lm import TinyCausalLM
@@ -228,7 +228,7 @@ def test_noise_is_seeded_relative_to_the_std_and_reproducible():
 
 def test_apply_op_and_map_tensors_rebuild_structures():
     t = torch.tensor([[1.0, -2.0], [3.0, 4.0]])
-    from hookcli.ablation import _Generators
+    from hookcli.ablate.passes import _Generators
 
     g = _Generators(0)
     assert torch.equal(apply_op(parse_op("clamp:..0"), t, g), t.clamp(max=0))

@@ -206,7 +206,7 @@ def test_every_arithmetic_op_is_counted_or_listed():
     op, or appears in uncounted_ops: nothing is silently zero."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
-    from hookcli.flops import FORMULAS, ZERO_FLOP_OPS
+    from hookcli.cost.flops import FORMULAS, ZERO_FLOP_OPS
     from tests.fixtures.cost_models import Encoder
 
     seen = set()
@@ -423,10 +423,10 @@ def test_inference_peak_frees_like_inference():
 # -- containers ------------------------------------------------------------------------
 def test_never_called_container_sums_its_calls():
     """A ModuleList row (called: false) sums its blocks' calls; own figures are zero."""
-    from hookcli.costing import measure
-    from hookcli.loading import LoadedModel
+    from hookcli.cost.runner import measure
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare
+    from hookcli.sources import LoadedModel
     from tests.fixtures.cost_models import Holder
 
     model = Holder()
@@ -449,7 +449,7 @@ def test_never_called_container_sums_its_calls():
         sum(incl[n].values()) for n in ("blocks.0", "blocks.1", "blocks.2")
     )
     # the hook layer_rows calls for such a row gives the same figures
-    from hookcli.costing import _CostColumns
+    from hookcli.cost.runner import _CostColumns
 
     data = _CostColumns(probe, model).container_columns(model.blocks)
     assert data["flops"] == cost.flops and data["macs"] == cost.flops // 2
@@ -508,7 +508,7 @@ def test_bad_size_is_usage_error(bad):
 
 
 def test_parse_size_units():
-    from hookcli.sizes import parse_count, parse_size
+    from hookcli.cost.sizes import parse_count, parse_size
 
     assert parse_size("24GiB") == 24 * 2**30
     assert parse_size("24G") == 24 * 2**30
@@ -627,10 +627,10 @@ def test_functional_ops_attributed_to_the_calling_module():
         def forward(self, x):
             return self.inner(x @ self.w)
 
-    from hookcli.costing import measure
-    from hookcli.loading import LoadedModel
+    from hookcli.cost.runner import measure
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare
+    from hookcli.sources import LoadedModel
 
     prepared = prepare(
         ModelOptions("outer"), RunOptions(inputs=("2x4",)), loaded=LoadedModel(Outer(), "outer")

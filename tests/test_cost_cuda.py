@@ -16,10 +16,10 @@ pytestmark = [
 
 
 def _estimate(build, spec: str) -> dict[str, int]:
-    from hookcli.costing import Optimizer, measure, memory_totals
-    from hookcli.loading import LoadedModel
+    from hookcli.cost.runner import Optimizer, measure, memory_totals
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare
+    from hookcli.sources import LoadedModel
 
     prepared = prepare(
         ModelOptions("m"),

@@ -17,10 +17,10 @@ import torch
 import torchvision
 from torch import nn
 
-from hookcli.costing import measure
-from hookcli.loading import LoadedModel
+from hookcli.cost.runner import measure
 from hookcli.options import Mode, ModelOptions, RunOptions
 from hookcli.pipeline import prepare
+from hookcli.sources import LoadedModel
 
 
 def _cases() -> list[tuple[str, str]]:

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from hookcli.distributed import DistEnv, detect_env, first_host
-from hookcli.ranks import (
+from hookcli.distributed.launch import DistEnv, detect_env, first_host
+from hookcli.distributed.ranks import (
     Divergence,
     RankRows,
     desync_check,
@@ -516,13 +516,13 @@ def test_ddp_session_leaves_the_model_as_found(monkeypatch: pytest.MonkeyPatch) 
 
     import torch
 
-    from hookcli.ddp import run_ddp_session
-    from hookcli.distributed import launch
-    from hookcli.inputs import Inputs
+    from hookcli.distributed.ddp import run_ddp_session
+    from hookcli.distributed.launch import launch
+    from hookcli.grads.probe import GradProbe
+    from hookcli.inputs.grammar import Inputs
     from hookcli.losses import reduce_output
     from hookcli.options import HookKind, Mode
     from hookcli.pipeline import Prepared
-    from hookcli.probes.grads import GradProbe
     from sample_models.distributed import BatchNormNet
     from tests.conftest import assert_no_hooks, assert_same_state, state_snapshot
 

@@ -15,10 +15,10 @@ from torch import nn
 
 import sample_models
 from hookcli.errors import RunError, UsageError
+from hookcli.features.plot import mosaic
+from hookcli.features.probe import FeatureProbe
 from hookcli.globs import select_modules
 from hookcli.options import Mode
-from hookcli.plot.features import mosaic
-from hookcli.probes.features import FeatureProbe
 from hookcli.session import HookSession
 from tests.conftest import (
     MODULE_HOOK_DICTS,

@@ -2,7 +2,7 @@
 where the installed torch has a formula, and cpu = meta on attention models.
 
 The figures must not depend on the torch version: every op hookcli counts has a
-formula written in ``hookcli.flops``, and each case below checks it against a
+formula written in ``hookcli.cost.flops``, and each case below checks it against a
 closed form derived from the op's shapes, on every torch of the matrix.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import torch
 
-from hookcli.flops import FORMULAS
+from hookcli.cost.flops import FORMULAS
 from tests.conftest import invoke_json
 
 aten = torch.ops.aten

@@ -17,7 +17,13 @@ import pytest
 import torch
 from torch import nn
 
-from hookcli.fsdp import cpu_fsdp_supported, memory_per_rank, shard_plan, shard_rows, unit_params
+from hookcli.distributed.fsdp import (
+    cpu_fsdp_supported,
+    memory_per_rank,
+    shard_plan,
+    shard_rows,
+    unit_params,
+)
 from tests.conftest import invoke
 from tests.test_distributed import check, close, report_of, rows_by_name, spoken, torchrun
 
@@ -117,9 +123,9 @@ def test_fsdp_usage_errors_exit_2_with_one_line(monkeypatch: pytest.MonkeyPatch)
 def test_fsdp_refused_in_one_line_where_torch_cannot_run_it_on_cpu(monkeypatch) -> None:
     """torch 2.6's CPU stream cannot record events, so FSDP2 fails in the first forward
     there: hookcli says so before launching anything (exit 2)."""
-    import hookcli.fsdp
+    import hookcli.distributed.fsdp
 
-    monkeypatch.setattr(hookcli.fsdp, "cpu_fsdp_supported", lambda: False)
+    monkeypatch.setattr(hookcli.distributed.fsdp, "cpu_fsdp_supported", lambda: False)
     monkeypatch.setenv("RANK", "0")
     monkeypatch.setenv("WORLD_SIZE", "1")
     monkeypatch.setenv("LOCAL_RANK", "0")

@@ -430,7 +430,7 @@ def test_command_module_does_not_import_torch() -> None:
     import sys
 
     code = (
-        "import sys, hookcli.commands.grads, hookcli.checks.grads, hookcli.plot.gradflow; "
+        "import sys, hookcli.commands.grads, hookcli.grads.checks, hookcli.grads.plot; "
         "print('torch' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

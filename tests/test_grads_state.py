@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
+from hookcli.grads.probe import GradProbe
 from hookcli.options import HookKind, Mode
-from hookcli.probes.grads import GradProbe
 from hookcli.session import HookSession
 from sample_models import BNMLP
 from tests.conftest import (

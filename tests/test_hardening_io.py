@@ -296,7 +296,7 @@ def test_usage_errors_come_before_torch_is_imported() -> None:
 
 
 def test_the_widest_ranges_are_accepted_and_drawn_as_torch_does() -> None:
-    from hookcli.inputs import build_inputs
+    from hookcli.inputs.grammar import build_inputs
 
     lo, hi = -(2**63), 2**63 - 1
     got = build_inputs(
@@ -669,7 +669,7 @@ def test_output_and_features_out_share_one_writer(
         written.append(path.name)
         original(path, write, option)
 
-    import hookcli.commands.features as features
+    import hookcli.features.runner as features
 
     assert features.atomic_write is atomic.atomic_write  # no second writer of its own
     monkeypatch.setattr(atomic, "atomic_write", recording)

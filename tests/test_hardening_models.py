@@ -319,7 +319,7 @@ def test_the_four_commands_share_the_matcher():
     for rel in (
         "hookcli/commands/params.py",
         "hookcli/commands/trace.py",
-        "hookcli/probes/features.py",
+        "hookcli/features/probe.py",
         "hookcli/commands/models.py",
     ):
         tree = ast.parse((ROOT / rel).read_text())

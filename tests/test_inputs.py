@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from hookcli.errors import UsageError
-from hookcli.inputs import build_inputs, default_specs, parse_spec
+from hookcli.inputs.grammar import build_inputs, default_specs, parse_spec
 from sample_models import LeNet, TinyTransformer, TwoInputDictOutput
 
 

@@ -203,7 +203,7 @@ def test_agrees_with_record_function_spans() -> None:
     import torchvision
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    from hookcli.costing import measure
+    from hookcli.cost.runner import measure
     from hookcli.options import Mode
     from hookcli.profile.clocks import make_clock
 
@@ -340,7 +340,7 @@ class FakeEvent:
 
 
 def _sleep_measured(clock: Clock, backward: bool = True) -> Any:
-    from hookcli.costing import measure
+    from hookcli.cost.runner import measure
     from hookcli.options import Mode
 
     prepared = _live(SleepNet())

@@ -19,7 +19,7 @@ from torch import nn
 import sample_models
 from hookcli.options import HookKind, Mode, ModelOptions, RunOptions
 from hookcli.pipeline import prepare, run_session
-from hookcli.probes.stats import Scratch, StatsProbe, host_vector, pool, tensor_vector
+from hookcli.stats.probe import Scratch, StatsProbe, host_vector, pool, tensor_vector
 from hookcli.structures import iter_tensors
 from tests.conftest import (
     assert_no_hooks,

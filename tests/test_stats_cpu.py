@@ -16,8 +16,8 @@ import torch
 
 from hookcli.options import HookKind, Mode, ModelOptions, RunOptions
 from hookcli.pipeline import prepare, run_session
-from hookcli.probes import stats as stats_mod
-from hookcli.probes.stats import (
+from hookcli.stats import probe as stats_mod
+from hookcli.stats.probe import (
     Scratch,
     StatsProbe,
     host_all_finite,

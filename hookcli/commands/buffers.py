@@ -27,12 +27,8 @@ from hookcli.cliopts import (
     TrustPickleOpt,
     UpdateBaselineOpt,
     WeightsOpt,
-    ci_options,
-    model_options,
-    output_options,
-    run_options,
 )
-from hookcli.options import Format, Mode
+from hookcli.options import Format
 
 NAME = "buffers"
 
@@ -73,27 +69,30 @@ def command(
     debug: DebugOpt = False,
 ) -> int:
     """Every buffer: owner, shape, dtype, persistent, summary before/after N steps, changed."""
-    from hookcli.pipeline import emit, prepare, run_session
-    from hookcli.probes.buffers import BufferProbe, buffers_report
+    from hookcli.probes.buffers import cli_command
 
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(
-        input,
-        batch_size,
-        device,
-        dtype,
-        mode,
-        Mode.TRAIN,
+    return cli_command(
+        model=model,
+        kwargs=kwargs,
+        weights=weights,
+        trust_pickle=trust_pickle,
+        input=input,
         input_file=input_file,
         inputs_from=inputs_from,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        mode=mode,
+        steps=steps,
+        depth=depth,
+        format=format,
+        output=output,
+        baseline=baseline,
+        update_baseline=update_baseline,
+        rtol=rtol,
+        atol=atol,
+        annotate=annotate,
+        junit=junit,
+        seed=seed,
+        debug=debug,
     )
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    out = output_options(format, output, depth, debug, ci)
-
-    prepared = prepare(mopts, ropts)
-    probe = BufferProbe()
-    outcome = run_session(prepared, [probe], mode=ropts.mode, steps=steps)
-    code = emit(buffers_report(prepared, probe, outcome, steps=steps, depth=out.depth), out)
-    if outcome.error is not None:
-        raise outcome.error
-    return code

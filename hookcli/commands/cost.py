@@ -28,14 +28,10 @@ from hookcli.cliopts import (
     TrustPickleOpt,
     UpdateBaselineOpt,
     WeightsOpt,
-    ci_options,
-    model_options,
-    output_options,
-    run_options,
 )
-from hookcli.costing import MemoryTotal, Optimizer
-from hookcli.ddpopts import BackendOpt, DistTimeoutOpt, FsdpOpt, ShardOpt
-from hookcli.options import Format, Mode
+from hookcli.cost.runner import MemoryTotal, Optimizer
+from hookcli.distributed.options import BackendOpt, DistTimeoutOpt, FsdpOpt, ShardOpt
+from hookcli.options import Format
 
 NAME = "cost"
 
@@ -115,46 +111,39 @@ def command(
 ) -> int:
     """Per-layer FLOPs, MACs, param/output/saved-for-backward bytes; training and inference
     memory totals; ops without a FLOP formula listed. Works on --device meta."""
-    from hookcli.costing import over_memory, plan_cost, run_cost
-    from hookcli.errors import ResourceError, UsageError
-    from hookcli.pipeline import emit, prepare
+    from hookcli.cost.command import cli_command
 
-    plan = plan_cost(backward, optimizer, max_memory, memory_for, max_flops, depth, global_hooks)
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(
-        input,
-        batch_size,
-        device,
-        dtype,
-        mode,
-        Mode.EVAL,
-        global_hooks,
+    return cli_command(
+        model=model,
+        kwargs=kwargs,
+        weights=weights,
+        trust_pickle=trust_pickle,
+        input=input,
         input_file=input_file,
         inputs_from=inputs_from,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        mode=mode,
+        backward=backward,
+        optimizer=optimizer,
+        max_memory=max_memory,
+        memory_for=memory_for,
+        max_flops=max_flops,
+        depth=depth,
+        global_hooks=global_hooks,
+        format=format,
+        output=output,
+        baseline=baseline,
+        update_baseline=update_baseline,
+        rtol=rtol,
+        atol=atol,
+        annotate=annotate,
+        junit=junit,
+        seed=seed,
+        debug=debug,
+        fsdp=fsdp,
+        shard=shard,
+        backend=backend,
+        dist_timeout=dist_timeout,
     )
-    out = output_options(format, output, depth, debug, ci)
-    if fsdp or shard or backend is not None:
-        from hookcli.fsdp import launch_fsdp
-        from hookcli.fsdp import run_cost as run_cost_fsdp
-
-        if backend is not None and not fsdp:
-            raise UsageError("--backend needs --fsdp on cost (under torchrun or srun)")
-        return launch_fsdp(
-            lambda ctx: run_cost_fsdp(ctx, mopts, ropts, out, plan, tuple(shard or ())),
-            fsdp=fsdp,
-            ddp=False,
-            device=device,
-            backend=backend,
-            timeout_s=dist_timeout,
-            kinds=(),
-            global_hooks=global_hooks,
-        )
-    report, error = run_cost(prepare(mopts, ropts), plan)
-    code = emit(report, out)
-    if error is not None:
-        raise error
-    over = over_memory(report)
-    if over is not None:
-        raise ResourceError(f"over --max-memory: {over.detail}")
-    return code

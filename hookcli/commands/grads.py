@@ -31,12 +31,8 @@ from hookcli.cliopts import (
     TrustPickleOpt,
     UpdateBaselineOpt,
     WeightsOpt,
-    ci_options,
-    model_options,
-    output_options,
-    run_options,
 )
-from hookcli.ddpopts import (
+from hookcli.distributed.options import (
     BackendOpt,
     BroadcastBuffersOpt,
     DdpOpt,
@@ -45,7 +41,7 @@ from hookcli.ddpopts import (
     FsdpOpt,
     ShardOpt,
 )
-from hookcli.options import Format, LossKind, Mode
+from hookcli.options import Format, LossKind
 
 NAME = "grads"
 
@@ -138,117 +134,44 @@ def command(
     shard: ShardOpt = None,
 ) -> int:
     """Per-layer gradient flow: grad norms of parameters, grad_output, grad_input; checks."""
-    import dataclasses
+    from hookcli.grads.command import cli_command
 
-    from hookcli.api import plan_grads, run_grads
-    from hookcli.errors import UsageError
-    from hookcli.pipeline import prepare
-
-    plan = plan_grads(
-        hooks,
-        loss,
-        per_param,
-        fail_on,
-        max_grad_norm,
-        min_grad_norm,
-        plot,
-        depth,
-        global_hooks,
-        device=device,
-        ddp=ddp or fsdp,
-    )
-    plan = dataclasses.replace(plan, wide=format in (Format.CSV, Format.MARKDOWN))
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(
-        input,
-        batch_size,
-        device,
-        dtype,
-        mode,
-        Mode.TRAIN,
-        global_hooks,
+    return cli_command(
+        model=model,
+        kwargs=kwargs,
+        weights=weights,
+        trust_pickle=trust_pickle,
+        input=input,
         input_file=input_file,
         inputs_from=inputs_from,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        mode=mode,
+        loss=loss,
+        depth=depth,
+        hooks=hooks,
+        global_hooks=global_hooks,
+        per_param=per_param,
+        fail_on=fail_on,
+        max_grad_norm=max_grad_norm,
+        min_grad_norm=min_grad_norm,
+        plot=plot,
+        format=format,
+        output=output,
+        baseline=baseline,
+        update_baseline=update_baseline,
+        rtol=rtol,
+        atol=atol,
+        annotate=annotate,
+        junit=junit,
+        seed=seed,
+        debug=debug,
+        ddp=ddp,
+        backend=backend,
+        desync_tol=desync_tol,
+        dist_timeout=dist_timeout,
+        broadcast_buffers=broadcast_buffers,
+        fsdp=fsdp,
+        shard=shard,
     )
-    out = output_options(format, output, depth, debug, ci)
-    if fsdp:
-        from hookcli.distributed import launch
-        from hookcli.fsdp import check_fsdp_options, check_fsdp_torch
-        from hookcli.fsdp import run_grads as run_grads_fsdp
-
-        check_fsdp_options(
-            plan.kinds,
-            global_hooks,
-            ddp=ddp,
-            per_param=per_param,
-            plot=plot,
-            fail_on=plan.gates.fail_on,
-            bounds=max_grad_norm is not None or min_grad_norm is not None,
-        )
-        check_fsdp_torch(device)
-        return launch(
-            lambda ctx: run_grads_fsdp(
-                ctx,
-                mopts,
-                ropts,
-                out,
-                plan.kinds,
-                plan.loss,
-                plan.gates,
-                desync_tol,
-                tuple(shard or ()),
-            ),
-            device=device,
-            backend=backend,
-            timeout_s=dist_timeout,
-            flag="--fsdp",
-        )
-    if shard:
-        raise UsageError("--shard needs --fsdp (under torchrun or srun)")
-    if backend is not None and not ddp:
-        raise UsageError("--backend needs --ddp (under torchrun or srun)")
-    if not broadcast_buffers and not ddp:
-        raise UsageError("--no-broadcast-buffers needs --ddp (under torchrun or srun)")
-    if ddp:
-        from hookcli.ddp import check_ddp_options
-        from hookcli.ddp import run_grads as run_grads_ddp
-        from hookcli.distributed import launch
-
-        check_ddp_options(plan.kinds, global_hooks, per_param=per_param, plot=plot)
-        return launch(
-            lambda ctx: run_grads_ddp(
-                ctx,
-                mopts,
-                ropts,
-                out,
-                plan.kinds,
-                plan.explicit,
-                plan.loss,
-                plan.gates,
-                desync_tol,
-                broadcast_buffers,
-            ),
-            device=device,
-            backend=backend,
-            timeout_s=dist_timeout,
-        )
-
-    from hookcli.warnsummary import summarised_warnings
-
-    with summarised_warnings(debug) as warned:
-        report, error = run_grads(prepare(mopts, ropts), plan)
-        warned.keep = error is None  # on failure the error is the one line to read
-    if out.format is Format.TABLE and "params" in report.lists:
-        from hookcli.pipeline import conclude, write_text
-        from hookcli.probes.grads import render_table_with_params
-
-        write_text(render_table_with_params(report), out)
-        code = conclude(report, out)
-    else:
-        from hookcli.pipeline import emit
-
-        code = emit(report, out)
-    if error is not None:
-        raise error
-    return code

@@ -27,13 +27,9 @@ from hookcli.cliopts import (
     TrustPickleOpt,
     UpdateBaselineOpt,
     WeightsOpt,
-    ci_options,
-    model_options,
-    output_options,
-    run_options,
 )
-from hookcli.ddpopts import BackendOpt, DdpOpt, DistTimeoutOpt, FsdpOpt, ShardOpt
-from hookcli.options import Format, Mode
+from hookcli.distributed.options import BackendOpt, DdpOpt, DistTimeoutOpt, FsdpOpt, ShardOpt
+from hookcli.options import Format
 
 NAME = "inspect"
 
@@ -72,65 +68,38 @@ def command(
     shard: ShardOpt = None,
 ) -> int:
     """Per-layer table: name, type, input and output shapes, params, trainable; totals."""
-    from hookcli.api import plan_inspect, run_inspect
-    from hookcli.pipeline import emit, prepare
+    from hookcli.inspect.command import cli_command
 
-    plan = plan_inspect(hooks, depth, global_hooks, columns)
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(
-        input,
-        batch_size,
-        device,
-        dtype,
-        mode,
-        Mode.EVAL,
-        global_hooks,
+    return cli_command(
+        model=model,
+        kwargs=kwargs,
+        weights=weights,
+        trust_pickle=trust_pickle,
+        input=input,
         input_file=input_file,
         inputs_from=inputs_from,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        mode=mode,
+        depth=depth,
+        hooks=hooks,
+        global_hooks=global_hooks,
+        no_forward=no_forward,
+        columns=columns,
+        format=format,
+        output=output,
+        baseline=baseline,
+        update_baseline=update_baseline,
+        rtol=rtol,
+        atol=atol,
+        annotate=annotate,
+        junit=junit,
+        seed=seed,
+        debug=debug,
+        ddp=ddp,
+        backend=backend,
+        dist_timeout=dist_timeout,
+        fsdp=fsdp,
+        shard=shard,
     )
-    out = output_options(format, output, depth, debug, ci)
-    if no_forward:
-        from hookcli.layers import check_no_forward, tree_report
-
-        distributed = ddp or fsdp or bool(shard) or backend is not None
-        check_no_forward(hooks, global_hooks, distributed, ropts)
-        return emit(tree_report(prepare(mopts, ropts, need_inputs=False), depth, plan.columns), out)
-    if plan.columns and (ddp or fsdp or shard or backend is not None):
-        from hookcli.errors import UsageError
-
-        raise UsageError("--columns is not available with --ddp or --fsdp")
-    if fsdp or shard:
-        from hookcli.fsdp import launch_fsdp
-        from hookcli.fsdp import run_inspect as run_inspect_fsdp
-
-        return launch_fsdp(
-            lambda ctx: run_inspect_fsdp(ctx, mopts, ropts, out, plan.kinds, tuple(shard or ())),
-            fsdp=fsdp,
-            ddp=ddp,
-            device=device,
-            backend=backend,
-            timeout_s=dist_timeout,
-            kinds=plan.kinds,
-            global_hooks=global_hooks,
-        )
-    if ddp or backend is not None:
-        from hookcli.ddp import launch_command
-        from hookcli.ddp import run_inspect as run_inspect_ddp
-
-        return launch_command(
-            lambda ctx: run_inspect_ddp(ctx, mopts, ropts, out, plan.kinds),
-            ddp=ddp,
-            device=device,
-            backend=backend,
-            timeout_s=dist_timeout,
-            kinds=plan.kinds,
-            global_hooks=global_hooks,
-            need_tensor=False,
-        )
-
-    report, error = run_inspect(prepare(mopts, ropts), plan)
-    code = emit(report, out)
-    if error is not None:
-        raise error
-    return code

@@ -30,7 +30,6 @@ SourceOpt = Annotated[
         show_default=False,
     ),
 ]
-SOURCES = ("torchvision", "hf", "timm", "samples")
 
 
 def command(
@@ -41,91 +40,12 @@ def command(
     debug: DebugOpt = False,
 ) -> int:
     """The model names it can build: torchvision, hf: and timm: (where installed), samples."""
-    import importlib.util
+    from hookcli.sources.listing import cli_command
 
-    from hookcli.errors import UsageError
-    from hookcli.globs import name_matches
-    from hookcli.options import OutputOptions
-    from hookcli.pipeline import emit
-    from hookcli.render import Column
-    from hookcli.report import Report, Row
-
-    wanted = tuple(source or SOURCES)
-    for s in wanted:
-        if s not in SOURCES:
-            raise UsageError(f"unknown --source {s!r}: choose from {', '.join(SOURCES)}")
-    found: list[tuple[str, str, str]] = []  # (name, source, family)
-    if "torchvision" in wanted:
-        found += _torchvision()
-    if "hf" in wanted and importlib.util.find_spec("transformers") is not None:
-        from hookcli.loading import force_offline
-
-        force_offline()
-        from hookcli.sources import hf
-
-        found += [(f"hf:{n}", "hf", "hf") for n in hf.names()]
-    if "timm" in wanted and importlib.util.find_spec("timm") is not None:
-        from hookcli.sources import timm_models
-
-        found += [(f"timm:{n}", "timm", "timm") for n in timm_models.names()]
-    if "samples" in wanted:
-        from sample_models import SAMPLES
-
-        found += [(spec, "samples", "sample") for spec in SAMPLES]
-    rows = [
-        Row.of({"name": n, "source": src, "family": fam})
-        for n, src, fam in found
-        if not filter or name_matches(n, filter, fold_case=True)
-    ]
-    if filter and not rows:
-        _no_match_hint(filter, [n for n, _, _ in found])
-    report = Report(
-        command=NAME,
-        model={"spec": None, "class": None},
-        settings={},
-        lists={"models": tuple(rows)},
-        primary="models",
-        totals={"models": len(rows)},
-    )
-    cols = [Column("name", "Model"), Column("family", "Family"), Column("source", "Source")]
-    out = OutputOptions(format=format, output=output, debug=debug)
-    return emit(report, out, cols, [("Models", str(len(rows)))])
-
-
-def _torchvision() -> list[tuple[str, str, str]]:
-    import torchvision.models as tvm
-
-    from hookcli.loading import TORCHVISION_FAMILIES, torchvision_names
-
-    family_of: dict[str, str] = {}
-    for fam in TORCHVISION_FAMILIES:
-        for n in tvm.list_models(module=getattr(tvm, fam)):
-            family_of[n] = fam
-    return [(n, "torchvision", family_of.get(n, "classification")) for n in torchvision_names()]
-
-
-def _no_match_hint(pattern: str, names: list[str]) -> None:
-    """--filter matched nothing: say that it matches whole names, and what is close."""
-    import difflib
-    import sys
-
-    from hookcli.globs import name_matches
-
-    hints = []
-    if not any(c in pattern for c in "*?["):
-        wide = f"*{pattern}*"
-        hits = [n for n in names if name_matches(n, wide, fold_case=True)]
-        if hits:
-            some = ", ".join(hits[:3])
-            hints.append(f"try --filter '{wide}' ({len(hits)} match(es), e.g. {some})")
-        else:
-            hints.append(f"--filter matches whole names: try '{wide}'")
-    close = difflib.get_close_matches(pattern.lower(), [n.lower() for n in names], n=5, cutoff=0.6)
-    by_lower = {n.lower(): n for n in names}
-    if close:
-        hints.append("close names: " + ", ".join(by_lower[c] for c in close))
-    print(
-        f"hookcli: note: --filter {pattern!r} matches no model name; " + "; ".join(hints),
-        file=sys.stderr,
-        flush=True,
+    return cli_command(
+        filter=filter,
+        source=source,
+        format=format,
+        output=output,
+        debug=debug,
     )

@@ -22,12 +22,8 @@ from hookcli.cliopts import (
     TrustPickleOpt,
     UpdateBaselineOpt,
     WeightsOpt,
-    ci_options,
-    model_options,
-    output_options,
-    run_options,
 )
-from hookcli.options import Format, Mode
+from hookcli.options import Format
 
 NAME = "params"
 
@@ -64,13 +60,25 @@ def command(
     debug: DebugOpt = False,
 ) -> int:
     """Every parameter: shape, dtype, device, requires_grad, numel, tied/shared names; no hooks."""
-    from hookcli.parameters import freeze, params_report
-    from hookcli.pipeline import emit, prepare
+    from hookcli.parameters import cli_command
 
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(None, None, device, dtype, None, Mode.EVAL)
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    out = output_options(format, output, depth, debug, ci)
-    prepared = prepare(mopts, ropts, need_inputs=False)
-    frozen_names = freeze(prepared.model, list(frozen or ()))
-    return emit(params_report(prepared, out.depth, list(frozen or ()), frozen_names), out)
+    return cli_command(
+        model=model,
+        kwargs=kwargs,
+        weights=weights,
+        trust_pickle=trust_pickle,
+        device=device,
+        dtype=dtype,
+        frozen=frozen,
+        depth=depth,
+        format=format,
+        output=output,
+        baseline=baseline,
+        update_baseline=update_baseline,
+        rtol=rtol,
+        atol=atol,
+        annotate=annotate,
+        junit=junit,
+        seed=seed,
+        debug=debug,
+    )

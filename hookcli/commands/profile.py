@@ -26,13 +26,9 @@ from hookcli.cliopts import (
     TrustPickleOpt,
     UpdateBaselineOpt,
     WeightsOpt,
-    ci_options,
-    model_options,
-    output_options,
-    run_options,
 )
-from hookcli.options import Format, Mode
-from hookcli.profile.runner import SortKey
+from hookcli.options import Format
+from hookcli.profile.plan import SortKey
 
 NAME = "profile"
 
@@ -130,21 +126,35 @@ def command(
 ) -> int:
     """Time per module: forward (and backward) median and IQR over repeats, inclusive and
     self, % of the root, achieved FLOP/s; the overhead against a bare forward; a trace."""
-    import sys
+    from hookcli.profile.runner import cli_command
 
-    from hookcli.pipeline import emit, prepare
-    from hookcli.profile.runner import plan_profile, run_profile
-
-    plan = plan_profile(
-        backward, warmup, repeat, sort, max_ms, sync, depth, trace_out, plot,
-        progress=sys.stderr.isatty(),
-    )  # fmt: skip
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL)
-    out = output_options(format, output, depth, debug, ci)
-    report, error = run_profile(prepare(mopts, ropts), plan)
-    code = emit(report, out)
-    if error is not None:
-        raise error
-    return code
+    return cli_command(
+        model=model,
+        kwargs=kwargs,
+        weights=weights,
+        trust_pickle=trust_pickle,
+        input=input,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        mode=mode,
+        backward=backward,
+        warmup=warmup,
+        repeat=repeat,
+        sync=sync,
+        sort=sort,
+        depth=depth,
+        trace_out=trace_out,
+        plot=plot,
+        max_ms=max_ms,
+        format=format,
+        output=output,
+        baseline=baseline,
+        update_baseline=update_baseline,
+        rtol=rtol,
+        atol=atol,
+        annotate=annotate,
+        junit=junit,
+        seed=seed,
+        debug=debug,
+    )

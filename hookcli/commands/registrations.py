@@ -17,9 +17,6 @@ from hookcli.cliopts import (
     TrustPickleOpt,
     UpdateBaselineOpt,
     WeightsOpt,
-    ci_options,
-    model_options,
-    output_options,
 )
 from hookcli.options import Format
 
@@ -45,21 +42,23 @@ def command(
     debug: DebugOpt = False,
 ) -> int:
     """Every registration while the model is built, in order: parent, kind, name, shape."""
-    from hookcli.inputs import resolve_device
-    from hookcli.loading import is_torchvision_name
-    from hookcli.pipeline import build_model, emit
-    from hookcli.registrations import RegistrationRecorder, registrations_report
+    from hookcli.registrations import cli_command
 
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    out = output_options(format, output, depth, debug, ci)
-    if is_torchvision_name(mopts.spec.strip()):
-        # Import torchvision before the hooks go in: only the model's own build is recorded.
-        import torchvision.models  # noqa: F401
-
-    recorder = RegistrationRecorder()
-    with recorder:
-        loaded = build_model(mopts, resolve_device(device))
-    regs = recorder.resolve(loaded.module)
-    recorder.release()
-    return emit(registrations_report(loaded, regs, seed=mopts.seed, depth=out.depth), out)
+    return cli_command(
+        model=model,
+        kwargs=kwargs,
+        weights=weights,
+        trust_pickle=trust_pickle,
+        device=device,
+        depth=depth,
+        format=format,
+        output=output,
+        baseline=baseline,
+        update_baseline=update_baseline,
+        rtol=rtol,
+        atol=atol,
+        annotate=annotate,
+        junit=junit,
+        seed=seed,
+        debug=debug,
+    )

@@ -30,12 +30,8 @@ from hookcli.cliopts import (
     TrustPickleOpt,
     UpdateBaselineOpt,
     WeightsOpt,
-    ci_options,
-    model_options,
-    output_options,
-    run_options,
 )
-from hookcli.ddpopts import (
+from hookcli.distributed.options import (
     BackendOpt,
     BroadcastBuffersOpt,
     DdpOpt,
@@ -44,7 +40,7 @@ from hookcli.ddpopts import (
     FsdpOpt,
     ShardOpt,
 )
-from hookcli.options import Format, LossKind, Mode
+from hookcli.options import Format, LossKind
 
 NAME = "stats"
 
@@ -117,91 +113,42 @@ def command(
 ) -> int:
     """Per-layer activation statistics (mean, std, min, max, mean |x|, zeros, NaN, Inf);
     the first module producing NaN/Inf; checks nan, inf, dead."""
-    from hookcli.api import plan_stats, run_stats
-    from hookcli.pipeline import emit, prepare
+    from hookcli.stats.command import cli_command
 
-    plan = plan_stats(
-        hooks, backward, loss, fail_on, dead_threshold, depth, global_hooks, ddp=ddp or fsdp
-    )
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(
-        input,
-        batch_size,
-        device,
-        dtype,
-        mode,
-        Mode.EVAL,
-        global_hooks,
+    return cli_command(
+        model=model,
+        kwargs=kwargs,
+        weights=weights,
+        trust_pickle=trust_pickle,
+        input=input,
         input_file=input_file,
         inputs_from=inputs_from,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        mode=mode,
+        backward=backward,
+        loss=loss,
+        hooks=hooks,
+        global_hooks=global_hooks,
+        fail_on=fail_on,
+        dead_threshold=dead_threshold,
+        depth=depth,
+        format=format,
+        output=output,
+        baseline=baseline,
+        update_baseline=update_baseline,
+        rtol=rtol,
+        atol=atol,
+        annotate=annotate,
+        junit=junit,
+        seed=seed,
+        debug=debug,
+        ddp=ddp,
+        backend=backend,
+        desync_tol=desync_tol,
+        dist_timeout=dist_timeout,
+        broadcast_buffers=broadcast_buffers,
+        fsdp=fsdp,
+        shard=shard,
     )
-    out = output_options(format, output, depth, debug, ci)
-    if fsdp or shard:
-        from hookcli.fsdp import launch_fsdp
-        from hookcli.fsdp import run_stats as run_stats_fsdp
-
-        with_grads = plan.backward or any(k.is_backward for k in plan.kinds)
-        return launch_fsdp(
-            lambda ctx: run_stats_fsdp(
-                ctx,
-                mopts,
-                ropts,
-                out,
-                plan.kinds,
-                plan.loss,
-                plan.checks,
-                plan.dead_threshold,
-                with_grads,
-                desync_tol,
-                tuple(shard or ()),
-            ),
-            fsdp=fsdp,
-            ddp=ddp,
-            device=device,
-            backend=backend,
-            timeout_s=dist_timeout,
-            kinds=plan.kinds,
-            global_hooks=global_hooks,
-        )
-    if not broadcast_buffers and not ddp:
-        from hookcli.errors import UsageError
-
-        raise UsageError("--no-broadcast-buffers needs --ddp (under torchrun or srun)")
-    if ddp or backend is not None:
-        from hookcli.ddp import launch_command
-        from hookcli.ddp import run_stats as run_stats_ddp
-
-        with_grads = plan.backward or any(k.is_backward for k in plan.kinds)
-        return launch_command(
-            lambda ctx: run_stats_ddp(
-                ctx,
-                mopts,
-                ropts,
-                out,
-                plan.kinds,
-                plan.loss,
-                plan.checks,
-                plan.dead_threshold,
-                with_grads,
-                desync_tol,
-                broadcast_buffers,
-            ),
-            ddp=ddp,
-            device=device,
-            backend=backend,
-            timeout_s=dist_timeout,
-            kinds=plan.kinds,
-            global_hooks=global_hooks,
-            need_tensor=False,
-        )
-
-    from hookcli.warnsummary import summarised_warnings
-
-    with summarised_warnings(debug) as warned:
-        report, error = run_stats(prepare(mopts, ropts), plan)
-        warned.keep = error is None  # on failure the error is the one line to read
-    code = emit(report, out)
-    if error is not None:
-        raise error
-    return code

@@ -27,12 +27,8 @@ from hookcli.cliopts import (
     TrustPickleOpt,
     UpdateBaselineOpt,
     WeightsOpt,
-    ci_options,
-    model_options,
-    output_options,
-    run_options,
 )
-from hookcli.options import Format, Mode
+from hookcli.options import Format
 
 NAME = "trace"
 
@@ -96,47 +92,32 @@ def command(
     debug: DebugOpt = False,
 ) -> int:
     """The event timeline: every global forward-pre/forward (and backward) hook firing."""
-    import warnings
+    from hookcli.probes.trace import cli_command
 
-    from hookcli.pipeline import emit, prepare, run_session
-    from hookcli.probes.trace import TraceProbe, trace_report
-    from hookcli.warnsummary import summarised_warnings
-
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(
-        input,
-        batch_size,
-        device,
-        dtype,
-        mode,
-        Mode.EVAL,
-        True,
+    return cli_command(
+        model=model,
+        kwargs=kwargs,
+        weights=weights,
+        trust_pickle=trust_pickle,
+        input=input,
         input_file=input_file,
         inputs_from=inputs_from,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        mode=mode,
+        depth=depth,
+        backward=backward,
+        limit=limit,
+        filter=filter,
+        format=format,
+        output=output,
+        baseline=baseline,
+        update_baseline=update_baseline,
+        rtol=rtol,
+        atol=atol,
+        annotate=annotate,
+        junit=junit,
+        seed=seed,
+        debug=debug,
     )
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    out = output_options(format, output, depth, debug, ci)
-
-    with summarised_warnings(debug) as warned:
-        prepared = prepare(mopts, ropts)
-        probe = TraceProbe()
-        with warnings.catch_warnings():
-            # The first module's inputs never require grad: torch warns that its full
-            # backward hook sees no grad_input. The trace shows that as empty shapes.
-            warnings.filterwarnings("ignore", message="Full backward hook is firing")
-            outcome = run_session(
-                prepared,
-                [probe],
-                mode=ropts.mode,
-                global_hooks=True,
-                always_call=True,
-                backward=backward,
-            )
-        warned.keep = outcome.error is None  # on failure the error is the one line to read
-    report = trace_report(
-        prepared, probe, outcome, depth=out.depth, filter=filter, limit=limit, backward=backward
-    )
-    code = emit(report, out)
-    if outcome.error is not None:
-        raise outcome.error
-    return code

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from hookcli.options import Annotate, Format, Mode
 from hookcli.session import Frame, Probe
 from hookcli.structures import shapes_of
 
@@ -144,8 +146,8 @@ def trace_report(
     """The events kept by --depth, --filter and --limit; totals over every event."""
     from collections import Counter
 
-    from hookcli.render import Column, fmt_float, fmt_shapes
-    from hookcli.report import Report, Row, shapes_list
+    from hookcli.render import fmt_float, fmt_shapes
+    from hookcli.report import Column, Report, Row, shapes_list
 
     events = probe.events
     kept = [
@@ -231,3 +233,78 @@ def trace_report(
         ),
         table_totals=tuple(table_totals),
     )
+
+
+def cli_command(
+    *,
+    model: str,
+    kwargs: list[str] | None,
+    weights: Path | None,
+    trust_pickle: bool,
+    input: list[str] | None,
+    input_file: Path | None,
+    inputs_from: str | None,
+    batch_size: int | None,
+    device: str,
+    dtype: str | None,
+    mode: Mode | None,
+    depth: int | None,
+    backward: bool,
+    limit: int | None,
+    filter: str | None,
+    format: Format,
+    output: Path | None,
+    baseline: Path | None,
+    update_baseline: bool,
+    rtol: float | None,
+    atol: float | None,
+    annotate: Annotate | None,
+    junit: Path | None,
+    seed: int,
+    debug: bool,
+) -> int:
+    """The trace command's run (``hookcli trace``): build, run, emit the events."""
+    import warnings
+
+    from hookcli.cliopts import ci_options, model_options, output_options, run_options
+    from hookcli.pipeline import emit, prepare, run_session
+    from hookcli.warnsummary import summarised_warnings
+
+    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
+    ropts = run_options(
+        input,
+        batch_size,
+        device,
+        dtype,
+        mode,
+        Mode.EVAL,
+        True,
+        input_file=input_file,
+        inputs_from=inputs_from,
+    )
+    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
+    out = output_options(format, output, depth, debug, ci)
+
+    with summarised_warnings(debug) as warned:
+        prepared = prepare(mopts, ropts)
+        probe = TraceProbe()
+        with warnings.catch_warnings():
+            # The first module's inputs never require grad: torch warns that its full
+            # backward hook sees no grad_input. The trace shows that as empty shapes.
+            warnings.filterwarnings("ignore", message="Full backward hook is firing")
+            outcome = run_session(
+                prepared,
+                [probe],
+                mode=ropts.mode,
+                global_hooks=True,
+                always_call=True,
+                backward=backward,
+            )
+        warned.keep = outcome.error is None  # on failure the error is the one line to read
+    report = trace_report(
+        prepared, probe, outcome, depth=out.depth, filter=filter, limit=limit, backward=backward
+    )
+    code = emit(report, out)
+    if outcome.error is not None:
+        raise outcome.error
+    return code

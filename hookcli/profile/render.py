@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hookcli.render import Column, fmt_int
+from hookcli.render import fmt_int
+from hookcli.report import Column
 
 if TYPE_CHECKING:
-    from hookcli.profile.runner import ProfilePlan
+    from hookcli.profile.plan import ProfilePlan
     from hookcli.report import Report
 
 
@@ -23,20 +24,20 @@ def fmt_pct(value: Any) -> str:
 
 def fmt_rate(value: Any) -> str:
     """FLOP/s with an SI prefix (12.3 G); '-' for None."""
-    from hookcli.sizes import fmt_count
+    from hookcli.render import fmt_count
 
     return "-" if value is None else fmt_count(int(value))
 
 
 def fmt_bytes_or_dash(value: Any) -> str:
-    from hookcli.sizes import fmt_size
+    from hookcli.render import fmt_bytes
 
-    return fmt_size(value)
+    return fmt_bytes(value, binary=True)
 
 
 def columns(backward: bool, memory: bool) -> list[Column]:
     """The table columns."""
-    from hookcli.sizes import fmt_count
+    from hookcli.render import fmt_count
 
     cols = [
         Column("name", "Module"),
@@ -73,7 +74,7 @@ def notes(plan: ProfilePlan, timer: str) -> list[str]:
 
 def totals_lines(t: dict[str, Any]) -> list[tuple[str, str]]:
     """The totals block."""
-    from hookcli.sizes import fmt_count
+    from hookcli.render import fmt_count
 
     out = [
         (

@@ -2,7 +2,7 @@
 
 A run is, in order:
 
-1. the *counting pass*: ``hookcli.costing.measure`` with cost's ``CostProbe`` counts
+1. the *counting pass*: ``hookcli.cost.runner.measure`` with cost's ``CostProbe`` counts
    every module call's FLOPs (and, with ``--backward``, its backward FLOPs) and
    gives the call tree; no clock runs while the counter's dispatch mode is on;
 2. ``--warmup`` untimed passes, bare and hooked;
@@ -17,54 +17,27 @@ both timed the same way around the model call in the same process.
 
 from __future__ import annotations
 
-import enum
 import sys
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import RunError, UsageError
-from hookcli.options import Mode
+from hookcli.options import Annotate, Format, Mode
 from hookcli.profile.figures import CallTree, Spread, Timings, spread
+from hookcli.profile.plan import Measured, ProfilePlan, SortKey
 
 if TYPE_CHECKING:
     from torch import nn
 
+    from hookcli.cost.probe import CostProbe
     from hookcli.pipeline import Prepared
-    from hookcli.probes.cost import CostProbe
     from hookcli.profile.clocks import Clock
     from hookcli.profile.hooks import TimingHooks
     from hookcli.report import Report
     from hookcli.session import CallRecord
-
-
-class SortKey(str, enum.Enum):
-    """The table order (``--sort``): most first."""
-
-    SELF = "self"
-    INCLUSIVE = "inclusive"
-    CALLS = "calls"
-    FLOPS = "flops"
-
-
-@dataclass(frozen=True)
-class ProfilePlan:
-    """The options of ``profile``, checked."""
-
-    backward: bool = False
-    warmup: int = 2
-    repeat: int = 10
-    sort: SortKey = SortKey.SELF
-    max_ms: tuple[tuple[str, float], ...] = ()
-    sync: bool = False
-    depth: int | None = None
-    trace_out: Path | None = None
-    plot: Path | None = None
-    top: int = 20
-    progress: bool = False  # a progress bar on stderr (the CLI, on a terminal)
 
 
 def parse_max_ms(text: str) -> tuple[str, float]:
@@ -114,7 +87,7 @@ def plan_profile(
     gates = tuple(parse_max_ms(t) for t in texts)
     trace_path = Path(trace_out) if trace_out is not None else None
     plot_path = Path(plot) if plot is not None else None
-    from hookcli.plot.gradflow import check_plot_path
+    from hookcli.grads.plot import check_plot_path
 
     if plot_path is not None:
         check_plot_path(plot_path)
@@ -141,23 +114,6 @@ def call_tree(probe: CostProbe, records: Sequence[CallRecord]) -> CallTree:
 
 
 # -- the timed passes ------------------------------------------------------------------------
-
-
-@dataclass
-class Measured:
-    """Everything the passes measured (raw: the report is built from it)."""
-
-    tree: CallTree
-    probe: CostProbe
-    clock: Clock
-    hooks: TimingHooks | None = None
-    timings: Timings | None = None
-    bare_ns: tuple[int, ...] = ()
-    hooked_ns: tuple[int, ...] = ()
-    backward_ns: tuple[int, ...] = ()
-    pass_starts: tuple[int, ...] = ()  # perf_counter_ns at each timed forward's start
-    backward_starts: tuple[int, ...] = ()
-    memory: list[int] | None = None  # per module slot, bytes (cuda)
 
 
 def _with_grad(value: Any) -> Any:
@@ -580,7 +536,7 @@ def _totals(m: Measured, plan: ProfilePlan) -> dict[str, Any]:
 
 def collect(prepared: Prepared, plan: ProfilePlan) -> tuple[Measured | None, RunError | None]:
     """The counting pass, then the timed passes. A model failure is returned, not raised."""
-    from hookcli.costing import measure
+    from hookcli.cost.runner import measure
     from hookcli.profile.clocks import make_clock
 
     device = prepared.settings["device"]
@@ -621,3 +577,55 @@ def run_profile(prepared: Prepared, plan: ProfilePlan) -> tuple[Report, RunError
 def _title(prepared: Prepared) -> str:
     info = prepared.model_info()
     return f"hookcli profile {info.get('spec') or info.get('class')}"
+
+
+def cli_command(
+    *,
+    model: str,
+    kwargs: list[str] | None,
+    weights: Path | None,
+    trust_pickle: bool,
+    input: list[str] | None,
+    batch_size: int | None,
+    device: str,
+    dtype: str | None,
+    mode: Mode | None,
+    backward: bool,
+    warmup: int,
+    repeat: int,
+    sync: bool,
+    sort: Any,
+    depth: int | None,
+    trace_out: Path | None,
+    plot: Path | None,
+    max_ms: list[str] | None,
+    format: Format,
+    output: Path | None,
+    baseline: Path | None,
+    update_baseline: bool,
+    rtol: float | None,
+    atol: float | None,
+    annotate: Annotate | None,
+    junit: Path | None,
+    seed: int,
+    debug: bool,
+) -> int:
+    """The profile command's run (``hookcli profile``): plan, build, time, emit."""
+    import sys
+
+    from hookcli.cliopts import ci_options, model_options, output_options, run_options
+    from hookcli.pipeline import emit, prepare
+
+    plan = plan_profile(
+        backward, warmup, repeat, sort, max_ms, sync, depth, trace_out, plot,
+        progress=sys.stderr.isatty(),
+    )  # fmt: skip
+    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
+    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
+    ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL)
+    out = output_options(format, output, depth, debug, ci)
+    report, error = run_profile(prepare(mopts, ropts), plan)
+    code = emit(report, out)
+    if error is not None:
+        raise error
+    return code

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from hookcli.profile.runner import Measured
+    from hookcli.profile.plan import Measured
 
 
 def _us(ns: int, origin: int) -> float:

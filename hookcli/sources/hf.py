@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from hookcli.errors import LoadError, UsageError, first_line
 
 if TYPE_CHECKING:
-    from hookcli.loading import LoadedModel
+    from hookcli.sources import LoadedModel
 
 # HEAD -> the transformers Auto class that builds it
 HEADS = {
@@ -131,7 +131,7 @@ def build(name: str, kwargs: dict[str, Any], seed: int) -> LoadedModel:
     """Build ``hf:NAME[:HEAD]`` from its config, seeded, with default inputs from the config."""
     import torch
 
-    from hookcli.loading import LoadedModel
+    from hookcli.sources import LoadedModel
 
     tf = _transformers()
     model_name, head = _split(name)
@@ -479,7 +479,7 @@ def _image_tokens(module: Any, out: _Inputs) -> int | None:
     returns for these pixel values (run on the model's device; on meta, nothing runs)."""
     import torch
 
-    from hookcli.inputs import meta_with_values
+    from hookcli.inputs.grammar import meta_with_values
     from hookcli.metavalues import MetaValues
 
     fn = getattr(module, "get_image_features", None)

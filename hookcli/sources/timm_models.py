@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from hookcli.errors import LoadError, first_line
 
 if TYPE_CHECKING:
-    from hookcli.loading import LoadedModel
+    from hookcli.sources import LoadedModel
 
 
 def _timm() -> Any:
@@ -30,7 +30,7 @@ def build(name: str, kwargs: dict[str, Any], seed: int) -> LoadedModel:
     """``timm.create_model(name, pretrained=False, **kwargs)``, seeded."""
     import torch
 
-    from hookcli.loading import LoadedModel
+    from hookcli.sources import LoadedModel
 
     timm = _timm()
     if not timm.is_model(name):

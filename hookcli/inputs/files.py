@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from hookcli.inputs import InputInfo, Inputs
+    from hookcli.inputs.grammar import InputInfo, Inputs
 
 SUFFIXES = (".pt", ".pth", ".safetensors", ".npz", ".npy")
 _FORMATS = ".pt/.pth (torch.save), .safetensors, .npz or .npy"
@@ -285,7 +285,7 @@ def _kwargs(mapping: Mapping[Any, Any]) -> dict[str, Any]:
 
 def infos_of(names: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[InputInfo]:
     """One InputInfo per tensor anywhere in the inputs, named by its path."""
-    from hookcli.inputs import InputInfo, dtype_name
+    from hookcli.inputs.grammar import InputInfo, dtype_name
     from hookcli.structures import iter_named_tensors
 
     out: list[InputInfo] = []
@@ -342,7 +342,7 @@ def real_inputs(
 ) -> Inputs:
     """The Inputs of ``--input-file`` (``preloaded``: what it holds, read before the build)
     or of ``--inputs-from``, moved and cast."""
-    from hookcli.inputs import Inputs, positional_names, torch_dtype
+    from hookcli.inputs.grammar import Inputs, positional_names, torch_dtype
 
     if input_file is not None:
         value = preloaded if preloaded is not None else read_input_file(input_file)
@@ -374,7 +374,7 @@ def _check_signature(
     """Arguments forward cannot take are exit 2, with forward's signature."""
     import inspect
 
-    from hookcli.inputs import _plain_signature
+    from hookcli.inputs.grammar import _plain_signature
 
     try:
         sig = inspect.signature(model.forward)

@@ -28,7 +28,8 @@ import torch
 from torch import nn
 
 from hookcli.options import HookKind
-from hookcli.render import Column, fmt_float, fmt_text
+from hookcli.render import fmt_float, fmt_text
+from hookcli.report import Column
 from hookcli.session import Probe
 from hookcli.structures import iter_tensors
 
@@ -597,3 +598,11 @@ def param_table(rows: Sequence[Row]) -> str:
     return tabulate.tabulate(
         body, headers=headers, colalign=align, tablefmt="simple", disable_numparse=True
     )
+
+
+def backward_probes(kinds: Sequence[HookKind]) -> list[Probe]:
+    """The gradient probes for the backward kinds among ``kinds`` (may be empty)."""
+    wanted = [k for k in kinds if k.is_backward]
+    if not wanted:
+        return []
+    return [GradProbe(frozenset(wanted))]

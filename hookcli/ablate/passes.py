@@ -461,7 +461,7 @@ class _GradState:
         """[norm of each group..., total norm, L2 of the change from the clean grads]."""
         import torch
 
-        from hookcli.probes.grads import tensor_norm
+        from hookcli.grads.probe import tensor_norm
 
         zero = torch.zeros((), dtype=torch.float64, device=device)
         group_sq = [zero] * len(self.groups)

@@ -4,7 +4,7 @@ Three instruments run together in one forward pass with grad enabled (the
 *measured pass*):
 
 - a ``TorchDispatchMode`` sees every aten op below autograd, counts its FLOPs
-  with ``hookcli.flops.FORMULAS`` and books them on the innermost module call
+  with ``hookcli.cost.flops.FORMULAS`` and books them on the innermost module call
   under way (the module stack is kept from the session's forward-pre/forward
   hooks); ops with no formula are tallied as uncounted, with the calls they ran in;
 - ``torch.autograd.graph.saved_tensors_hooks`` sees every tensor autograd saves
@@ -33,7 +33,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hookcli.flops import FORMULAS, ZERO_FLOP_OPS, op_name
+from hookcli.cost.flops import FORMULAS, ZERO_FLOP_OPS, op_name
 from hookcli.session import CallRecord, Frame, Probe
 from hookcli.structures import iter_tensors
 

@@ -42,7 +42,8 @@ from torch import nn
 from hookcli.checks import layer_label
 from hookcli.checks.origin import nonfinite_origin
 from hookcli.options import HookKind
-from hookcli.render import Column, fmt_float, fmt_int
+from hookcli.render import fmt_float, fmt_int
+from hookcli.report import Column
 from hookcli.session import CallRecord, Frame, HookSession, Probe
 from hookcli.structures import iter_tensors
 

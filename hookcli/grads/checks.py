@@ -19,7 +19,7 @@ from hookcli.options import HookKind
 from hookcli.report import CheckResult
 
 if TYPE_CHECKING:
-    from hookcli.probes.grads import CallGrad, GradFindings
+    from hookcli.grads.probe import CallGrad, GradFindings
     from hookcli.session import CallRecord
 
 FAIL_ON = ("nan", "inf", "unused", "zero-grad", "dead")

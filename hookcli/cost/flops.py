@@ -33,7 +33,7 @@ from typing import Any
 
 import torch
 
-from hookcli.quantized_flops import QUANTIZED_FORMULAS
+from hookcli.cost.quantized_flops import QUANTIZED_FORMULAS
 
 aten = torch.ops.aten
 Formula = Callable[..., int]

@@ -2,27 +2,32 @@
 
 ``plan_cost`` checks the options, ``run_cost`` measures a prepared model and builds
 the report (``hookcli cost`` and ``hookcli.cost`` both go through them). The
-counting itself is ``hookcli.probes.cost``; the FLOP formulas ``hookcli.flops``.
+counting itself is ``hookcli.cost.probe``; the FLOP formulas ``hookcli.cost.flops``.
 """
 
 from __future__ import annotations
 
 import enum
+import functools
 import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hookcli.options import Mode
+from hookcli.render import fmt_bytes
 
 if TYPE_CHECKING:
     from torch import nn
 
+    from hookcli.cost.probe import CallCost, CostProbe
     from hookcli.errors import RunError
     from hookcli.pipeline import Prepared
-    from hookcli.probes.cost import CallCost, CostProbe
-    from hookcli.render import Column
-    from hookcli.report import CheckResult, Report, Row
+    from hookcli.report import CheckResult, Column, Report, Row
     from hookcli.session import CallRecord
+
+
+# Memory in binary units (KiB, MiB, GiB), as cost has always printed it.
+_size = functools.partial(fmt_bytes, binary=True)
 
 
 class Optimizer(str, enum.Enum):
@@ -77,8 +82,8 @@ def plan_cost(
     global_hooks: bool = False,
 ) -> CostPlan:
     """Check the options of ``cost`` (UsageError): sizes like ``24GiB``, counts like ``4.1G``."""
+    from hookcli.cost.sizes import parse_count, parse_size
     from hookcli.errors import UsageError
-    from hookcli.sizes import parse_count, parse_size
 
     try:
         opt, total = Optimizer(optimizer), MemoryTotal(memory_for)
@@ -104,10 +109,10 @@ def measure(
     Returns the probe, the records of the measured pass and the failure, if any.
     """
 
+    from hookcli.cost.probe import CostProbe
     from hookcli.errors import RunError
     from hookcli.losses import reduce_output
     from hookcli.pipeline import note_meta_assumptions
-    from hookcli.probes.cost import CostProbe
     from hookcli.session import HookSession
 
     assert prepared.inputs is not None
@@ -268,8 +273,8 @@ def _uncounted_note(probe: CostProbe) -> str:
 
 
 def _checks(totals: dict[str, Any], plan: CostPlan) -> tuple[CheckResult, ...]:
+    from hookcli.render import fmt_count
     from hookcli.report import CheckResult
-    from hookcli.sizes import fmt_count, fmt_size
 
     limit, memory_for, flop_limit = plan.max_memory, plan.memory_for, plan.max_flops
     out = []
@@ -291,8 +296,8 @@ def _checks(totals: dict[str, Any], plan: CostPlan) -> tuple[CheckResult, ...]:
             CheckResult(
                 "max-memory",
                 ok,
-                f"{memory_for.value} total {fmt_size(value)} ({value:,} bytes) "
-                f"{'<=' if ok else '>'} {fmt_size(limit)} ({limit:,} bytes)",
+                f"{memory_for.value} total {_size(value)} ({value:,} bytes) "
+                f"{'<=' if ok else '>'} {_size(limit)} ({limit:,} bytes)",
             )
         )
     return tuple(out)
@@ -362,25 +367,24 @@ def over_memory(report: Report) -> CheckResult | None:
 
 def _table_columns(kinds: Any, backward: bool) -> list[Column]:
     from hookcli.layers import shape_columns
-    from hookcli.render import Column
-    from hookcli.sizes import fmt_count, fmt_size
+    from hookcli.render import fmt_count
+    from hookcli.report import Column
 
     cols = [c for c in shape_columns(kinds) if c.key != "input_shapes"]
     cols.append(Column("flops", "FLOPs", fmt_count, "right"))
     cols.append(Column("macs", "MACs", fmt_count, "right"))
     if backward:
         cols.append(Column("backward_flops", "Bwd FLOPs", fmt_count, "right"))
-    cols.append(Column("param_bytes", "Params", fmt_size, "right"))
-    cols.append(Column("output_bytes", "Output", fmt_size, "right"))
-    cols.append(Column("saved_bytes", "Saved", fmt_size, "right"))
+    cols.append(Column("param_bytes", "Params", _size, "right"))
+    cols.append(Column("output_bytes", "Output", _size, "right"))
+    cols.append(Column("saved_bytes", "Saved", _size, "right"))
     return cols
 
 
 def _table_totals(
     t: dict[str, Any], probe: CostProbe, optimizer: Optimizer
 ) -> list[tuple[str, str]]:
-    from hookcli.render import fmt_int
-    from hookcli.sizes import fmt_count, fmt_size
+    from hookcli.render import fmt_count, fmt_int
 
     out = [
         ("Forward FLOPs", f"{fmt_count(t['flops'])} ({fmt_int(t['flops'])}; a multiply-add is 2)"),
@@ -391,31 +395,31 @@ def _table_totals(
             ("Backward FLOPs", f"{fmt_count(t['backward_flops'])} ({fmt_int(t['backward_flops'])})")
         )
     out.append(("Not counted", _uncounted_note(probe)))
-    out.append(("Params", f"{fmt_int(t['params'])} ({fmt_size(t['param_bytes'])})"))
-    out.append(("Buffers", fmt_size(t["buffer_bytes"])))
+    out.append(("Params", f"{fmt_int(t['params'])} ({_size(t['param_bytes'])})"))
+    out.append(("Buffers", _size(t["buffer_bytes"])))
     state = t["optimizer_state_bytes"]
     out.append(
         (
             "Training step",
-            f"{fmt_size(t['train_step_bytes'])} = params + buffers + grads "
-            f"{fmt_size(t['grad_bytes'])} + {optimizer.value} state {fmt_size(state)} "
-            f"+ saved activations {fmt_size(t['saved_bytes'])}",
+            f"{_size(t['train_step_bytes'])} = params + buffers + grads "
+            f"{_size(t['grad_bytes'])} + {optimizer.value} state {_size(state)} "
+            f"+ saved activations {_size(t['saved_bytes'])}",
         )
     )
     if "train_peak_bytes" in t:
         out.append(
             (
                 "Training peak",
-                f"{fmt_size(t['train_peak_bytes'])} = params + buffers + {optimizer.value} state "
+                f"{_size(t['train_peak_bytes'])} = params + buffers + {optimizer.value} state "
                 f"+ peak live tensors in forward and backward (activations, saved, grads) "
-                f"{fmt_size(t['train_peak_activation_bytes'])}",
+                f"{_size(t['train_peak_activation_bytes'])}",
             )
         )
     out.append(
         (
             "Inference",
-            f"{fmt_size(t['inference_bytes'])} = params + buffers + peak live activations "
-            f"{fmt_size(t['peak_activation_bytes'])}",
+            f"{_size(t['inference_bytes'])} = params + buffers + peak live activations "
+            f"{_size(t['peak_activation_bytes'])}",
         )
     )
     return out

@@ -39,11 +39,11 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from hookcli.checks.grads import GradGates
-    from hookcli.distributed import DistContext
+    from hookcli.distributed.launch import DistContext
+    from hookcli.distributed.ranks import Divergence
+    from hookcli.grads.checks import GradGates
     from hookcli.options import Mode, ModelOptions, OutputOptions, RunOptions
     from hookcli.pipeline import Prepared
-    from hookcli.ranks import Divergence
     from hookcli.report import CheckResult, Row
     from hookcli.session import CallRecord, Probe
 
@@ -440,7 +440,7 @@ def launch_fsdp(
     global_hooks: bool,
 ) -> int:
     """Check the --fsdp options, then run ``body`` on this rank (``distributed.launch``)."""
-    from hookcli.distributed import launch
+    from hookcli.distributed.launch import launch
 
     if not fsdp:
         raise UsageError("--shard needs --fsdp (under torchrun or srun)")
@@ -549,7 +549,7 @@ def _nonfinite_check(name: str, run: FsdpRun, findings: Any) -> CheckResult:
 
 def _call_grad_probe() -> Any:
     """GradProbe without its per-parameter figures (a DTensor's norm is a collective)."""
-    from hookcli.probes.grads import GradProbe
+    from hookcli.grads.probe import GradProbe
 
     class CallGradProbe(GradProbe):
         def attach(self, session: Any) -> None:
@@ -588,7 +588,7 @@ def run_grads(
     classes: Sequence[str] = (),
 ) -> int:
     """``grads --fsdp`` on this rank; rank 0 writes the merged report. The exit status."""
-    from hookcli.ddp import _rank_rows, prepare_rank
+    from hookcli.distributed.ddp import _rank_rows, prepare_rank
     from hookcli.layers import layer_rows
     from hookcli.losses import reduce_output
 
@@ -661,14 +661,19 @@ def _report_grads(
     ranks: Sequence[FsdpGradsRank],
     classes: Sequence[str],
 ) -> int:
-    from hookcli.ddp import _fmt_per_rank, _fmt_ranks, _fmt_unused_per_rank
+    from hookcli.distributed.ddp import _fmt_per_rank, _fmt_ranks, _fmt_unused_per_rank
+    from hookcli.distributed.ranks import (
+        desync_check,
+        merge_checks,
+        merge_rows,
+        spread,
+        unused_check,
+    )
     from hookcli.layers import PARAM_COLUMNS, shape_columns
     from hookcli.modelinfo import totals
     from hookcli.pipeline import emit
-    from hookcli.ranks import desync_check, merge_checks, merge_rows, spread, unused_check
-    from hookcli.render import Column, fmt_float, fmt_int
-    from hookcli.report import Report, Row
-    from hookcli.sizes import fmt_size
+    from hookcli.render import fmt_bytes, fmt_float, fmt_int
+    from hookcli.report import Column, Report, Row
 
     merged = merge_rows([r.rows for r in ranks])
     own = _own(prepared.model)
@@ -785,7 +790,7 @@ def _report_grads(
         (
             "Shard params per rank",
             " | ".join(
-                f"{fmt_int(n)} ({fmt_size(b)})"
+                f"{fmt_int(n)} ({fmt_bytes(b, binary=True)})"
                 for n, b in zip(shard_params, shard_bytes, strict=True)
             ),
         ),
@@ -857,14 +862,14 @@ def run_inspect(
     classes: Sequence[str] = (),
 ) -> int:
     """``inspect --fsdp``: every rank's calls on the sharded model, with shard sizes."""
-    from hookcli.ddp import _fmt_per_rank, _fmt_ranks, _rank_rows, prepare_rank
+    from hookcli.distributed.ddp import _fmt_per_rank, _fmt_ranks, _rank_rows, prepare_rank
+    from hookcli.distributed.ranks import merge_rows
+    from hookcli.grads.probe import backward_probes
     from hookcli.layers import PARAM_COLUMNS, inspect_totals, layer_rows, shape_columns
     from hookcli.losses import reduce_output
     from hookcli.pipeline import emit
-    from hookcli.probes import backward_probes
-    from hookcli.ranks import merge_rows
-    from hookcli.render import Column, fmt_int
-    from hookcli.report import Report
+    from hookcli.render import fmt_int
+    from hookcli.report import Column, Report
 
     prepared = ctx.step("building the model", lambda: prepare_rank(ctx, mopts, ropts))
     probes = backward_probes(kinds)
@@ -933,15 +938,21 @@ def run_stats(
 ) -> int:
     """``stats --fsdp``: per-rank statistics of every call of the sharded model."""
     from hookcli.checks import layer_label
-    from hookcli.checks.stats import CallStats, stats_checks
-    from hookcli.ddp import STATS_PER_RANK, _fmt_per_rank, _fmt_ranks, _rank_rows, prepare_rank
+    from hookcli.distributed.ddp import (
+        STATS_PER_RANK,
+        _fmt_per_rank,
+        _fmt_ranks,
+        _rank_rows,
+        prepare_rank,
+    )
+    from hookcli.distributed.ranks import desync_check, merge_checks, merge_rows
     from hookcli.layers import layer_rows, shape_columns
     from hookcli.losses import reduce_output
     from hookcli.pipeline import emit
-    from hookcli.probes.stats import StatsProbe
-    from hookcli.ranks import desync_check, merge_checks, merge_rows
-    from hookcli.render import Column, fmt_float, fmt_int
-    from hookcli.report import Report
+    from hookcli.render import fmt_float, fmt_int
+    from hookcli.report import Column, Report
+    from hookcli.stats.checks import CallStats, stats_checks
+    from hookcli.stats.probe import StatsProbe
 
     prepared = ctx.step("building the model", lambda: prepare_rank(ctx, mopts, ropts))
     probe = StatsProbe(kinds)
@@ -1104,13 +1115,13 @@ def run_cost(
     classes: Sequence[str] = (),
 ) -> int:
     """``cost --fsdp``: the cost report, plus memory per rank under FSDP2 and under DDP."""
-    from hookcli.costing import STATE_COPIES, over_memory
-    from hookcli.costing import run_cost as cost_once
-    from hookcli.ddp import prepare_rank
+    from hookcli.cost.runner import STATE_COPIES, over_memory
+    from hookcli.cost.runner import run_cost as cost_once
+    from hookcli.distributed.ddp import prepare_rank
     from hookcli.errors import ResourceError
     from hookcli.pipeline import emit
+    from hookcli.render import fmt_bytes
     from hookcli.report import Row
-    from hookcli.sizes import fmt_size
 
     prepared = ctx.step(
         "building the model", lambda: prepare_rank(ctx, mopts, ropts, allow_meta=True)
@@ -1187,8 +1198,8 @@ def run_cost(
     lines.append(("Memory per rank", f"DDP | FSDP2 on {ctx.world_size} ranks (rank 0, 1, ...)"))
     for row in rows:
         d = row.data
-        fsdp = ", ".join(fmt_size(v) for v in d["fsdp_bytes_per_rank"])
-        lines.append((f"  {d['component']}", f"{fmt_size(d['ddp_bytes'])} | {fsdp}"))
+        fsdp = ", ".join(fmt_bytes(v, binary=True) for v in d["fsdp_bytes_per_rank"])
+        lines.append((f"  {d['component']}", f"{fmt_bytes(d['ddp_bytes'], binary=True)} | {fsdp}"))
     peak_units = " + ".join(gathered[0]["all_gather_peak_units"])
     lines.append(("  all-gather peak is", f"{peak_units}, unsharded"))
     final = dataclasses.replace(

@@ -5,7 +5,7 @@ inputs from a Generator seeded with ``seed + rank``, wraps the model in
 ``DistributedDataParallel`` and runs one forward (and backward) with the
 command's hooks on the wrapped module. The ranks agree after every stage
 (``DistContext.sync``), compare their reduced gradients and buffers with rank
-0's, and send their rows to rank 0, which merges them (``hookcli.ranks``) and
+0's, and send their rows to rank 0, which merges them (``hookcli.distributed.ranks``) and
 alone writes the report.
 """
 
@@ -23,13 +23,12 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from hookcli.checks.grads import GradGates
-    from hookcli.distributed import DistContext
+    from hookcli.distributed.launch import DistContext
+    from hookcli.distributed.ranks import Divergence, RankRows
+    from hookcli.grads.checks import GradGates
     from hookcli.options import Mode, ModelOptions, OutputOptions, RunOptions
     from hookcli.pipeline import Prepared
-    from hookcli.ranks import Divergence, RankRows
-    from hookcli.render import Column
-    from hookcli.report import CheckResult, Row
+    from hookcli.report import CheckResult, Column, Row
     from hookcli.session import CallRecord, Probe
 
 DESYNC = "desync"
@@ -47,7 +46,7 @@ def launch_command(
     need_tensor: bool = True,
 ) -> int:
     """Check the --ddp options, then run ``body`` on this rank (``distributed.launch``)."""
-    from hookcli.distributed import launch
+    from hookcli.distributed.launch import launch
 
     if not ddp:
         raise UsageError("--backend needs --ddp (under torchrun or srun)")
@@ -78,7 +77,7 @@ def prepare_rank(
     ctx: DistContext, mopts: ModelOptions, ropts: RunOptions, allow_meta: bool = False
 ) -> Prepared:
     """The model built with ``--seed`` (as on every rank); inputs drawn with seed + rank."""
-    from hookcli.distributed import redraw_inputs
+    from hookcli.distributed.launch import redraw_inputs
     from hookcli.pipeline import Prepared, build_model, prepare
 
     if ctx.device == "meta" and not allow_meta:
@@ -150,8 +149,8 @@ def run_ddp_session(
     """
     import torch
 
-    from hookcli.distributed import wrap_ddp
-    from hookcli.probes.grads import tensor_norm
+    from hookcli.distributed.launch import wrap_ddp
+    from hookcli.grads.probe import tensor_norm
     from hookcli.session import HookSession
 
     model = prepared.model
@@ -212,7 +211,7 @@ def run_ddp_session(
 
 
 def _rank_rows(rank: int, rows: Sequence[Row], extra: Callable[[Row], dict[str, Any]]) -> RankRows:
-    from hookcli.ranks import RankRows
+    from hookcli.distributed.ranks import RankRows
 
     return RankRows(rank, tuple(({**dict(r.data), **extra(r)}, dict(r.display)) for r in rows))
 
@@ -321,10 +320,10 @@ def run_grads(
     broadcast_buffers: bool = True,
 ) -> int:
     """``grads --ddp`` on this rank; rank 0 writes the merged report. The exit status."""
-    from hookcli.checks.grads import GradGates, run_checks
+    from hookcli.grads.checks import GradGates, run_checks
+    from hookcli.grads.probe import GradProbe
     from hookcli.layers import layer_rows
     from hookcli.losses import reduce_output
-    from hookcli.probes.grads import GradProbe
 
     prepared = ctx.step("building the model", lambda: prepare_rank(ctx, mopts, ropts))
     model = prepared.model
@@ -419,12 +418,12 @@ def _report_grads(
     ranks: Sequence[GradsRank],
     resynced: bool = True,
 ) -> int:
+    from hookcli.distributed.ranks import desync_check, merge_checks, merge_rows, unused_check
     from hookcli.layers import PARAM_COLUMNS, param_totals, shape_columns
     from hookcli.modelinfo import totals
     from hookcli.pipeline import emit
-    from hookcli.ranks import desync_check, merge_checks, merge_rows, unused_check
-    from hookcli.render import Column, fmt_float
-    from hookcli.report import Report
+    from hookcli.render import fmt_float
+    from hookcli.report import Column, Report
 
     rows = tuple(_per_module(row, ranks) for row in merge_rows([r.rows for r in ranks]))
     checks = list(merge_checks([r.checks for r in ranks]))
@@ -514,7 +513,7 @@ def _per_module(row: Row, ranks: Sequence[GradsRank]) -> Row:
 
 
 def _spread(values: Sequence[float | None]) -> float | None:
-    from hookcli.ranks import spread
+    from hookcli.distributed.ranks import spread
 
     return spread(values)
 
@@ -542,6 +541,8 @@ def run_inspect(
     kinds: tuple[HookKind, ...],
 ) -> int:
     """``inspect --ddp``: every rank's calls; rows say on which ranks each call ran."""
+    from hookcli.distributed.ranks import merge_rows
+    from hookcli.grads.probe import backward_probes
     from hookcli.layers import (
         PARAM_COLUMNS,
         inspect_totals,
@@ -551,10 +552,7 @@ def run_inspect(
     )
     from hookcli.losses import reduce_output
     from hookcli.pipeline import emit
-    from hookcli.probes import backward_probes
-    from hookcli.ranks import merge_rows
-    from hookcli.render import Column
-    from hookcli.report import Report
+    from hookcli.report import Column, Report
 
     prepared = ctx.step("building the model", lambda: prepare_rank(ctx, mopts, ropts))
     probes = backward_probes(kinds)
@@ -613,14 +611,13 @@ def run_stats(
 ) -> int:
     """``stats --ddp``: per-rank statistics of every call; checks over all ranks."""
     from hookcli.checks import layer_label
-    from hookcli.checks.stats import CallStats, stats_checks
+    from hookcli.distributed.ranks import desync_check, merge_checks, merge_rows
     from hookcli.layers import layer_rows, shape_columns
     from hookcli.losses import reduce_output
     from hookcli.pipeline import emit
-    from hookcli.probes.stats import StatsProbe
-    from hookcli.ranks import desync_check, merge_checks, merge_rows
-    from hookcli.render import Column
-    from hookcli.report import Report
+    from hookcli.report import Column, Report
+    from hookcli.stats.checks import CallStats, stats_checks
+    from hookcli.stats.probe import StatsProbe
 
     prepared = ctx.step("building the model", lambda: prepare_rank(ctx, mopts, ropts))
     probe = StatsProbe(kinds)

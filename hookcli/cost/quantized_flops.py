@@ -4,7 +4,7 @@ A model converted with ``torch.ao.quantization`` runs ``quantized::conv2d`` and
 ``quantized::linear`` instead of ``aten.convolution``/``aten.addmm``; torch's flop
 registry has no entry for them, so ``cost`` said "Forward FLOPs: 0". The work is the
 same multiply-accumulates as the float layer's (int8 instead of float), counted with
-the same convention as ``hookcli.flops``: a multiply-add is 2 FLOPs.
+the same convention as ``hookcli.cost.flops``: a multiply-add is 2 FLOPs.
 
 - conv (1d/2d/3d, with or without the fused ReLU): MACs = output elements x
   (in_channels / groups) x kernel elements, i.e. ``out.numel() * prod(weight.shape[1:])``;

@@ -1,4 +1,5 @@
-"""Sizes and counts as people write them: ``24GiB``, ``500MB`` in; ``1.50 GiB``, ``4.09 G`` out.
+"""Sizes and counts as people write them: ``24GiB``, ``500MB``, ``4.1G`` (``--max-memory``,
+``--max-flops``). Printed back by ``hookcli.render.fmt_bytes`` and ``fmt_count``.
 
 No torch import: option values are parsed before the model is built.
 """
@@ -6,7 +7,6 @@ No torch import: option values are parsed before the model is built.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from hookcli.errors import UsageError
 
@@ -62,32 +62,3 @@ def parse_count(text: str, option: str = "--max-flops") -> int:
         )
     value = float(m.group(1)) * (10 ** int(m.group(2)) if m.group(2) else 1)
     return round(value * _COUNT_UNITS[unit])
-
-
-def fmt_size(n: Any) -> str:
-    """Bytes in binary units: 512 B, 12.50 KiB, 97.49 MiB, 1.50 GiB; '-' for None."""
-    if n is None:
-        return "-"
-    n = int(n)
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:,.2f} {unit}"
-    return f"{n} B"
-
-
-def fmt_count(n: Any) -> str:
-    """A count with an SI suffix: 950, 12.3 k, 4.09 G, 1.40 T; '-' for None."""
-    if n is None:
-        return "-"
-    n = int(n)
-    for unit, scale in (
-        ("E", 10**18),
-        ("P", 10**15),
-        ("T", 10**12),
-        ("G", 10**9),
-        ("M", 10**6),
-        ("k", 10**3),
-    ):
-        if abs(n) >= scale:
-            return f"{n / scale:.2f} {unit}"
-    return str(n)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
-    from hookcli.ranks import Divergence
+    from hookcli.distributed.ranks import Divergence
 
 T = TypeVar("T")
 
@@ -273,7 +273,7 @@ class DistContext:
         import torch
         import torch.distributed as dist
 
-        from hookcli.ranks import Divergence
+        from hookcli.distributed.ranks import Divergence
 
         stage = f"comparing {kind}s across ranks"
         present = torch.tensor(

@@ -1,0 +1,95 @@
+"""``hookcli cost``: the command's run, from the parsed options to the exit status.
+
+On one process it calls ``hookcli.cost.runner``, as ``hookcli.cost`` does; under
+torchrun it goes through ``hookcli.distributed`` (which imports the runner, so this
+module sits above both).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hookcli.cost.runner import over_memory, plan_cost, run_cost
+from hookcli.options import Annotate, Format, Mode
+
+
+def cli_command(
+    *,
+    model: str,
+    kwargs: list[str] | None,
+    weights: Path | None,
+    trust_pickle: bool,
+    input: list[str] | None,
+    input_file: Path | None,
+    inputs_from: str | None,
+    batch_size: int | None,
+    device: str,
+    dtype: str | None,
+    mode: Mode | None,
+    backward: bool,
+    optimizer: Any,
+    max_memory: str | None,
+    memory_for: Any,
+    max_flops: str | None,
+    depth: int | None,
+    global_hooks: bool,
+    format: Format,
+    output: Path | None,
+    baseline: Path | None,
+    update_baseline: bool,
+    rtol: float | None,
+    atol: float | None,
+    annotate: Annotate | None,
+    junit: Path | None,
+    seed: int,
+    debug: bool,
+    fsdp: bool,
+    shard: list[str] | None,
+    backend: str | None,
+    dist_timeout: float,
+) -> int:
+    """``hookcli cost``: plan, build, measure on one process or on every rank, emit."""
+    from hookcli.cliopts import ci_options, model_options, output_options, run_options
+    from hookcli.errors import ResourceError, UsageError
+    from hookcli.pipeline import emit, prepare
+
+    plan = plan_cost(backward, optimizer, max_memory, memory_for, max_flops, depth, global_hooks)
+    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
+    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
+    ropts = run_options(
+        input,
+        batch_size,
+        device,
+        dtype,
+        mode,
+        Mode.EVAL,
+        global_hooks,
+        input_file=input_file,
+        inputs_from=inputs_from,
+    )
+    out = output_options(format, output, depth, debug, ci)
+    if fsdp or shard or backend is not None:
+        from hookcli.distributed.fsdp import launch_fsdp
+        from hookcli.distributed.fsdp import run_cost as run_cost_fsdp
+
+        if backend is not None and not fsdp:
+            raise UsageError("--backend needs --fsdp on cost (under torchrun or srun)")
+        return launch_fsdp(
+            lambda ctx: run_cost_fsdp(ctx, mopts, ropts, out, plan, tuple(shard or ())),
+            fsdp=fsdp,
+            ddp=False,
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            kinds=(),
+            global_hooks=global_hooks,
+        )
+    report, error = run_cost(prepare(mopts, ropts), plan)
+    code = emit(report, out)
+    if error is not None:
+        raise error
+    over = over_memory(report)
+    if over is not None:
+        raise ResourceError(f"over --max-memory: {over.detail}")
+    return code

@@ -1,0 +1,170 @@
+"""``hookcli grads``: the command's run, from the parsed options to the exit status.
+
+On one process it calls ``hookcli.grads.runner``, as ``hookcli.grads`` does; under
+torchrun it goes through ``hookcli.distributed`` (which imports the runner, so this
+module sits above both).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hookcli.errors import UsageError
+from hookcli.grads.runner import plan_grads, run_grads
+from hookcli.options import Annotate, Format, LossKind, Mode
+
+
+def cli_command(
+    *,
+    model: str,
+    kwargs: list[str] | None,
+    weights: Path | None,
+    trust_pickle: bool,
+    input: list[str] | None,
+    input_file: Path | None,
+    inputs_from: str | None,
+    batch_size: int | None,
+    device: str,
+    dtype: str | None,
+    mode: Mode | None,
+    loss: LossKind,
+    depth: int | None,
+    hooks: str | None,
+    global_hooks: bool,
+    per_param: bool,
+    fail_on: str | None,
+    max_grad_norm: float | None,
+    min_grad_norm: float | None,
+    plot: Path | None,
+    format: Format,
+    output: Path | None,
+    baseline: Path | None,
+    update_baseline: bool,
+    rtol: float | None,
+    atol: float | None,
+    annotate: Annotate | None,
+    junit: Path | None,
+    seed: int,
+    debug: bool,
+    ddp: bool,
+    backend: str | None,
+    desync_tol: float,
+    dist_timeout: float,
+    broadcast_buffers: bool,
+    fsdp: bool,
+    shard: list[str] | None,
+) -> int:
+    """``hookcli grads``: plan, build, run on one process or on every rank, emit."""
+    import dataclasses
+
+    from hookcli.cliopts import ci_options, model_options, output_options, run_options
+    from hookcli.pipeline import prepare
+
+    plan = plan_grads(
+        hooks,
+        loss,
+        per_param,
+        fail_on,
+        max_grad_norm,
+        min_grad_norm,
+        plot,
+        depth,
+        global_hooks,
+        device=device,
+        ddp=ddp or fsdp,
+    )
+    plan = dataclasses.replace(plan, wide=format in (Format.CSV, Format.MARKDOWN))
+    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
+    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
+    ropts = run_options(
+        input,
+        batch_size,
+        device,
+        dtype,
+        mode,
+        Mode.TRAIN,
+        global_hooks,
+        input_file=input_file,
+        inputs_from=inputs_from,
+    )
+    out = output_options(format, output, depth, debug, ci)
+    if fsdp:
+        from hookcli.distributed.fsdp import check_fsdp_options, check_fsdp_torch
+        from hookcli.distributed.fsdp import run_grads as run_grads_fsdp
+        from hookcli.distributed.launch import launch
+
+        check_fsdp_options(
+            plan.kinds,
+            global_hooks,
+            ddp=ddp,
+            per_param=per_param,
+            plot=plot,
+            fail_on=plan.gates.fail_on,
+            bounds=max_grad_norm is not None or min_grad_norm is not None,
+        )
+        check_fsdp_torch(device)
+        return launch(
+            lambda ctx: run_grads_fsdp(
+                ctx,
+                mopts,
+                ropts,
+                out,
+                plan.kinds,
+                plan.loss,
+                plan.gates,
+                desync_tol,
+                tuple(shard or ()),
+            ),
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            flag="--fsdp",
+        )
+    if shard:
+        raise UsageError("--shard needs --fsdp (under torchrun or srun)")
+    if backend is not None and not ddp:
+        raise UsageError("--backend needs --ddp (under torchrun or srun)")
+    if not broadcast_buffers and not ddp:
+        raise UsageError("--no-broadcast-buffers needs --ddp (under torchrun or srun)")
+    if ddp:
+        from hookcli.distributed.ddp import check_ddp_options
+        from hookcli.distributed.ddp import run_grads as run_grads_ddp
+        from hookcli.distributed.launch import launch
+
+        check_ddp_options(plan.kinds, global_hooks, per_param=per_param, plot=plot)
+        return launch(
+            lambda ctx: run_grads_ddp(
+                ctx,
+                mopts,
+                ropts,
+                out,
+                plan.kinds,
+                plan.explicit,
+                plan.loss,
+                plan.gates,
+                desync_tol,
+                broadcast_buffers,
+            ),
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+        )
+
+    from hookcli.warnsummary import summarised_warnings
+
+    with summarised_warnings(debug) as warned:
+        report, error = run_grads(prepare(mopts, ropts), plan)
+        warned.keep = error is None  # on failure the error is the one line to read
+    if out.format is Format.TABLE and "params" in report.lists:
+        from hookcli.grads.probe import render_table_with_params
+        from hookcli.pipeline import conclude, write_text
+
+        write_text(render_table_with_params(report), out)
+        code = conclude(report, out)
+    else:
+        from hookcli.pipeline import emit
+
+        code = emit(report, out)
+    if error is not None:
+        raise error
+    return code

@@ -1,0 +1,391 @@
+"""``inspect``: shapes and parameters per module call; the module tree (``--no-forward``).
+
+``plan_inspect`` checks the options, ``run_inspect`` runs a prepared model and builds the
+report (``hookcli inspect`` and ``hookcli.inspect`` both go through them). The rows are
+``hookcli.layers``' (shared with grads and stats); here are ``--columns`` and the tree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from hookcli.layers import (
+    PARAM_COLUMNS,
+    inspect_totals,
+    layer_rows,
+    param_totals,
+    params_not_run,
+    shape_columns,
+)
+from hookcli.modelinfo import depth_of
+from hookcli.options import (
+    HookKind,
+    Mode,
+    Names,
+    depth_arg,
+    hook_kinds_arg,
+    names_arg,
+)
+from hookcli.render import fmt_int
+from hookcli.report import Column, Report, Row
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from hookcli.options import Hooks
+    from hookcli.pipeline import Outcome, Prepared
+    from hookcli.session import CallRecord
+
+
+@dataclass(frozen=True)
+class InspectPlan:
+    """The options of ``inspect``, checked."""
+
+    kinds: tuple[HookKind, ...]
+    depth: int | None = None
+    global_hooks: bool = False
+    columns: tuple[str, ...] = ()  # --columns: kernel_size, groups, mult_adds, ...
+
+
+INSPECT_KINDS = (HookKind.PRE, HookKind.FORWARD)
+
+
+def plan_inspect(
+    hooks: Hooks = None,
+    depth: int | None = None,
+    global_hooks: bool = False,
+    columns: Names = None,
+) -> InspectPlan:
+    """Check the options of ``inspect`` (UsageError)."""
+    cols = parse_columns(names_arg(columns))
+    return InspectPlan(hook_kinds_arg(hooks) or INSPECT_KINDS, depth_arg(depth), global_hooks, cols)
+
+
+def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
+    """Shapes and parameters per module call."""
+    from hookcli.grads.probe import backward_probes
+    from hookcli.pipeline import run_session
+
+    kinds = plan.kinds
+    probes = backward_probes(kinds)
+    mode = Mode(prepared.settings["mode"])
+    outcome = run_session(prepared, probes, mode=mode, global_hooks=plan.global_hooks)
+    rows, unshown = layer_rows(
+        outcome.records, prepared.model, depth=plan.depth, kinds=kinds, probes=probes
+    )
+    model_totals, extra_cols = inspect_totals(prepared.model, probes)
+    model_totals["params_not_run"] = params_not_run(outcome.records, prepared.model)
+    rows, chosen = with_columns(
+        prepared,
+        rows,
+        plan.columns,
+        model_totals["params"],
+        ran=outcome.error is None,
+        global_hooks=plan.global_hooks,
+    )
+    report = Report(
+        command="inspect",
+        model=prepared.model_info(),
+        settings=prepared.settings,
+        inputs=prepared.input_dicts(),
+        layers=rows,
+        totals=model_totals,
+        error=outcome.error.message if outcome.error else None,
+        columns=(*shape_columns(kinds), *extra_cols, *PARAM_COLUMNS, *chosen),
+        table_totals=tuple(param_totals(model_totals, unshown)),
+    )
+    return report, outcome.error
+
+
+# -- --columns: extra per-row columns (torchinfo's col_names) ---------------------------
+
+COLUMN_NAMES = ("kernel_size", "groups", "param_percent", "mult_adds", "trainable")
+
+
+def parse_columns(text: str | None) -> tuple[str, ...]:
+    """``kernel_size,mult_adds`` -> ('kernel_size', 'mult_adds'); an unknown name is exit 2."""
+    from hookcli.errors import UsageError
+
+    if not text:
+        return ()
+    names: list[str] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        if part not in COLUMN_NAMES:
+            raise UsageError(
+                f"unknown column {part!r} in --columns; choose from {','.join(COLUMN_NAMES)}"
+            )
+        if part not in names:
+            names.append(part)
+    return tuple(names)
+
+
+def _kernel_size(module: nn.Module | None) -> list[int] | None:
+    k = getattr(module, "kernel_size", None)
+    if isinstance(k, int) and not isinstance(k, bool):
+        return [k]
+    if isinstance(k, (tuple, list)) and all(isinstance(v, int) for v in k):
+        return list(k)
+    return None
+
+
+def _groups(module: nn.Module | None) -> int | None:
+    g = getattr(module, "groups", None)
+    return g if isinstance(g, int) and not isinstance(g, bool) else None
+
+
+def _trainable(params: int, trainable_params: int) -> bool | str | None:
+    """True (all trainable), False (none), "partial", or None (no parameters)."""
+    if not params:
+        return None
+    if trainable_params == params:
+        return True
+    return "partial" if trainable_params else False
+
+
+def _fmt_kernel(value: Any) -> str:
+    return "-" if not value else "x".join(str(v) for v in value)
+
+
+def _fmt_percent(value: Any) -> str:
+    return "-" if value is None else f"{value:.2f}%"
+
+
+def _fmt_trainable(value: Any) -> str:
+    if value is None:
+        return "-"
+    if value == "partial":
+        return "partial"
+    return "yes" if value else "no"
+
+
+def column_specs(names: Sequence[str]) -> list[Column]:
+    """The table columns of ``--columns``, in the order given."""
+    from hookcli.render import fmt_count
+
+    specs = {
+        "kernel_size": Column("kernel_size", "Kernel", _fmt_kernel, "right"),
+        "groups": Column("groups", "Groups", fmt_int, "right"),
+        "param_percent": Column("param_percent", "Param %", _fmt_percent, "right"),
+        "mult_adds": Column("mult_adds", "Mult-adds", fmt_count, "right"),
+        "trainable": Column("trainable", "All trainable", _fmt_trainable),
+    }
+    return [specs[n] for n in names]
+
+
+def mult_adds_by_call(
+    records: Sequence[CallRecord], probe: Any, model: nn.Module
+) -> dict[tuple[str, int, bool], int | None]:
+    """``(name, call, called) -> macs`` of a measured ``cost`` pass, as ``cost``'s rows
+    have them (its ``macs`` column, from the same counter)."""
+    from hookcli.cost.runner import _CostColumns
+
+    source = _CostColumns(probe, model)
+    rows, _ = layer_rows(records, model, probes=[source])  # type: ignore[list-item]
+    return {(r["name"], r["call"], r["called"]): r["macs"] for r in rows}
+
+
+def add_columns(
+    rows: Sequence[Row],
+    model: nn.Module,
+    names: Sequence[str],
+    total_params: int,
+    macs: dict[tuple[str, int, bool], int | None] | None = None,
+) -> tuple[Row, ...]:
+    """Rows with the ``--columns`` keys added (in JSON, CSV and Markdown too)."""
+    by_name = dict(model.named_modules())
+    out = []
+    for row in rows:
+        data = dict(row.data)
+        module = by_name.get(data["name"])
+        for name in names:
+            if name == "kernel_size":
+                data[name] = _kernel_size(module)
+            elif name == "groups":
+                data[name] = _groups(module)
+            elif name == "param_percent":
+                data[name] = 100 * data["params"] / total_params if total_params else None
+            elif name == "trainable":
+                data[name] = _trainable(data["params"], data["trainable_params"])
+            elif name == "mult_adds":
+                key = (data["name"], data["call"], data["called"])
+                data[name] = None if macs is None else macs.get(key)
+        out.append(Row.of(data, row.display))
+    return tuple(out)
+
+
+# -- inspect --no-forward: the module tree, nothing run -------------------------------
+
+
+def _display_type(module: nn.Module) -> str:
+    """The class name; a TorchScript module's original class (not RecursiveScriptModule)."""
+    from hookcli.scripted import is_scripted
+
+    if is_scripted(module):
+        return str(getattr(module, "original_name", type(module).__name__))
+    return type(module).__name__
+
+
+def tree_rows(model: nn.Module, depth: int | None = None) -> tuple[tuple[Row, ...], bool]:
+    """One row per module of ``named_modules()`` (no forward): params and buffers.
+
+    The table's Params and Buffers columns count each tensor once, as ``inspect``'s do
+    (own tensors, or the subtree where ``depth`` hides the children). Returns the rows
+    and whether any parameter or buffer is lazy (uninitialized).
+    """
+    from hookcli.modelinfo import TensorIndex, all_param_counts, is_lazy, numel
+
+    index = TensorIndex(model)
+    counts = all_param_counts(model, index)
+    buffer_memo: dict[int, dict[int, int]] = {}
+
+    def buffers_of(m: nn.Module) -> dict[int, int]:
+        if id(m) not in buffer_memo:
+            own = {id(b): numel(b) for b in m._buffers.values() if b is not None}
+            for child in m._modules.values():
+                if child is not None:
+                    own.update(buffers_of(child))
+            buffer_memo[id(m)] = own
+        return buffer_memo[id(m)]
+
+    lazy = any(is_lazy(t) for t in (*model.parameters(), *model.buffers()))
+    seen: set[int | tuple[int, str]] = set()
+    seen_buffers: set[int] = set()
+    rows: list[Row] = []
+    for name, module in model.named_modules():
+        d = depth_of(name)
+        if depth is not None and d > depth:
+            continue
+        pc = counts[id(module)]
+        own_buffers = {id(b): numel(b) for b in module._buffers.values() if b is not None}
+        subtree_buffers = buffers_of(module)
+        data: dict[str, Any] = {
+            "name": name,
+            "type": _display_type(module),
+            "depth": d,
+            "call": 0,
+            "called": False,
+            "params": pc.params,
+            "own_params": pc.own_params,
+            "trainable_params": pc.trainable_params,
+            "buffers": sum(subtree_buffers.values()),
+            "own_buffers": sum(own_buffers.values()),
+        }
+        cut = depth is not None and d == depth
+        shown = trainable = 0
+        for h in index.held(module, recurse=cut):
+            if h.key not in seen:
+                seen.add(h.key)
+                shown += h.numel
+                trainable += h.numel if h.trainable else 0
+        shown_buffers = 0
+        for key, n in (subtree_buffers if cut else own_buffers).items():
+            if key not in seen_buffers:
+                seen_buffers.add(key)
+                shown_buffers += n
+        display = {
+            "shown_params": shown,
+            "shown_trainable": trainable,
+            "shown_buffers": shown_buffers,
+        }
+        rows.append(Row.of(data, display))
+    return tuple(rows), lazy
+
+
+TREE_COLUMNS = [
+    Column("name", "Layer"),
+    Column("type", "Type"),
+    Column("shown_params", "Params", fmt_int, "right"),
+    Column("shown_trainable", "Trainable", fmt_int, "right"),
+    Column("shown_buffers", "Buffers", fmt_int, "right"),
+]
+
+
+def with_columns(
+    prepared: Prepared,
+    rows: Sequence[Row],
+    names: Sequence[str],
+    total_params: int,
+    *,
+    ran: bool,
+    global_hooks: bool = False,
+) -> tuple[tuple[Row, ...], list[Column]]:
+    """``--columns``: the rows with the chosen keys, and their table columns.
+
+    ``mult_adds`` runs the model once more under ``cost``'s counter (the same
+    ``CostProbe`` and ``measure`` pass as ``hookcli cost``), so each row's figure is
+    ``cost``'s ``macs`` for that call; null when the model failed (``ran`` false).
+    """
+    if not names:
+        return tuple(rows), []
+    macs = None
+    if "mult_adds" in names and ran:
+        from hookcli.cost.runner import measure
+        from hookcli.options import Mode
+
+        probe, records, error = measure(
+            prepared, mode=Mode(prepared.settings["mode"]), global_hooks=global_hooks
+        )
+        if error is None:
+            macs = mult_adds_by_call(records, probe, prepared.model)
+    return add_columns(rows, prepared.model, names, total_params, macs), column_specs(names)
+
+
+def tree_report(prepared: Prepared, depth: int | None, names: Sequence[str] = ()) -> Report:
+    """``inspect --no-forward``: the module tree with parameters and buffers, nothing run."""
+    from hookcli.errors import UsageError
+    from hookcli.report import Report
+
+    if "mult_adds" in names:
+        raise UsageError("--columns mult_adds counts the ops of a forward: drop --no-forward")
+    model = prepared.model
+    rows, lazy = tree_rows(model, depth)
+    model_totals, _ = inspect_totals(model, ())
+    rows, extra = with_columns(prepared, rows, names, model_totals["params"], ran=False)
+    notes = ["no forward run (--no-forward): the module tree, its parameters and buffers"]
+    if lazy:
+        notes.append(
+            "lazy modules (nn.LazyLinear, ...) hold uninitialized parameters: counted as 0 "
+            "until a forward sets their shapes (run without --no-forward)"
+        )
+    settings = {k: v for k, v in prepared.settings.items() if k != "mode"}
+    settings["forward"] = False
+    table_totals = param_totals(model_totals, 0)
+    if depth is not None:
+        shown = sum(r.display["shown_params"] for r in rows)
+        if shown != model_totals["params"]:  # cannot happen: the cut rows hold their subtrees
+            table_totals.append(("Not shown", fmt_int(model_totals["params"] - shown)))
+    return Report(
+        command="inspect",
+        model=prepared.model_info(),
+        settings=settings,
+        layers=rows,
+        totals=model_totals,
+        notes=tuple(notes),
+        columns=(*TREE_COLUMNS, *extra),
+        table_totals=tuple(table_totals),
+    )
+
+
+def check_no_forward(hooks: str | None, global_hooks: bool, ddp: bool, ropts: Any) -> None:
+    """Options that need a forward, given with ``--no-forward``: exit 2 naming them."""
+    from hookcli.errors import UsageError
+
+    given = [
+        name
+        for name, value in (
+            ("--hooks", hooks),
+            ("--global-hooks", global_hooks),
+            ("--ddp/--fsdp", ddp),
+            ("--input", ropts.inputs),
+            ("--input-file", ropts.input_file),
+            ("--inputs-from", ropts.inputs_from),
+            ("--batch-size", ropts.batch_size is not None),
+        )
+        if value
+    ]
+    if given:
+        raise UsageError(f"--no-forward runs nothing: {', '.join(given)} would not apply")

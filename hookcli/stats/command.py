@@ -1,0 +1,142 @@
+"""``hookcli stats``: the command's run, from the parsed options to the exit status.
+
+On one process it calls ``hookcli.stats.runner``, as ``hookcli.stats`` does; under
+torchrun it goes through ``hookcli.distributed`` (which imports the runner, so this
+module sits above both).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hookcli.options import Annotate, Format, LossKind, Mode
+from hookcli.stats.runner import plan_stats, run_stats
+
+
+def cli_command(
+    *,
+    model: str,
+    kwargs: list[str] | None,
+    weights: Path | None,
+    trust_pickle: bool,
+    input: list[str] | None,
+    input_file: Path | None,
+    inputs_from: str | None,
+    batch_size: int | None,
+    device: str,
+    dtype: str | None,
+    mode: Mode | None,
+    backward: bool,
+    loss: LossKind,
+    hooks: str | None,
+    global_hooks: bool,
+    fail_on: str | None,
+    dead_threshold: float | None,
+    depth: int | None,
+    format: Format,
+    output: Path | None,
+    baseline: Path | None,
+    update_baseline: bool,
+    rtol: float | None,
+    atol: float | None,
+    annotate: Annotate | None,
+    junit: Path | None,
+    seed: int,
+    debug: bool,
+    ddp: bool,
+    backend: str | None,
+    desync_tol: float,
+    dist_timeout: float,
+    broadcast_buffers: bool,
+    fsdp: bool,
+    shard: list[str] | None,
+) -> int:
+    """``hookcli stats``: plan, build, run on one process or on every rank, emit."""
+    from hookcli.cliopts import ci_options, model_options, output_options, run_options
+    from hookcli.pipeline import emit, prepare
+
+    plan = plan_stats(
+        hooks, backward, loss, fail_on, dead_threshold, depth, global_hooks, ddp=ddp or fsdp
+    )
+    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
+    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
+    ropts = run_options(
+        input,
+        batch_size,
+        device,
+        dtype,
+        mode,
+        Mode.EVAL,
+        global_hooks,
+        input_file=input_file,
+        inputs_from=inputs_from,
+    )
+    out = output_options(format, output, depth, debug, ci)
+    if fsdp or shard:
+        from hookcli.distributed.fsdp import launch_fsdp
+        from hookcli.distributed.fsdp import run_stats as run_stats_fsdp
+
+        with_grads = plan.backward or any(k.is_backward for k in plan.kinds)
+        return launch_fsdp(
+            lambda ctx: run_stats_fsdp(
+                ctx,
+                mopts,
+                ropts,
+                out,
+                plan.kinds,
+                plan.loss,
+                plan.checks,
+                plan.dead_threshold,
+                with_grads,
+                desync_tol,
+                tuple(shard or ()),
+            ),
+            fsdp=fsdp,
+            ddp=ddp,
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            kinds=plan.kinds,
+            global_hooks=global_hooks,
+        )
+    if not broadcast_buffers and not ddp:
+        from hookcli.errors import UsageError
+
+        raise UsageError("--no-broadcast-buffers needs --ddp (under torchrun or srun)")
+    if ddp or backend is not None:
+        from hookcli.distributed.ddp import launch_command
+        from hookcli.distributed.ddp import run_stats as run_stats_ddp
+
+        with_grads = plan.backward or any(k.is_backward for k in plan.kinds)
+        return launch_command(
+            lambda ctx: run_stats_ddp(
+                ctx,
+                mopts,
+                ropts,
+                out,
+                plan.kinds,
+                plan.loss,
+                plan.checks,
+                plan.dead_threshold,
+                with_grads,
+                desync_tol,
+                broadcast_buffers,
+            ),
+            ddp=ddp,
+            device=device,
+            backend=backend,
+            timeout_s=dist_timeout,
+            kinds=plan.kinds,
+            global_hooks=global_hooks,
+            need_tensor=False,
+        )
+
+    from hookcli.warnsummary import summarised_warnings
+
+    with summarised_warnings(debug) as warned:
+        report, error = run_stats(prepare(mopts, ropts), plan)
+        warned.keep = error is None  # on failure the error is the one line to read
+    code = emit(report, out)
+    if error is not None:
+        raise error
+    return code
