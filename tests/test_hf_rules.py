@@ -128,6 +128,9 @@ RULE_TYPES = [
     "depth_pro",  # image size from the image processor
     "minicpm_ocr_vision",  # image processor patched as the config
     "timesformer",  # video by num_frames
+    "videoprism_vision_model",  # a video tower (pixel_values_videos)
+    "glmasr",  # audio tokens in the text, as many as get_audio_features returns
+    "qwen3_asr_encoder",  # the feature mask forward requires
     "patchtsmixer",  # time series
     "lxmert",  # region features
     "xmod",  # language ids

@@ -35,6 +35,7 @@ HEADS = {
 }
 _ALIASES = {"seq-cls": "sequence-classification", "token-cls": "token-classification"}
 DEFAULT_TEXT_LENGTH = 128
+DEFAULT_FRAMES = 8  # video frames where the config says none
 
 
 def _transformers() -> Any:
@@ -386,6 +387,13 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
         return tuple(out.specs), out.values
     if main == "past_values":
         _series(config, params, out)
+        return tuple(out.specs), out.values
+    if main == "pixel_values_videos":  # a video tower: frames x channels x height x width
+        frames = _get(config, "num_frames")
+        frames = frames if isinstance(frames, int) and frames > 0 else DEFAULT_FRAMES
+        height, width = _image_size(config)
+        dims = f"1x{frames}x{_channels(config)}x{height}x{width}"
+        out.add(main, f"{main}=float32:{dims}")
         return tuple(out.specs), out.values
     width = _get(config, "d_model", "hidden_size")
     if main in ("inputs", "inputs_embeds") and "input_ids" not in params and isinstance(width, int):
