@@ -334,6 +334,19 @@ def _text_extras(config: Any, params: list[str], out: _Inputs) -> None:
         out.tensor("lang_ids", torch.zeros((1,), dtype=torch.int64))
 
 
+def _takes_tensor(module: Any, name: str) -> bool:
+    """Whether forward's parameter ``name`` may be a tensor (unannotated, or annotated
+    with a type that names one)."""
+    try:
+        param = inspect.signature(module.forward).parameters.get(name)
+    except (TypeError, ValueError):
+        return True
+    if param is None or param.annotation is inspect.Parameter.empty:
+        return True
+    text = param.annotation if isinstance(param.annotation, str) else repr(param.annotation)
+    return "Tensor" in text or "Any" in text
+
+
 def _required(module: Any, name: str) -> bool:
     """Whether forward's parameter ``name`` has no default."""
     try:
@@ -415,8 +428,12 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
     if main in _AUDIO_INPUTS:
         _audio(config, params, main, out)
     audio_names: set[str] = set()
-    if main not in _AUDIO_INPUTS and getattr(config, "audio_config", None) is not None:
-        # a second modality: the audio tower's input where forward takes it (``clap``)
+    if main not in _AUDIO_INPUTS and (
+        getattr(config, "audio_config", None) is not None
+        or _processor_class(config, "audio") is not None
+    ):
+        # a second modality: the audio tower's input where forward takes it (``clap``;
+        # ``clvp``, whose type has a feature extractor)
         second = next((p for p in params if p in _AUDIO_INPUTS), None)
         merges = any(hasattr(config, k) for k in ("audio_token_id", "audio_token_index"))
         if merges and _get(config, "audio_token_id", "audio_token_index") is None:
@@ -480,6 +497,9 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
             if isinstance(start, int) and 0 <= start < dec_vocab:
                 dec[0, 0] = start
             out.tensor("decoder_input_ids", dec)
+    if not out.specs and not _takes_tensor(module, main):
+        # forward's first input is an object (an inference session), not an image
+        return (), {}
     if not out.specs and _has_vision(config) and main not in ("input_ids", "inputs_embeds"):
         # a vision model whose forward names its image otherwise (``input``, ``x``):
         # one config-sized image, positional
