@@ -8,6 +8,12 @@ types, one per rule, run ``hookcli inspect hf:TYPE --device meta`` in a capped c
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -144,3 +150,24 @@ RULE_TYPES = [
 @pytest.mark.parametrize("model_type", RULE_TYPES)
 def test_rule_types_report_at_full_size_on_meta(model_type: str) -> None:
     _check_types([model_type])
+
+
+@pytest.mark.slow  # imports torch and transformers in a child, then forks one per type
+def test_coverage_benchmark_reports_an_ok_type(tmp_path: Path) -> None:
+    """``benchmarks/hf_coverage.py`` on one type: ok, with params equal plain transformers
+    (its forked child ends with the real ``os._exit``, not hookcli's guarded one)."""
+    from tests.test_hf_coverage import ROOT
+
+    out = tmp_path / "rows.json"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/hf_coverage.py", "--json", str(out), "bert"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = json.loads(out.read_text())
+    assert row["ok"], row
+    assert row["params_match"] and row["params"] == row["plain_params"] > 0
