@@ -47,7 +47,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 aten = torch.ops.aten
 
 SHADOW_NUMEL = 1 << 20  # an integer or boolean meta tensor with more elements gets no shadow
-FLOAT_SHADOW_NUMEL = 1 << 16  # the same for floating tensors (masks, rotary tables)
+FLOAT_SHADOW_NUMEL = 1 << 20  # the same for floating tensors (masks, rotary tables)
 # boolean masks: a token mask expanded over the hidden size (1 byte an element)
 BOOL_SHADOW_NUMEL = 1 << 24
 # every shadow, by meta tensor; weak, so a shadow lives as long as its meta tensor
@@ -93,6 +93,7 @@ _OP_WORDS = {
 }
 
 
+_NONZERO_NUMPY = getattr(getattr(aten, "nonzero_numpy", None), "default", None)
 # ops that read their second operand's shape only -> the op taking that shape
 _AS_SHAPE = {
     aten.expand_as.default: aten.expand.default,
@@ -210,6 +211,12 @@ class MetaValues(TorchDispatchMode):
                 return self._copy_out(func, args, kwargs)
         if func is _GROUPED_MM:
             return self._grouped_mm(*args, **kwargs)
+        if func is _NONZERO_NUMPY:  # nonzero(as_tuple=True), undecomposed under inference mode
+            where = self.__torch_dispatch__(aten.nonzero.default, types, (args[0],))
+            return tuple(
+                self.__torch_dispatch__(aten.select.int, types, (where, 1, d))
+                for d in range(args[0].dim())
+            )
         if func in _AS_SHAPE and len(args) == 2 and isinstance(args[1], torch.Tensor):
             # ``x.expand_as(y)`` reads only y's shape (under inference mode it reaches
             # here undecomposed): x's values carry over as they do through ``expand``
