@@ -123,6 +123,30 @@ def test_meta_build_keeps_cpu_shadows_of_tensors_made_with_an_explicit_device() 
         assert torch.nn.functional.pad(x, (stride, stride)).shape == (1, 1, 16)
 
 
+def test_meta_masks_with_known_values_stay_exact_under_inference_mode() -> None:
+    """A token mask from known ids, expanded over the hidden size (``expand_as``) and
+    used to pick rows of activations meta holds no values for, or turned into positions
+    (``nonzero(as_tuple=True)``): the same counts and positions as on the CPU, and no
+    stand-in stated."""
+    from hookcli.inputs import meta_with_values
+    from hookcli.metavalues import KNOWN, MetaValues
+
+    ids = torch.tensor([[1, 7, 7, 3, 7, 2]])
+    hidden = torch.zeros(1, 6, 5)
+    cpu_mask = (ids == 7).unsqueeze(-1).expand_as(hidden)
+    cpu_rows, cpu_cols = (ids == 7).nonzero(as_tuple=True)
+    with MetaValues() as mv, torch.inference_mode():
+        meta_ids = meta_with_values(ids)
+        embeds = torch.empty(1, 6, 5, device="meta")
+        mask = (meta_ids == 7).unsqueeze(-1).expand_as(embeds)
+        picked = embeds[mask]
+        rows, cols = (meta_ids == 7).nonzero(as_tuple=True)
+        assert picked.shape == hidden[cpu_mask].shape
+        assert KNOWN[rows].tolist() == cpu_rows.tolist()
+        assert KNOWN[cols].tolist() == cpu_cols.tolist()
+    assert not mv.assumed
+
+
 # one type per rule, at full default size on meta
 RULE_TYPES = [
     "qwen2_5_vl_vision",  # grid_thw tower
@@ -143,6 +167,7 @@ RULE_TYPES = [
     "perceiver",  # embeddings in
     "sam3_lite_text",  # text beside a vision main input
     "inkling_mm_model",  # build reads values of tensors made with device="cpu"
+    "led",  # a padding mask cast to float, then nonzero(as_tuple=True) on meta
 ]
 
 
