@@ -32,6 +32,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# hookcli's CLI guards os._exit for the rest of the process (a model calling it is an
+# error); the child ends itself with the real one
+_REAL_EXIT = os._exit
 
 
 def hf_names() -> list[str]:
@@ -91,7 +94,7 @@ def child(source: str, name: str, work: Path, mem_bytes: int) -> None:
             (work / "plain").write_text(str(plain_params(source, name)))
         except BaseException as e:  # the reference itself failed
             (work / "plain").write_text(f"error: {type(e).__name__}: {str(e)[:120]}")
-    os._exit(code)
+    _REAL_EXIT(code)
 
 
 def cause(work: Path) -> str:

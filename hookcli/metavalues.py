@@ -47,7 +47,9 @@ from torch.utils.weak import WeakTensorKeyDictionary
 aten = torch.ops.aten
 
 SHADOW_NUMEL = 1 << 20  # an integer or boolean meta tensor with more elements gets no shadow
-FLOAT_SHADOW_NUMEL = 1 << 16  # the same for floating tensors (masks, rotary tables)
+FLOAT_SHADOW_NUMEL = 1 << 20  # the same for floating tensors (masks, rotary tables)
+# boolean masks: a token mask expanded over the hidden size (1 byte an element)
+BOOL_SHADOW_NUMEL = 1 << 24
 # every shadow, by meta tensor; weak, so a shadow lives as long as its meta tensor
 KNOWN: WeakTensorKeyDictionary = WeakTensorKeyDictionary()
 
@@ -91,6 +93,15 @@ _OP_WORDS = {
 }
 
 
+_NONZERO_NUMPY = getattr(getattr(aten, "nonzero_numpy", None), "default", None)
+# ops that read their second operand's shape only -> the op taking that shape
+_AS_SHAPE = {
+    aten.expand_as.default: aten.expand.default,
+    aten.view_as.default: aten.view.default,
+    aten.reshape_as.default: aten.reshape.default,
+}
+
+
 class NeedsValues(RuntimeError):
     """An op needs tensor values that meta does not hold and that have no stand-in."""
 
@@ -106,6 +117,8 @@ def _random(func: Any) -> bool:
 
 
 def _too_big(t: torch.Tensor) -> bool:
+    if t.dtype == torch.bool:
+        return t.numel() > BOOL_SHADOW_NUMEL
     limit = FLOAT_SHADOW_NUMEL if t.is_floating_point() or t.is_complex() else SHADOW_NUMEL
     return t.numel() > limit
 
@@ -129,6 +142,7 @@ class MetaValues(TorchDispatchMode):
         self.last: Any = None
         self.needs_values = False  # set when this mode (not the model) found no value
         self.op_errors: list[tuple[Any, BaseException]] = []  # (op, error) a meta op raised
+        self.building = False  # set by building_on_meta: every device is meta there
 
     def __enter__(self) -> MetaValues:
         self._data = _MetaData(self)
@@ -197,6 +211,16 @@ class MetaValues(TorchDispatchMode):
                 return self._copy_out(func, args, kwargs)
         if func is _GROUPED_MM:
             return self._grouped_mm(*args, **kwargs)
+        if func is _NONZERO_NUMPY:  # nonzero(as_tuple=True), undecomposed under inference mode
+            where = self.__torch_dispatch__(aten.nonzero.default, types, (args[0],))
+            return tuple(
+                self.__torch_dispatch__(aten.select.int, types, (where, 1, d))
+                for d in range(args[0].dim())
+            )
+        if func in _AS_SHAPE and len(args) == 2 and isinstance(args[1], torch.Tensor):
+            # ``x.expand_as(y)`` reads only y's shape (under inference mode it reaches
+            # here undecomposed): x's values carry over as they do through ``expand``
+            return self.__torch_dispatch__(_AS_SHAPE[func], types, (args[0], list(args[1].shape)))
 
         if func is aten.copy_.default and _is_meta(args[0]) and not _too_big(args[0]):
             return self._copy_in(func, args, kwargs)
@@ -392,12 +416,21 @@ class MetaValues(TorchDispatchMode):
         return out
 
     def _index_all_true(self, args: Any, kwargs: dict[str, Any]) -> Any:
-        """``x[mask]`` with a mask meta does not hold: every element selected."""
+        """``x[mask]`` where ``x`` holds no values: a mask with a shadow selects exactly its
+        true elements; a mask meta does not hold selects every element (stated)."""
         src, indices = args[0], args[1]
-        self.assumed["mask"] += 1
         new: list[Any] = []
         for ix in indices:
-            if ix is not None and ix.dtype in (torch.bool, torch.uint8):
+            shadow = self.shadows.get(ix) if _is_meta(ix) else None
+            if ix is not None and ix.dtype in (torch.bool, torch.uint8) and shadow is not None:
+                with _disable_current_modes():
+                    where = torch.nonzero(shadow.bool(), as_tuple=True)
+                for pos in where:
+                    meta = torch.empty(pos.shape, dtype=pos.dtype, device="meta")
+                    self.shadows[meta] = pos
+                    new.append(meta)
+            elif ix is not None and ix.dtype in (torch.bool, torch.uint8):
+                self.assumed["mask"] += 1
                 grids = torch.meshgrid(
                     *[torch.arange(d, device="meta") for d in ix.shape], indexing="ij"
                 )
@@ -456,11 +489,21 @@ class _MetaData(TorchFunctionMode):
                 return func(shadow, *args[1:], **kwargs)
         data = args[0] if args else None
         if func in (torch.tensor, torch.as_tensor) and args and not isinstance(data, torch.Tensor):
+            # a list of meta scalars (``torch.tensor([len_a, len_b])``): their shadows
+            flat = tree_flatten(data)[0]
+            if any(_is_meta(x) for x in flat):
+                if not all(x in self.values.shadows for x in flat if _is_meta(x)):
+                    return func(*args, **kwargs)
+                data = tree_map(lambda x: self.values.shadows[x] if _is_meta(x) else x, data)
+                args = (data, *args[1:])
+                if kwargs.get("device") is None and torch.get_default_device().type != "meta":
+                    kwargs = {**kwargs, "device": "meta"}
             dev = kwargs.get("device")
-            if dev is None and torch.get_default_device().type == "meta":  # building
-                dev = "meta"
+            if self.values.building or (dev is None and torch.get_default_device().type == "meta"):
+                dev = "meta"  # building: an explicit device (``device="cpu"``) goes to meta too
             if dev is not None and _meta_device(dev) and not isinstance(dev, torch.dtype):
-                cpu = func(*args, **{**kwargs, "device": "cpu"})
+                with torch._C.DisableTorchFunction():  # below: the build's meta redirect
+                    cpu = func(*args, **{**kwargs, "device": "cpu"})
                 meta = cpu.to("meta")
                 if not _too_big(cpu):
                     self.values.shadows[meta] = cpu
@@ -507,6 +550,7 @@ def building_on_meta() -> Iterator[MetaValues]:
     shadows so construction code that reads them (``linspace(...).tolist()``) works.
     """
     values = MetaValues()
+    values.building = True
     with torch.device("meta"), _MetaFactories(), values:
         yield values
 

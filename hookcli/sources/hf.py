@@ -35,6 +35,7 @@ HEADS = {
 }
 _ALIASES = {"seq-cls": "sequence-classification", "token-cls": "token-classification"}
 DEFAULT_TEXT_LENGTH = 128
+DEFAULT_FRAMES = 8  # video frames where the config says none
 
 
 def _transformers() -> Any:
@@ -200,9 +201,12 @@ def _get(config: Any, *keys: str) -> Any:
     return None
 
 
+_SIZE_KEYS = ("image_size", "img_size", "input_size", "crop_size")
+
+
 def _image_size(config: Any) -> tuple[int, int]:
     """(height, width) from ``image_size``-like config fields; 224 where none says."""
-    size = _get(config, "image_size", "img_size", "input_size", "crop_size")
+    size = _get(config, *_SIZE_KEYS)
     if isinstance(size, dict):
         size = [size.get("height", size.get("shortest_edge")), size.get("width")]
         size = [v for v in size if isinstance(v, int)]
@@ -297,6 +301,76 @@ class _Inputs:
     def tensor(self, name: str, value: Any) -> None:
         self.add(name, _spec(name, value), value)
 
+    def rename(self, old: str, new: str) -> None:
+        if old not in self.names or new in self.names:
+            return
+        self.names = {new if n == old else n for n in self.names}
+        self.specs = [new + s[len(old) :] if s.startswith(f"{old}=") else s for s in self.specs]
+        if old in self.values:
+            self.values[new] = self.values.pop(old)
+
+
+REGIONS = 36  # region features per image (the usual Faster R-CNN count)
+
+
+def _text_extras(config: Any, params: list[str], out: _Inputs) -> None:
+    """What text models read beside the ids, from their config: region features
+    (``visual_feats``/``visual_embeds``/``visual_pos``, ``REGIONS`` of them, as wide as
+    ``visual_feat_dim``/``visual_embedding_dim``/``visual_pos_dim`` say; ``lxmert``,
+    ``visual_bert``) and the language of a model whose config lists ``languages``
+    (``lang_ids``: the first)."""
+    import torch
+
+    for name in ("visual_feats", "visual_embeds", "visual_pos"):
+        if name not in params:
+            continue
+        stem = name.removesuffix("s")
+        dim = _get(config, f"{name}_dim", f"{stem}_dim", f"{stem}ding_dim")
+        if isinstance(dim, int) and dim > 0:
+            g = torch.Generator().manual_seed(2)
+            out.tensor(name, torch.rand((1, REGIONS, dim), generator=g))
+    languages = _get(config, "languages")
+    if "lang_ids" in params and isinstance(languages, (list, tuple)) and languages:
+        out.tensor("lang_ids", torch.zeros((1,), dtype=torch.int64))
+
+
+def _takes_tensor(module: Any, name: str) -> bool:
+    """Whether forward's parameter ``name`` may be a tensor (unannotated, or annotated
+    with a type that names one)."""
+    try:
+        param = inspect.signature(module.forward).parameters.get(name)
+    except (TypeError, ValueError):
+        return True
+    if param is None or param.annotation is inspect.Parameter.empty:
+        return True
+    text = param.annotation if isinstance(param.annotation, str) else repr(param.annotation)
+    return "Tensor" in text or "Any" in text
+
+
+def _required(module: Any, name: str) -> bool:
+    """Whether forward's parameter ``name`` has no default."""
+    try:
+        param = inspect.signature(module.forward).parameters.get(name)
+    except (TypeError, ValueError):
+        return False
+    return param is not None and param.default is inspect.Parameter.empty
+
+
+def _series(config: Any, params: list[str], out: _Inputs) -> None:
+    """A time series model (``past_values``): ``context_length`` steps of
+    ``num_input_channels`` (or ``input_size``) values, all observed."""
+    import torch
+
+    steps = _get(config, "context_length")
+    channels = _get(config, "num_input_channels", "input_size")
+    if not isinstance(steps, int) or steps <= 0:
+        return
+    channels = channels if isinstance(channels, int) and channels > 0 else 1
+    out.add("past_values", f"past_values=float32:1x{steps}x{channels}")
+    for mask in ("observed_mask", "past_observed_mask"):
+        if mask in params:
+            out.tensor(mask, torch.ones((1, steps, channels)))
+
 
 def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str, Any]]:
     """Forward's main inputs from transformers' own hints, one rule per family.
@@ -315,9 +389,30 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
     if not params:
         return (), {}
     main = getattr(module, "main_input_name", None)
+    named = main  # what transformers calls the main input, also where forward does not
     if main not in params:
         main = params[0]
     out = _Inputs()
+    if named in _AUDIO_INPUTS and named != main and main not in ("input_ids", "inputs_embeds"):
+        # forward names its audio otherwise (``hidden_states``): the audio rule, renamed
+        _audio(config, params, named, out)
+        out.rename(named, main)
+        return tuple(out.specs), out.values
+    if main == "past_values":
+        _series(config, params, out)
+        return tuple(out.specs), out.values
+    if main == "pixel_values_videos":  # a video tower: frames x channels x height x width
+        frames = _get(config, "num_frames")
+        frames = frames if isinstance(frames, int) and frames > 0 else DEFAULT_FRAMES
+        height, width = _image_size(config)
+        dims = f"1x{frames}x{_channels(config)}x{height}x{width}"
+        out.add(main, f"{main}=float32:{dims}")
+        return tuple(out.specs), out.values
+    width = _get(config, "d_model", "hidden_size")
+    if main in ("inputs", "inputs_embeds") and "input_ids" not in params and isinstance(width, int):
+        # embeddings in (``perceiver`` without a preprocessor): tokens of the model's width
+        out.add(main, f"{main}=float32:1x{DEFAULT_TEXT_LENGTH}x{width}")
+        return tuple(out.specs), out.values
     vocab = _get(config, "vocab_size")
     avoid = _special_ids(config)
     length = DEFAULT_TEXT_LENGTH
@@ -326,12 +421,34 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
         length = limit
 
     vision = "pixel_values" in params and (main == "pixel_values" or _has_vision(config))
-    if vision:
+    if "grid_thw" in params and params[0] != "input_ids":
+        _patch_grid(config, params, out)
+    elif vision:
         _vision(module, config, params, out)
-    if main in ("input_features", "input_values", "audio_mel", "input_audio_embeds"):
+    if main in _AUDIO_INPUTS:
         _audio(config, params, main, out)
+    audio_names: set[str] = set()
+    if main not in _AUDIO_INPUTS and (
+        getattr(config, "audio_config", None) is not None
+        or _processor_class(config, "audio") is not None
+    ):
+        # a second modality: the audio tower's input where forward takes it (``clap``;
+        # ``clvp``, whose type has a feature extractor)
+        second = next((p for p in params if p in _AUDIO_INPUTS), None)
+        merges = any(hasattr(config, k) for k in ("audio_token_id", "audio_token_index"))
+        if merges and _get(config, "audio_token_id", "audio_token_index") is None:
+            second = None  # its text would carry audio tokens, and the config names none
+        if second is not None:
+            before = set(out.names)
+            _audio(config, params, second, out, second=True)
+            audio_names = out.names - before
     text = "input_ids" in params and isinstance(vocab, int) and vocab > 0
-    if text and (main == "input_ids" or getattr(config, "is_encoder_decoder", False)):
+    if text and (
+        main == "input_ids"
+        or getattr(config, "is_encoder_decoder", False)
+        or _required(module, "input_ids")
+        or ("pixel_values" in out.names and getattr(config, "text_config", None) is not None)
+    ):
         ids = _text_ids(length, vocab, avoid, 0)
         image_token = _get(config, "image_token_id", "image_token_index")
         if "pixel_values" in out.names and isinstance(image_token, int):
@@ -346,9 +463,26 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
 
                 image = torch.full((1, count), image_token, dtype=torch.int64)
                 ids = torch.cat([ids[:, :1], image, ids[:, 1:]], dim=1)
+        audio_token = _get(config, "audio_token_id", "audio_token_index")
+        audio_key = next((k for k in _AUDIO_INPUTS if k in audio_names), None)
+        if audio_key is not None and isinstance(audio_token, int):
+            # the same for audio: as many audio tokens as get_audio_features returns
+            count = _image_tokens(module, out, "get_audio_features", audio_key)
+            if count is None:  # the audio part cannot say: without audio
+                for key in audio_names:
+                    out.names.discard(key)
+                    out.values.pop(key, None)
+                out.specs = [s for s in out.specs if s.split("=", 1)[0] not in audio_names]
+            else:
+                import torch
+
+                audio = torch.full((1, count), audio_token, dtype=torch.int64)
+                ids = torch.cat([ids[:, :1], audio, ids[:, 1:]], dim=1)
         out.tensor("input_ids", ids)
         if "attention_mask" in params:
             out.tensor("attention_mask", ids.new_ones(ids.shape))
+    if "input_ids" in out.names:
+        _text_extras(config, params, out)
     if "decoder_input_ids" in params and (
         getattr(config, "is_encoder_decoder", False) or main != "input_ids"
     ):
@@ -363,6 +497,9 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
             if isinstance(start, int) and 0 <= start < dec_vocab:
                 dec[0, 0] = start
             out.tensor("decoder_input_ids", dec)
+    if not out.specs and not _takes_tensor(module, main):
+        # forward's first input is an object (an inference session), not an image
+        return (), {}
     if not out.specs and _has_vision(config) and main not in ("input_ids", "inputs_embeds"):
         # a vision model whose forward names its image otherwise (``input``, ``x``):
         # one config-sized image, positional
@@ -373,6 +510,49 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
         height, width = _image_size(config)
         out.add(params[0], f"1x{_channels(config)}x{height}x{width}")
     return tuple(out.specs), out.values
+
+
+_AUDIO_INPUTS = ("input_features", "input_values", "audio_mel", "input_audio_embeds")
+
+
+def _patch_grid(config: Any, params: list[str], out: _Inputs) -> None:
+    """A vision tower that takes its image as flat patches plus their grid (``grid_thw``:
+    frames, rows, columns in patches), as the image processor's ``pixel_values`` and
+    ``image_grid_thw``: one config-sized image cut into ``patch_size`` patches,
+    ``temporal_patch_size`` frames deep, rows and columns a multiple of
+    ``spatial_merge_size``. The default image processor's output is used where its
+    patches have the config's width; else the patches are drawn to the config."""
+    import torch
+
+    patch = _get(config, "patch_size")
+    if not isinstance(patch, int) or patch <= 0:
+        return
+    frames = _get(config, "temporal_patch_size")
+    frames = frames if isinstance(frames, int) and frames > 0 else 1
+    merge = _get(config, "spatial_merge_size")
+    merge = merge if isinstance(merge, int) and merge > 0 else 1
+    channels = _get(config, "in_channels", "num_channels", "in_chans")
+    channels = channels if isinstance(channels, int) and 0 < channels <= 16 else 3
+    width = channels * frames * patch * patch
+    height_px, width_px = _image_size(config)
+    first = params[0]
+    processed = _processed_image(config, height_px, width_px, channels)
+    pixels, grid = processed.get("pixel_values"), processed.get("image_grid_thw")
+    if (
+        isinstance(pixels, torch.Tensor)
+        and isinstance(grid, torch.Tensor)
+        and pixels.dim() == 2
+        and pixels.shape[-1] == width
+        and grid.shape[-1] == 3
+        and int(grid.prod(-1).sum()) == pixels.shape[0]
+    ):
+        out.add(first, _spec(first, pixels))
+        out.tensor("grid_thw", grid.to(torch.int64))
+        return
+    rows = max(merge, height_px // patch // merge * merge)
+    cols = max(merge, width_px // patch // merge * merge)
+    out.add(first, f"{first}=float32:{rows * cols}x{width}")
+    out.tensor("grid_thw", torch.tensor([[1, rows, cols]], dtype=torch.int64))
 
 
 def _channels(config: Any) -> int:
@@ -403,11 +583,22 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
             if isinstance(value, torch.Tensor):
                 out.tensor(key, value)
         return
+    pixels = processed.get("pixel_values")
+    if (
+        _get(config, *_SIZE_KEYS) is None
+        and isinstance(pixels, torch.Tensor)
+        and pixels.dim() == 4
+        and pixels.shape[1] == channels
+    ):  # no size in the config: the size the default image processor resizes to
+        height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
     frames = _get(config, "num_frames")
     if (
         isinstance(frames, int)
         and frames > 0
-        and "video" in type(module).__name__.lower() + str(getattr(config, "model_type", ""))
+        and (
+            "video" in type(module).__name__.lower() + str(getattr(config, "model_type", ""))
+            or getattr(config, "num_frames", None) == frames  # a video model's own config
+        )
     ):
         out.add("pixel_values", f"pixel_values=1x{frames}x{channels}x{height}x{width}")
     else:
@@ -426,66 +617,101 @@ def _processed_image(config: Any, height: int, width: int, channels: int) -> dic
 
         image = np.random.default_rng(0).integers(0, 256, (height, width, 3), dtype=np.uint8)
         with _quiet():
-            got = cls()(images=[image], return_tensors="pt")
+            processor = cls()
+            # the patching the config's model expects, where the processor patches too
+            fit = {}
+            for ours, theirs in _PATCHING:
+                want = _get(config, ours)
+                have = getattr(processor, theirs, None)
+                if isinstance(want, int) and isinstance(have, int) and want != have:
+                    fit[theirs] = want
+            if fit:
+                processor = cls(**fit)
+            got = processor(images=[image], return_tensors="pt")
         return dict(got)
     except Exception:
         return {}
 
 
-def _audio(config: Any, params: list[str], main: str, out: _Inputs) -> None:
-    """One second of audio: raw (``input_values``) or through transformers' default
-    feature extractor for this type; else ``num_mel_bins`` x twice ``max_source_positions``."""
+# config field -> the image processor's attribute for the same patching
+_PATCHING = (
+    ("patch_size", "patch_size"),
+    ("spatial_merge_size", "merge_size"),
+    ("temporal_patch_size", "temporal_patch_size"),
+)
+
+
+def _audio(config: Any, params: list[str], main: str, out: _Inputs, second: bool = False) -> None:
+    """One second of audio through transformers' default feature extractor for this type,
+    which also gives raw audio its channel dimension (``dac``: ``1 x 1 x rate``); else
+    raw audio ``1 x rate`` (``1 x audio_channels x rate`` where the config has channels),
+    or ``num_mel_bins`` x twice ``max_source_positions`` features."""
     import torch
 
-    if main == "input_values":
-        rate = _get(config, "sampling_rate") or 16000
-        out.add("input_values", f"input_values=1x{int(rate)}")
-        return
     cls = _processor_class(config, "audio")
     if cls is not None:
         try:
             import numpy as np
 
             fe = cls()
+            bins = _get(config, "num_mel_bins", "n_mels")
+            have = getattr(fe, "feature_size", None)
+            if isinstance(bins, int) and isinstance(have, int) and have > 1 and bins != have:
+                fe = cls(feature_size=bins)  # as many mel bins as the model's config says
             rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
             wave = np.random.default_rng(0).standard_normal(rate).astype(np.float32) * 0.1
+            # the mask too, where forward takes one (``input_features_mask``)
+            mask = any(p.startswith(main) and "mask" in p for p in params)
             with _quiet():
-                got = dict(fe(wave, sampling_rate=rate, return_tensors="pt"))
+                options = {"sampling_rate": rate, "return_tensors": "pt"}
+                try:
+                    got = dict(fe(wave, **options, return_attention_mask=mask))
+                except TypeError:  # an extractor without that option
+                    got = dict(fe(wave, **options))
             names = list(getattr(fe, "model_input_names", []) or got)
-            first = names[0] if names else None
-            for key, value in got.items():
-                if not isinstance(value, torch.Tensor):
-                    continue
-                target = key if key in params else None
-                if target is None and key == first:
-                    target = main
-                elif target is None and "mask" in key:
-                    target = next((p for p in params if p.startswith(main) and "mask" in p), None)
+        except Exception:  # also a class whose backend is missing (torchaudio)
+            got, names = {}, []
+        first = names[0] if names else None
+        for key, value in got.items():
+            if not isinstance(value, torch.Tensor):
+                continue
+            target = key if key in params and not (second and key == "attention_mask") else None
+            if target is None and key == first:
+                target = main
+            elif target is None and "mask" in key:
+                target = next((p for p in params if p.startswith(main) and "mask" in p), None)
+                if not second:  # beside text, attention_mask is the text's
                     target = target or ("attention_mask" if "attention_mask" in params else None)
-                if target is not None:
-                    out.tensor(target, value)
-            if main in out.names:
-                return
-        except Exception:
-            pass
+            if target is not None:
+                out.tensor(target, value)
+        if main in out.names:
+            return
+    if main == "input_values":
+        rate = _get(config, "sampling_rate") or 16000
+        channels = _get(config, "audio_channels")
+        dims = f"1x{channels}x{int(rate)}" if isinstance(channels, int) else f"1x{int(rate)}"
+        out.add("input_values", f"input_values={dims}")
+        return
     bins = _get(config, "num_mel_bins", "feature_size", "input_feat_size", "n_mels")
     frames = _get(config, "max_source_positions")
     if isinstance(bins, int) and isinstance(frames, int):
         out.add(main, f"{main}=1x{bins}x{2 * frames}")
 
 
-def _image_tokens(module: Any, out: _Inputs) -> int | None:
-    """How many image tokens the text must carry: the features ``get_image_features``
-    returns for these pixel values (run on the model's device; on meta, nothing runs)."""
+def _image_tokens(
+    module: Any, out: _Inputs, method: str = "get_image_features", key: str = "pixel_values"
+) -> int | None:
+    """How many image (audio) tokens the text must carry: the features ``method``
+    returns for these inputs (run on the model's device; on meta, with value stand-ins)."""
     import torch
 
     from hookcli.inputs.grammar import meta_with_values
     from hookcli.metavalues import MetaValues
 
-    fn = getattr(module, "get_image_features", None)
+    fn = getattr(module, method, None)
     if fn is None:
         inner = getattr(module, "model", None)
-        fn = getattr(inner, "get_image_features", None)
+        fn = getattr(inner, method, None)
     if fn is None:
         return None
     try:
@@ -506,11 +732,11 @@ def _image_tokens(module: Any, out: _Inputs) -> int | None:
                 kwargs[name] = torch.empty(dims, device="meta")
                 continue
         kwargs[name] = meta_with_values(value) if device.type == "meta" else value.to(device)
-    if "pixel_values" not in kwargs:
+    if key not in kwargs:
         return None
     dtype = next((p.dtype for p in module.parameters() if p.is_floating_point()), None)
-    if dtype is not None and kwargs["pixel_values"].is_floating_point():
-        kwargs["pixel_values"] = kwargs["pixel_values"].to(dtype)
+    if dtype is not None and kwargs[key].is_floating_point():
+        kwargs[key] = kwargs[key].to(dtype)
     try:
         with torch.no_grad(), MetaValues() if device.type == "meta" else contextlib.nullcontext():
             feats = fn(**kwargs)

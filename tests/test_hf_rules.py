@@ -1,0 +1,198 @@
+"""The family rules that give transformers models their default inputs from the config.
+
+Small configs run on the CPU in plain transformers with the inputs the rule derived
+(the model itself is the check: a wrong shape or layout raises there); the full-size
+types, one per rule, run ``hookcli inspect hf:TYPE --device meta`` in a capped child
+(exit 0, params equal plain ``AutoModel.from_config`` on meta, peak RSS <= 1.5 GiB).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.test_hf_coverage import _check_types
+
+transformers = pytest.importorskip("transformers")
+
+
+def _inputs(model_type: str, **overrides: object) -> tuple[object, object, dict]:
+    """A small model of ``model_type`` on the CPU and the inputs hookcli derives for it."""
+    from hookcli.sources import hf
+
+    transformers.logging.set_verbosity_error()
+    config = transformers.AutoConfig.for_model(model_type, **overrides)
+    torch.manual_seed(0)
+    model = transformers.AutoModel.from_config(config).eval()
+    specs, values = hf.default_inputs(model, config)
+    kwargs = {}
+    for spec in specs:
+        name, rest = spec.split("=", 1)
+        if name in values:
+            kwargs[name] = values[name]
+            continue
+        dims = [int(d) for d in rest.split(":")[1 if ":" in rest else 0].split("x")]
+        kwargs[name] = torch.randn(dims)
+    return config, model, kwargs
+
+
+def test_grid_thw_tower_gets_patches_and_grid_from_config() -> None:
+    """A Qwen2.5-VL vision tower: flat patches as wide as channels x temporal x patch^2,
+    one row per grid cell, the grid a multiple of the merge size; the tower merges them."""
+    vision = {"depth": 1, "hidden_size": 32, "num_heads": 2, "intermediate_size": 32}
+    config, model, kwargs = _inputs("qwen2_5_vl_vision", out_hidden_size=48, **vision)
+    grid = kwargs["grid_thw"]
+    t, rows, cols = (int(v) for v in grid[0])
+    width = config.in_channels * config.temporal_patch_size * config.patch_size**2
+    assert kwargs["hidden_states"].shape == (t * rows * cols, width)
+    assert rows % config.spatial_merge_size == 0 and cols % config.spatial_merge_size == 0
+    with torch.no_grad():
+        out = model(**kwargs)
+    merged = out.pooler_output if hasattr(out, "pooler_output") else out
+    assert merged.shape == (t * rows * cols // config.spatial_merge_size**2, 48)
+
+
+def test_raw_audio_gets_the_channel_dim_of_the_feature_extractor() -> None:
+    """EnCodec's raw audio: ``batch x audio_channels x samples`` as its feature extractor
+    makes it, which plain EnCodec encodes."""
+    config, model, kwargs = _inputs("encodec")
+    wave = kwargs["input_values"]
+    assert wave.dim() == 3 and wave.shape[1] == config.audio_channels
+    with torch.no_grad():
+        codes = model.encode(wave).audio_codes
+    assert codes.shape[-1] > 0
+
+
+def test_mel_features_follow_the_config_bins() -> None:
+    """A Voxtral encoder whose config says 128 mel bins gets 128, not the extractor's 80."""
+    config, model, kwargs = _inputs(
+        "voxtral_encoder",
+        num_hidden_layers=1,
+        hidden_size=32,
+        intermediate_size=32,
+        num_attention_heads=2,
+    )
+    assert kwargs["input_features"].shape[1] == config.num_mel_bins == 128
+    with torch.no_grad():
+        model(**kwargs)
+
+
+def test_time_series_gets_context_length_steps() -> None:
+    config, model, kwargs = _inputs("patchtsmixer", num_layers=1, d_model=16)
+    assert kwargs["past_values"].shape == (1, config.context_length, config.num_input_channels)
+    with torch.no_grad():
+        model(**kwargs)
+
+
+def test_region_features_and_language_from_config() -> None:
+    """LXMERT's region features are as wide as ``visual_feat_dim``/``visual_pos_dim``;
+    X-MOD's language is the first its config lists."""
+    small = {"hidden_size": 32, "num_attention_heads": 2, "intermediate_size": 32}
+    config, model, kwargs = _inputs("lxmert", l_layers=1, x_layers=1, r_layers=1, **small)
+    assert kwargs["visual_feats"].shape[-1] == config.visual_feat_dim
+    assert kwargs["visual_pos"].shape[-1] == config.visual_pos_dim
+    with torch.no_grad():
+        model(**kwargs)
+    config, model, kwargs = _inputs("xmod", num_hidden_layers=1, vocab_size=100, **small)
+    assert kwargs["lang_ids"].tolist() == [0] and config.languages
+    with torch.no_grad():
+        model(**kwargs)
+
+
+def test_meta_build_keeps_cpu_shadows_of_tensors_made_with_an_explicit_device() -> None:
+    """``torch.tensor(data, device="cpu")`` in ``__init__`` while building on meta: the
+    tensor lands on meta and keeps its values, so reading them (``full_like(t, h[-1])``,
+    ``int()``, ``F.pad`` with tensor sizes) works as on the CPU."""
+    from hookcli.metavalues import KNOWN, MetaValues, building_on_meta
+
+    with building_on_meta():
+        h = torch.cumprod(torch.tensor([2, 7], device="cpu"), dim=0)
+        filled = torch.full_like(h, h[-1])
+        stride = torch.nn.Buffer(torch.tensor(3, dtype=torch.int64), persistent=False)
+    assert h.device.type == "meta" and KNOWN[h].device.type == "cpu"
+    assert KNOWN[filled].tolist() == [14, 14]
+    x = torch.empty(1, 1, 10, device="meta")
+    with MetaValues():
+        assert int(stride) == 3
+        assert torch.nn.functional.pad(x, (stride, stride)).shape == (1, 1, 16)
+
+
+def test_meta_masks_with_known_values_stay_exact_under_inference_mode() -> None:
+    """A token mask from known ids, expanded over the hidden size (``expand_as``) and
+    used to pick rows of activations meta holds no values for, or turned into positions
+    (``nonzero(as_tuple=True)``): the same counts and positions as on the CPU, and no
+    stand-in stated."""
+    from hookcli.inputs import meta_with_values
+    from hookcli.metavalues import KNOWN, MetaValues
+
+    ids = torch.tensor([[1, 7, 7, 3, 7, 2]])
+    hidden = torch.zeros(1, 6, 5)
+    cpu_mask = (ids == 7).unsqueeze(-1).expand_as(hidden)
+    cpu_rows, cpu_cols = (ids == 7).nonzero(as_tuple=True)
+    with MetaValues() as mv, torch.inference_mode():
+        meta_ids = meta_with_values(ids)
+        embeds = torch.empty(1, 6, 5, device="meta")
+        mask = (meta_ids == 7).unsqueeze(-1).expand_as(embeds)
+        picked = embeds[mask]
+        rows, cols = (meta_ids == 7).nonzero(as_tuple=True)
+        assert picked.shape == hidden[cpu_mask].shape
+        assert KNOWN[rows].tolist() == cpu_rows.tolist()
+        assert KNOWN[cols].tolist() == cpu_cols.tolist()
+    assert not mv.assumed
+
+
+# one type per rule, at full default size on meta
+RULE_TYPES = [
+    "qwen2_5_vl_vision",  # grid_thw tower
+    "exaone4_5_vision",  # grid_thw tower
+    "dac",  # raw audio, channel dim from the feature extractor
+    "encodec",  # the same, with tensor-valued conv paddings made in __init__
+    "voxtral_encoder",  # mel bins from the config
+    "vibevoice_acoustic_tokenizer_encoder",  # audio main input named otherwise in forward
+    "depth_pro",  # image size from the image processor
+    "minicpm_ocr_vision",  # image processor patched as the config
+    "timesformer",  # video by num_frames
+    "videoprism_vision_model",  # a video tower (pixel_values_videos)
+    "glmasr",  # audio tokens in the text, as many as get_audio_features returns
+    "qwen3_asr_encoder",  # the feature mask forward requires
+    "patchtsmixer",  # time series
+    "lxmert",  # region features
+    "xmod",  # language ids
+    "perceiver",  # embeddings in
+    "sam3_lite_text",  # text beside a vision main input
+    "inkling_mm_model",  # build reads values of tensors made with device="cpu"
+    "led",  # a padding mask cast to float, then nonzero(as_tuple=True) on meta
+]
+
+
+@pytest.mark.slow  # a capped interpreter per type, each importing torch and transformers
+@pytest.mark.parametrize("model_type", RULE_TYPES)
+def test_rule_types_report_at_full_size_on_meta(model_type: str) -> None:
+    _check_types([model_type])
+
+
+@pytest.mark.slow  # imports torch and transformers in a child, then forks one per type
+def test_coverage_benchmark_reports_an_ok_type(tmp_path: Path) -> None:
+    """``benchmarks/hf_coverage.py`` on one type: ok, with params equal plain transformers
+    (its forked child ends with the real ``os._exit``, not hookcli's guarded one)."""
+    from tests.test_hf_coverage import ROOT
+
+    out = tmp_path / "rows.json"
+    proc = subprocess.run(
+        [sys.executable, "benchmarks/hf_coverage.py", "--json", str(out), "bert"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = json.loads(out.read_text())
+    assert row["ok"], row
+    assert row["params_match"] and row["params"] == row["plain_params"] > 0
