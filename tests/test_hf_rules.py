@@ -128,7 +128,7 @@ def test_meta_masks_with_known_values_stay_exact_under_inference_mode() -> None:
     used to pick rows of activations meta holds no values for, or turned into positions
     (``nonzero(as_tuple=True)``): the same counts and positions as on the CPU, and no
     stand-in stated."""
-    from hookcli.inputs import meta_with_values
+    from hookcli.inputs.grammar import meta_with_values
     from hookcli.metavalues import KNOWN, MetaValues
 
     ids = torch.tensor([[1, 7, 7, 3, 7, 2]])
