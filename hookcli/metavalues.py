@@ -47,7 +47,7 @@ from torch.utils.weak import WeakTensorKeyDictionary
 aten = torch.ops.aten
 
 SHADOW_NUMEL = 1 << 20  # an integer or boolean meta tensor with more elements gets no shadow
-FLOAT_SHADOW_NUMEL = 1 << 20  # the same for floating tensors (masks, rotary tables)
+FLOAT_SHADOW_NUMEL = 1 << 18  # the same for floating tensors (masks: 512 x 512, rotary tables)
 # boolean masks: a token mask expanded over the hidden size (1 byte an element)
 BOOL_SHADOW_NUMEL = 1 << 24
 # every shadow, by meta tensor; weak, so a shadow lives as long as its meta tensor
