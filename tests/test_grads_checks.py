@@ -351,7 +351,7 @@ def test_backward_failure_exits_4_naming_the_module() -> None:
     ],
 )
 def test_forward_flags_and_grad_inf_flag_equal_exact_scans(values):
-    from hookcli.probes.grads import GradProbe, _forward_flags
+    from hookcli.grads.probe import GradProbe, _forward_flags
 
     t = torch.tensor(values)
     expected = [bool(torch.isnan(t).any()), bool(torch.isinf(t).any()), bool((t != 0).any())]
