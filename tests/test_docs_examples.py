@@ -151,6 +151,9 @@ def all_blocks() -> list[Block]:
 # -- normalising and comparing ---------------------------------------------------------------
 
 
+RULE = re.compile(r"\s*-+(\s+-+)+\s*")
+
+
 def _mask_tables(lines: list[str], columns: list[str]) -> list[str]:
     """Replace the cells under the named headers with ``*`` (the spans come from the
     ``-----  ----`` rule under the header, so they hold for this output's widths)."""
@@ -160,7 +163,7 @@ def _mask_tables(lines: list[str], columns: list[str]) -> list[str]:
     spans: list[tuple[int, int]] = []
     masked: list[int] = []
     for n, ln in enumerate(lines):
-        if re.fullmatch(r"\s*-+(\s+-+)+\s*", ln) and n > 0:
+        if RULE.fullmatch(ln) and n > 0:
             spans = [(m.start(), m.end()) for m in re.finditer(r"-+", ln)]
             header = lines[n - 1]
             masked = [
@@ -193,6 +196,8 @@ def normalise(lines: list[str], block: Block) -> list[str]:
     for ln in lines:
         for rx in block.mask_res:
             ln = re.sub(rx, "*", ln)
+        if RULE.fullmatch(ln):  # a table's rule is as wide as its values: its columns count
+            ln = re.sub(r"-+", "-", ln)
         out.append(" ".join(ln.split()))
     while out and not out[-1]:
         out.pop()
@@ -375,6 +380,11 @@ def test_masking_and_trims() -> None:
     assert matches(normalise(table, block), normalise(other, block))
     wrong = ["Seq  Event    took (ms)", "---  -------  ---------", "  1  forward     8.631"]
     assert not matches(normalise(table, block), normalise(wrong, block))
+    # a rule as wide as other values still has its columns; one column more does not
+    wider = ["Seq  Event    took (ms)", "---  -------  ----------", "  0  forward  12345.67"]
+    assert matches(normalise(table, block), normalise(wider, block))
+    extra = ["Seq  Event    took (ms)", "---  -------  ---------  --", "  0  forward     8.631"]
+    assert not matches(normalise(table, block), normalise(extra, block))
     plain = Block("x", 1, [])
     assert matches(["a", "...", "d"], ["a", "b", "c", "d"])
     assert not matches(["a", "d"], ["a", "b", "d"])
