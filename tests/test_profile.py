@@ -490,6 +490,86 @@ def test_max_ms_gate() -> None:
     assert typo.exit_code == 1 and "no module matches" in typo.stdout
 
 
+def _hand_run(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """Plain PyTorch: calls per module (forward hooks of the test's own) and the FLOPs
+    torch's FlopCounterMode counts, for one forward."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    calls: dict[str, int] = {}
+    handles = [
+        m.register_forward_hook(lambda *_, n=name: calls.__setitem__(n, calls.get(n, 0) + 1))
+        for name, m in model.named_modules()
+    ]
+    try:
+        with torch.no_grad(), FlopCounterMode(display=False) as counter:
+            model(*args, **kwargs)
+    finally:
+        for h in handles:
+            h.remove()
+    return calls, counter.get_total_flops()
+
+
+def _profiled(report: dict[str, Any]) -> tuple[dict[str, int], int]:
+    return {r["name"]: r["calls"] for r in report["modules"]}, report["totals"]["flops"]
+
+
+def test_cli_input_file_keyword_dict_runs_that_forward(tmp_path: Path) -> None:
+    from tests.fixtures import inputs_models as im
+
+    g = torch.Generator().manual_seed(11)
+    x, scale = torch.randn(5, 4, generator=g), torch.randn(5, 4, generator=g)
+    kwargs = {"x": x, "steps": torch.tensor(3), "scale": scale}
+    path = tmp_path / "kw.pt"
+    torch.save(kwargs, path)
+    result = invoke(
+        "profile", "tests.fixtures.inputs_models:Looped", "--input-file", str(path),
+        "--repeat", "2", "--warmup", "0", "-f", "json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    torch.manual_seed(0)  # --seed 0 before the build, as hookcli does
+    calls, flops = _hand_run(im.Looped().eval(), (), kwargs)
+    assert calls == {"": 1, "fc": 3, "act": 4}  # 3 steps, and scale given
+    assert _profiled(report) == (calls, flops)
+    assert flops == 3 * 2 * 5 * 4 * 4
+    assert report["inputs"] == [
+        {"name": k, "shape": list(v.shape), "dtype": str(v.dtype).removeprefix("torch.")}
+        for k, v in kwargs.items()
+    ]
+    assert report["settings"]["inputs"] == f"--input-file {path}"
+
+
+def test_cli_inputs_from_runs_that_forward() -> None:
+    from tests.fixtures import inputs_models as im
+
+    spec = "tests.fixtures.inputs_models:looped_inputs"
+    result = invoke(
+        "profile", "tests.fixtures.inputs_models:Looped", "--inputs-from", spec, "--seed", "4",
+        "--repeat", "2", "--warmup", "0", "-f", "json",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    report = json.loads(result.stdout)
+    torch.manual_seed(4)
+    model = im.Looped().eval()
+    torch.manual_seed(4)  # right before the function, as documented
+    args, kwargs = im.looped_inputs()
+    calls, flops = _hand_run(model, args, kwargs)
+    assert calls == {"": 1, "fc": 2, "act": 3}
+    assert _profiled(report) == (calls, flops)
+    assert [(i["name"], i["shape"]) for i in report["inputs"]] == [
+        ("x", [6, 4]),
+        ("steps", []),
+        ("scale", [6, 4]),
+    ]
+    assert report["settings"]["inputs"] == f"--inputs-from {spec}"
+
+
+def test_cli_one_input_source() -> None:
+    base = ["profile", "tests.fixtures.inputs_models:Looped"]
+    both = invoke(*base, "-i", "2x4", "--inputs-from", "tests.fixtures.inputs_models:looped_inputs")
+    assert both.exit_code == 2 and "--input and --inputs-from" in both.stderr
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [

@@ -586,6 +586,8 @@ def cli_command(
     weights: Path | None,
     trust_pickle: bool,
     input: list[str] | None,
+    input_file: Path | None,
+    inputs_from: str | None,
     batch_size: int | None,
     device: str,
     dtype: str | None,
@@ -622,7 +624,16 @@ def cli_command(
     )  # fmt: skip
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(input, batch_size, device, dtype, mode, Mode.EVAL)
+    ropts = run_options(
+        input,
+        batch_size,
+        device,
+        dtype,
+        mode,
+        Mode.EVAL,
+        input_file=input_file,
+        inputs_from=inputs_from,
+    )
     out = output_options(format, output, depth, debug, ci)
     report, error = run_profile(prepare(mopts, ropts), plan)
     code = emit(report, out)
