@@ -47,7 +47,9 @@ def _mode(value: str | Mode) -> Mode:
     return choice(value, Mode, "mode")
 
 
-def _common(forward_kwargs: Any, seed: Any, depth: Any, global_hooks: Any, **flags: Any) -> None:
+def _common(
+    forward_kwargs: Any, seed: Any, depth: Any, global_hooks: Any = False, **flags: Any
+) -> None:
     """The arguments every API function shares, checked as the CLI checks its options."""
     from hookcli.validate import check_depth, check_flag, check_mapping, check_seed
 
@@ -258,9 +260,10 @@ def grads(
         ``grad_norm``; ``report.passed`` is False when a check failed.
     """
     from hookcli.grads.runner import plan_grads, run_grads
-    from hookcli.validate import check_number
+    from hookcli.validate import check_number, check_path
 
     _common(forward_kwargs, seed, depth, global_hooks, per_param=per_param)
+    check_path(plot, "plot")
     check_number(max_grad_norm, "max_grad_norm")
     check_number(min_grad_norm, "min_grad_norm")
     plan = plan_grads(
@@ -392,10 +395,23 @@ def profile(
         The ``Report``: ``report.rows("modules")`` one row per module (``forward_ms``,
         ``forward_self_ms``, ``backward_ms``, ``calls``, ``flops_per_s``...); ``totals``
         with ``forward_ms``, ``backward_ms`` and ``overhead_ratio``.
-    """
-    from hookcli.profile.runner import plan_profile, run_profile
 
-    plan = plan_profile(backward, warmup, repeat, sort, max_ms, sync, depth, trace_out, plot)
+    Raises:
+        UsageError: a bad argument (checked as the CLI checks its options, before the
+            model runs) or no inputs known. RunError: the model raised.
+    """
+    from hookcli.profile.plan import SortKey
+    from hookcli.profile.runner import plan_profile, run_profile
+    from hookcli.validate import check_count, check_path, check_strings, choice
+
+    _common(forward_kwargs, seed, depth, backward=backward, sync=sync)
+    warmup = check_count(warmup, "warmup", 0)
+    repeat = check_count(repeat, "repeat", 1)
+    key = choice(sort, SortKey, "sort")
+    gates = check_strings(max_ms, "max_ms")
+    check_path(trace_out, "trace_out")
+    check_path(plot, "plot")
+    plan = plan_profile(backward, warmup, repeat, key, gates, sync, depth, trace_out, plot)
     return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_profile(p, plan))
 
 

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping
+import os
+from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
 from hookcli.errors import UsageError
@@ -42,6 +43,31 @@ def check_depth(depth: Any, option: str = "depth") -> int | None:
     if depth < 0:
         raise UsageError(f"{option} must be >= 0, got {depth}")
     return depth
+
+
+def check_count(value: Any, option: str, low: int = 0) -> int:
+    """A whole number >= ``low`` (``warmup``, ``repeat``)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise UsageError(f"{option} must be a whole number >= {low}, got {value!r}")
+    if value < low:
+        raise UsageError(f"{option} must be >= {low}, got {value}")
+    return value
+
+
+def check_path(value: Any, option: str) -> str | os.PathLike[str] | None:
+    """None, or a file path given as a string or a path object."""
+    if value is None or isinstance(value, (str, os.PathLike)):
+        return value
+    raise UsageError(f"{option} must be a file path (a string or a Path), got {value!r}")
+
+
+def check_strings(value: Any, option: str) -> str | list[str] | None:
+    """None, a string, or a list of strings (a repeatable option: ``max_ms``)."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, Sequence) and all(isinstance(v, str) for v in value):
+        return list(value)
+    raise UsageError(f"{option} must be a string or a list of strings, got {value!r}")
 
 
 def check_flag(value: Any, option: str) -> bool:
@@ -98,11 +124,14 @@ def check_size(value: Any, option: str, parse: Any) -> int | None:
 __all__ = [
     "SEED_MAX",
     "SEED_MIN",
+    "check_count",
     "check_depth",
     "check_flag",
     "check_mapping",
     "check_number",
+    "check_path",
     "check_seed",
     "check_size",
+    "check_strings",
     "choice",
 ]

@@ -57,6 +57,44 @@ def test_os_exit_in_a_model_thread_is_exit_4() -> None:
     assert "os._exit(0)" in line and "quitter" in line, line
 
 
+@pytest.mark.parametrize("how", ["ctypes", "exec"])
+def test_a_native_exit_cannot_forge_a_pass(how: str) -> None:
+    """Native code that ends the process with status 0 (no Python runs, so the os._exit
+    guard cannot see it): the watching parent finds no exit status announced, exit 4."""
+    args = ("grads", f"{FIX}:NativeExit", "-k", f"how={how!r}", "--fail-on", "nan")
+    r = run_cli(*args)
+    assert r.returncode == 4, (r.returncode, r.stderr)
+    line = _one_line_error(r.stderr)
+    assert "ended with status 0 before hookcli finished" in line, line
+    # unwatched, the same run is the forged pass the parent exists for
+    plain = subprocess.run(
+        [sys.executable, "-m", "hookcli", *args],
+        cwd=ROOT,
+        env={**_env(), "HOOKCLI_WATCH": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit_memory,
+    )
+    assert plain.returncode == 0 and plain.stdout == "", plain
+
+
+def test_a_child_killed_by_a_signal_is_reported_as_that_signal() -> None:
+    r = run_cli("inspect", f"{FIX}:NativeExit", "-k", "how='kill'")
+    assert r.returncode == -9, (r.returncode, r.stderr)  # what the shell shows as 137
+
+
+def test_exit_statuses_pass_through_the_watching_parent(tmp_path: Path) -> None:
+    """0, 1 (a failed check) and 2 (usage) reach the caller unchanged, with the report."""
+    ok = run_cli("params", "sample_models:LeNet", "--format", "json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["command"] == "params", ok.stderr
+    failed = run_cli("grads", "sample_models:UnusedBranch", "--fail-on", "unused", "-f", "json")
+    assert failed.returncode == 1, failed.stderr
+    assert not json.loads(failed.stdout)["checks"][0]["passed"]
+    usage = run_cli("inspect", "sample_models:LeNet", "--depth", "-3")
+    assert usage.returncode == 2, usage.stderr
+
+
 # -- bug 2: stdout carries only the report ----------------------------------------------------
 
 
@@ -233,6 +271,24 @@ def test_an_instance_gets_its_values_back_after_weights(tmp_path: Path) -> None:
         (hookcli.cost, {"memory_for": "both"}, "train, inference"),
         (hookcli.cost, {"max_memory": -5}, "max_memory"),
         (hookcli.inspect, {"forward_kwargs": [1]}, "forward_kwargs"),
+        (hookcli.grads, {"plot": 5}, "plot must be a file path"),
+        (hookcli.profile, {"seed": 2**70}, "seed"),
+        (hookcli.profile, {"seed": "1"}, "seed"),
+        (hookcli.profile, {"repeat": "3"}, "repeat must be a whole number"),
+        (hookcli.profile, {"repeat": True}, "repeat must be a whole number"),
+        (hookcli.profile, {"repeat": 0}, "repeat must be >= 1"),
+        (hookcli.profile, {"warmup": 1.5}, "warmup must be a whole number"),
+        (hookcli.profile, {"warmup": -1}, "warmup must be >= 0"),
+        (hookcli.profile, {"sort": "speed"}, "self, inclusive, calls, flops"),
+        (hookcli.profile, {"depth": "2"}, "depth"),
+        (hookcli.profile, {"mode": "training"}, "train, eval"),
+        (hookcli.profile, {"backward": 1}, "backward"),
+        (hookcli.profile, {"sync": "yes"}, "sync"),
+        (hookcli.profile, {"max_ms": 5}, "max_ms"),
+        (hookcli.profile, {"max_ms": ["fc"]}, "GLOB:MS"),
+        (hookcli.profile, {"trace_out": 5}, "trace_out"),
+        (hookcli.profile, {"plot": 5}, "plot"),
+        (hookcli.profile, {"forward_kwargs": [1]}, "forward_kwargs"),
     ],
 )
 def test_api_arguments_raise_usage_error(fn: object, kwargs: dict, needle: str) -> None:
