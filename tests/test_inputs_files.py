@@ -118,6 +118,29 @@ def test_input_file_dtype_casts_floating_tensors_only(tmp_path: Path) -> None:
     assert dtypes == ["float32", "float64"]
 
 
+@pytest.mark.parametrize("dtype", [None, "float64"])
+def test_input_file_moves_to_the_device_keeping_dtypes(tmp_path: Path, dtype: str | None) -> None:
+    x = torch.randn(2, 4).to(torch.float16)
+    ids = torch.tensor([1, 7])
+    path = tmp_path / "in.pt"
+    torch.save({"x": x, "ids": ids}, path)
+    extra = ["--dtype", dtype] if dtype else []
+    im.SEEN.clear()
+    report = invoke_json(
+        "inspect", f"{M}:Seen", "--input-file", str(path), "--device", "meta", *extra
+    )
+    want = getattr(torch, dtype) if dtype else torch.float16  # --dtype casts floats only
+    assert set(im.SEEN) == {("meta", want), ("meta", torch.int64)}, im.SEEN
+    assert report["inputs"] == [
+        {"name": "x", "shape": [2, 4], "dtype": str(want).removeprefix("torch.")},
+        {"name": "ids", "shape": [2], "dtype": "int64"},
+    ]
+    model = im.Seen().to("meta", dtype=want if dtype else None)  # plain PyTorch on meta
+    expected = model(x.to("meta", want), ids.to("meta"))
+    assert root(report)["output_shapes"] == [list(expected.shape)]
+    assert report["settings"]["device"] == "meta"
+
+
 class _Evil:
     def __reduce__(self):  # type: ignore[no-untyped-def]
         return (os.getcwd, ())
