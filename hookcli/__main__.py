@@ -1,5 +1,5 @@
 """``python -m hookcli``."""
 
-from hookcli.cli import main
+from hookcli.watch import main
 
 main()

@@ -120,7 +120,15 @@ def _fail(message: str, code: int) -> int:
 
 # -- a model that ends the process itself -------------------------------------------------
 
-_REAL_EXIT = os._exit  # hookcli's own immediate exits go through this
+_REAL_EXIT = os._exit  # hookcli's own immediate exits go through this (by _end)
+
+
+def _end(code: int) -> NoReturn:
+    """Leave now with ``code``, told first to the watching parent (hookcli/watch.py)."""
+    from hookcli.watch import announce
+
+    announce(code)
+    _REAL_EXIT(code)
 
 
 class _ExitGuard:
@@ -149,7 +157,7 @@ class _ExitGuard:
             if code != cls.final:
                 with contextlib.suppress(Exception):
                     sys.stderr.flush()
-                _REAL_EXIT(code)
+                _end(code)
 
     @classmethod
     def replacement(cls, status: int = 0) -> NoReturn:
@@ -227,7 +235,7 @@ class _Signals:
         if cls.running <= 0:
             line, code = _SIGNAL_LINES[signal.Signals(signum)]
             print(line, file=sys.stderr, flush=True)
-            _REAL_EXIT(code)  # the report (if any) is written; stdout's leftovers are moot
+            _end(code)  # the report (if any) is written; stdout's leftovers are moot
         if cls.received is not None:
             return  # already unwinding: let the clean-up finish
         cls.received = signum
@@ -442,7 +450,8 @@ _register()
 
 
 def main() -> None:
-    """Console-script entry point."""
+    """Run the command line in this process (``hookcli.watch.main``, the console script,
+    forks first and calls this in the child)."""
     # Importing torch and torchvision leaves millions of objects that every gen-2
     # collection would rescan. Collection waits until the model is built; then
     # that heap is frozen out of later collections (pipeline.build_model).
@@ -463,7 +472,7 @@ def main() -> None:
             # Interrupted: the line is printed and the model restored. Leave without
             # flushing the rest of the report into a pipe nobody may read any more.
             sys.stderr.flush()
-            _REAL_EXIT(int(done.code))
+            _end(int(done.code))
         code = done.code
     finally:
         gc.unfreeze()  # an ordinary shutdown finalizes everything as usual
@@ -481,10 +490,13 @@ def _leave(code: object) -> None:
     (the interpreter would wait for it), while a process group is initialized, and
     when ``HOOKCLI_FULL_EXIT=1`` is set.
     """
+    from hookcli.watch import announce
+
     if not isinstance(code, int) or not _fast_exit_ok():
         if isinstance(code, int):
             code = _ExitGuard.failure(code)
             _ExitGuard.final = code
+        announce(0 if code is None else code if isinstance(code, int) else 1)
         raise SystemExit(code)
     import atexit
 
@@ -496,7 +508,7 @@ def _leave(code: object) -> None:
         with contextlib.suppress(Exception):  # a reader that left: nothing more to say
             if stream is not None:
                 stream.flush()
-    _REAL_EXIT(code)
+    _end(code)
 
 
 def _fast_exit_ok() -> bool:

@@ -57,6 +57,44 @@ def test_os_exit_in_a_model_thread_is_exit_4() -> None:
     assert "os._exit(0)" in line and "quitter" in line, line
 
 
+@pytest.mark.parametrize("how", ["ctypes", "exec"])
+def test_a_native_exit_cannot_forge_a_pass(how: str) -> None:
+    """Native code that ends the process with status 0 (no Python runs, so the os._exit
+    guard cannot see it): the watching parent finds no exit status announced, exit 4."""
+    args = ("grads", f"{FIX}:NativeExit", "-k", f"how={how!r}", "--fail-on", "nan")
+    r = run_cli(*args)
+    assert r.returncode == 4, (r.returncode, r.stderr)
+    line = _one_line_error(r.stderr)
+    assert "ended with status 0 before hookcli finished" in line, line
+    # unwatched, the same run is the forged pass the parent exists for
+    plain = subprocess.run(
+        [sys.executable, "-m", "hookcli", *args],
+        cwd=ROOT,
+        env={**_env(), "HOOKCLI_WATCH": "0"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=_limit_memory,
+    )
+    assert plain.returncode == 0 and plain.stdout == "", plain
+
+
+def test_a_child_killed_by_a_signal_is_reported_as_that_signal() -> None:
+    r = run_cli("inspect", f"{FIX}:NativeExit", "-k", "how='kill'")
+    assert r.returncode == -9, (r.returncode, r.stderr)  # what the shell shows as 137
+
+
+def test_exit_statuses_pass_through_the_watching_parent(tmp_path: Path) -> None:
+    """0, 1 (a failed check) and 2 (usage) reach the caller unchanged, with the report."""
+    ok = run_cli("params", "sample_models:LeNet", "--format", "json")
+    assert ok.returncode == 0 and json.loads(ok.stdout)["command"] == "params", ok.stderr
+    failed = run_cli("grads", "sample_models:UnusedBranch", "--fail-on", "unused", "-f", "json")
+    assert failed.returncode == 1, failed.stderr
+    assert not json.loads(failed.stdout)["checks"][0]["passed"]
+    usage = run_cli("inspect", "sample_models:LeNet", "--depth", "-3")
+    assert usage.returncode == 2, usage.stderr
+
+
 # -- bug 2: stdout carries only the report ----------------------------------------------------
 
 
