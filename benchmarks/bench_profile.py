@@ -87,28 +87,44 @@ def main() -> None:
     import torchvision
 
     import hookcli
+    from benchmarks.common import record, rounds, smoke
 
     torch.manual_seed(0)
-    model = torchvision.models.resnet50(weights=None).eval()
-    x = torch.randn(8, 3, 224, 224)
-    report = hookcli.profile(model, x, warmup=1, repeat=REPEATS)
+    name, batch, size = ("resnet18", 1, 64) if smoke() else ("resnet50", 8, 224)
+    model = getattr(torchvision.models, name)(weights=None).eval()
+    x = torch.randn(batch, 3, size, size)
+    report = hookcli.profile(model, x, warmup=1, repeat=rounds(REPEATS))
     t = report.totals
     print(
-        f"profile resnet50 b8 cpu: bare {t['bare_forward_ms']:.1f} ms, hooked "
+        f"profile {name} b{batch} cpu: bare {t['bare_forward_ms']:.1f} ms, hooked "
         f"{t['profiled_forward_ms']:.1f} ms, overhead_ratio {t['overhead_ratio']:.3f} "
         f"(wall; target <= 1.10); root forward_ms {t['forward_ms']:.1f}",
         flush=True,
     )
+    record(
+        "profile",
+        t["overhead_ratio"],
+        what=f"hookcli.profile({name}, x) b{batch}: its overhead_ratio (profiled / bare forward)",
+        target="<= 1.10",
+    )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        bare, hooked = cpu_time_ratio(model, x)
+        bare, hooked = cpu_time_ratio(model, x, rounds(REPEATS))
         print(
-            f"profile resnet50 b8 cpu, 1 thread, thread CPU time: bare {bare:.3f} s, "
+            f"profile {name} b{batch} cpu, 1 thread, thread CPU time: bare {bare:.3f} s, "
             f"hooked {hooked:.3f} s, ratio {hooked / bare:.4f}",
             flush=True,
         )
-        print(f"hook cost per module call: {per_call_us():.2f} us (thread CPU time)", flush=True)
+        us = per_call_us(repeats=rounds(15))
+        print(f"hook cost per module call: {us:.2f} us (thread CPU time)", flush=True)
+        record(
+            "profile_cpu",
+            hooked / bare,
+            what=f"the same in thread CPU time, 1 thread ({name} b{batch})",
+            target="<= 1.10",
+        )
+        record("profile_call_us", us, what="profile's hooks per module call (us)", unit="us")
     finally:
         torch.set_num_threads(threads)
 

@@ -40,6 +40,8 @@ def _value(r: dict[str, Any]) -> str:
         return f"{r['value']:.2f} s"
     if unit == "%":
         return f"{r['value']:.1f}%"
+    if unit == "us":
+        return f"{r['value']:.1f} us"
     return f"{r['value']:.2f}"
 
 

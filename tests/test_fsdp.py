@@ -251,6 +251,40 @@ def test_failure_on_one_rank_ends_every_rank_with_one_line(tmp_path: Path) -> No
 
 @pytest.mark.distributed
 @NEEDS_CPU_FSDP
+def test_nan_on_one_rank_and_drifting_buffers_fail_their_checks(tmp_path: Path) -> None:
+    """The failing side of ``nan`` and ``desync`` under FSDP2 (the healthy side is above)."""
+    spec = "sample_models.distributed:NaNOnRank"
+    run = torchrun(
+        tmp_path, "grads", spec, "--fsdp", "-f", "json", "--fail-on", "nan,inf",
+        "--dist-timeout", "60",
+    )  # fmt: skip
+    assert run["returncode"] != 0
+    report = report_of(run)
+    nan = check(report, "nan")
+    assert not nan["passed"]
+    assert nan["detail"].startswith("rank 1: ") and "rank 0" not in nan["detail"]
+    assert check(report, "inf")["passed"]
+    rows = rows_by_name(report)
+    # rank 0's own gradients are finite, rank 1's NaN; the reduce-scatter spreads the NaN
+    g0, g1 = rows["fc1"]["grad_norm_per_rank"]
+    assert math.isfinite(g0) and g1 == "nan"
+    assert rows["fc1"]["reduced_grad_norm"] == "nan"
+
+    # FSDP2 never broadcasts buffers: BatchNorm's running statistics, updated from each
+    # rank's own batch, stay apart (plain DDP's oracle shows they differ after a step)
+    spec = "sample_models.distributed:BatchNormNet"
+    run = torchrun(
+        tmp_path, "grads", spec, "--fsdp", "-f", "json", "--fail-on", "desync",
+        "--dist-timeout", "60",
+    )  # fmt: skip
+    assert run["returncode"] != 0
+    desync = check(report_of(run), "desync")
+    assert not desync["passed"]
+    assert {"bn.running_mean", "bn.running_var"} <= set(desync["layers"]), desync
+
+
+@pytest.mark.distributed
+@NEEDS_CPU_FSDP
 def test_inspect_stats_and_cost_fsdp_on_a_decoder(tmp_path: Path) -> None:
     ref = fsdp_oracle(tmp_path, DECODER, "--blocks", "layers")
     from sample_models.decoder import Decoder
