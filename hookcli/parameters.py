@@ -246,8 +246,8 @@ def pruned_line(counts: dict[str, Any]) -> str:
     from hookcli.render import fmt_int
 
     return (
-        f"{fmt_int(counts['pruned_params'])} ({fmt_int(counts['masked_params'])} weights "
-        "zeroed by torch.nn.utils.prune masks not counted)"
+        f"{fmt_int(counts['pruned_params'])} ({fmt_int(counts['masked_params'])} parameter "
+        "elements zeroed by torch.nn.utils.prune masks not counted)"
     )
 
 

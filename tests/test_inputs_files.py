@@ -391,6 +391,20 @@ def test_pruned_params_count_unmasked_weights() -> None:
     assert "pruned_params" not in plain["totals"]
 
 
+def test_pruned_biases_count_too() -> None:
+    report = invoke_json("inspect", f"{M}:pruned_bias_net", "-i", "2x10")
+    torch.manual_seed(0)
+    net = im.pruned_bias_net()
+    zeros = {n: int((b == 0).sum()) for n, b in net.named_buffers() if n.endswith("_mask")}
+    assert zeros == {"0.bias_mask": 5, "2.weight_mask": 50}
+    total = sum(p.numel() for p in net.parameters())
+    assert report["totals"]["masked_params"] == 55
+    assert report["totals"]["pruned_params"] == total - 55
+    table = invoke("params", f"{M}:pruned_bias_net")
+    assert table.exit_code == 0, table.stderr
+    assert f"{total - 55} (55 parameter elements zeroed" in table.stdout, table.stdout
+
+
 def test_grads_and_cost_on_lazy_modules_initialize_them_first() -> None:
     report = invoke_json("grads", f"{M}:lazy_mlp", "-i", "2x7")
     torch.manual_seed(0)
