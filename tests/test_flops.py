@@ -11,6 +11,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -396,6 +397,30 @@ def test_every_counted_op_has_hookcli_s_own_formula() -> None:
         str(k) for k in registry if isinstance(k, torch._ops.OpOverloadPacket) and k not in FORMULAS
     ]
     assert not missing, f"ops torch counts and hookcli does not: {missing}"
+    # nor by way of a wrapper of hookcli's own: no hookcli code touches torch's counter
+    import ast
+
+    import hookcli
+
+    def reads_torch_counter(tree: ast.AST) -> bool:
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and "flop_counter" in (node.module or ""):
+                return True
+            if isinstance(node, ast.Import) and any("flop_counter" in a.name for a in node.names):
+                return True
+            if isinstance(node, ast.Attribute) and node.attr in ("flop_registry", "flop_counter"):
+                return True
+            if isinstance(node, ast.Name) and node.id == "flop_registry":
+                return True
+        return False
+
+    package = Path(hookcli.__file__).parent
+    readers = [
+        str(f.relative_to(package))
+        for f in sorted(package.rglob("*.py"))
+        if reads_torch_counter(ast.parse(f.read_text(encoding="utf-8")))
+    ]
+    assert not readers, f"hookcli modules that read torch's FLOP counter: {readers}"
 
 
 def test_every_case_op_is_registered_on_this_torch() -> None:
