@@ -1,5 +1,5 @@
 """``python -m hookcli``."""
 
-from hookcli.watch import main
+from hookcli.entry import main
 
 main()

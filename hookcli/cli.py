@@ -450,8 +450,8 @@ _register()
 
 
 def main() -> None:
-    """Run the command line in this process (``hookcli.watch.main``, the console script,
-    forks first and calls this in the child)."""
+    """Run the command line in this process (``hookcli.entry.main``, the console script,
+    forks first where hookcli/watch.py says so and calls this in the child)."""
     # Importing torch and torchvision leaves millions of objects that every gen-2
     # collection would rescan. Collection waits until the model is built; then
     # that heap is frozen out of later collections (pipeline.build_model).

@@ -1,7 +1,8 @@
 """A parent process that watches the exit status, so a model cannot forge one.
 
-``main`` is the console script and ``python -m hookcli``. In-process, ``os._exit`` is
-guarded (``cli._ExitGuard``), which names the module that called it. Native code is out
+``hookcli.entry.main`` (the console script, ``python -m hookcli``) calls ``watch``.
+In-process, ``os._exit`` is guarded (``cli._ExitGuard``), which names the module that
+called it. Native code is out
 of its reach: ``ctypes.CDLL(None)._exit(0)`` or ``os.execv("/bin/true", ...)`` in a
 model's ``forward`` ends the process with status 0 and no report, a forged pass. So the
 console command forks once, before torch is imported (and before the CLI's own modules,
@@ -134,12 +135,3 @@ def _parent(pid: int, read_end: int) -> None:
     # hookcli decided; a later end with another status (a model's native exit in an
     # atexit handler) cannot turn a failure into a pass, but a crash after a pass counts
     os._exit(status_code if decided == 0 and status_code != 0 else decided)
-
-
-def main() -> None:
-    """The console script: watched where ``should_watch`` says so, then the CLI."""
-    if should_watch(sys.argv[1:]):
-        watch()  # returns in the child
-    from hookcli.cli import main as cli_main
-
-    cli_main()
