@@ -1,6 +1,5 @@
 """``hookcli diff OLD NEW``: what changed between two JSON reports of one command."""
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -91,44 +90,10 @@ def command(
     """Structural and numeric differences beyond tolerance; exit 1 when they differ."""
     import sys
 
-    from hookcli.ci import conclude
     from hookcli.cliopts import ci_options, output_options
-    from hookcli.diff import (
-        diff_reports,
-        load_report,
-        parse_keys,
-        read_stdin,
-        render_markdown,
-        table_columns,
-        to_report,
-    )
-    from hookcli.errors import UsageError
-    from hookcli.pipeline import write_text
-    from hookcli.render import render
+    from hookcli.diffrun import run_diff
 
-    if old == "-" and new == "-":
-        raise UsageError("OLD and NEW cannot both be - (stdin holds one report)")
-    stdin = read_stdin(sys.stdin) if "-" in (old, new) else None
-    old_report = load_report(old, stdin)
-    new_report = load_report(new, stdin)
-    result = diff_reports(
-        old_report,
-        new_report,
-        rtol=rtol,
-        atol=atol,
-        only=parse_keys(only),
-        ignore=parse_keys(ignore),
-        labels=(_label(old), _label(new)),
-    )
-    report = to_report(result, _label(old), _label(new))
     out = output_options(format, output, None, debug, ci_options(None, False, annotate, junit))
-    if format is Format.MARKDOWN:
-        text = render_markdown(report)  # with the summary lines, as the table has them
-    else:
-        text = render(report, format, table_columns(), ())
-    write_text(text, out)
-    return conclude(report, out, result)
-
-
-def _label(source: str) -> str:
-    return "stdin" if source == "-" else str(Path(source))
+    return run_diff(
+        old, new, rtol=rtol, atol=atol, only=only, ignore=ignore, out=out, stdin=sys.stdin
+    )
