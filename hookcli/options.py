@@ -154,6 +154,7 @@ class RunOptions:
     global_hooks: bool = False
     input_file: Path | None = None  # --input-file: saved tensors
     inputs_from: str | None = None  # --inputs-from FILE.py:fn / pkg.mod:fn
+    offer_no_forward: bool = False  # inspect: "no input known" also names --no-forward
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,7 @@ def prepare(
             defaults=loaded.default_inputs,
             defaults_source=loaded.input_source,
             values=loaded.input_values,
+            offer_no_forward=run_opts.offer_no_forward,
         )
     if inputs is not None:
         from hookcli.inputs.files import initialize_lazy

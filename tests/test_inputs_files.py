@@ -234,6 +234,13 @@ def test_bad_inputs_from_is_exit_2(spec: str, words: str) -> None:
 # -- inspect --no-forward -------------------------------------------------------------
 
 
+@pytest.mark.parametrize("command", ["inspect", "stats", "grads", "cost", "profile"])
+def test_no_input_known_names_every_way_to_give_one(command: str) -> None:
+    result = invoke(command, f"{M}:TwoArgs")
+    one_error_line(result, 2, "no input known", "--input ", "--input-file", "--inputs-from")
+    assert ("--no-forward" in result.stderr) == (command == "inspect"), result.stderr
+
+
 def test_no_forward_reports_a_model_whose_forward_needs_an_int() -> None:
     without = invoke("inspect", f"{M}:NeedsInt")
     assert without.exit_code == 2  # no input known

@@ -403,6 +403,13 @@ def _infos_of(name: str, value: Any) -> list[InputInfo]:
     return []
 
 
+NO_INPUT = (
+    "no input known for this model: pass --input (e.g. -i 1x3x224x224), --input-file FILE "
+    "or --inputs-from FILE.py:FN, or give the model an example_input_array attribute"
+)
+NO_FORWARD_HINT = "; or --no-forward for the module tree without running the model"
+
+
 def build_inputs(
     model: nn.Module,
     texts: Sequence[str],
@@ -416,9 +423,12 @@ def build_inputs(
     defaults: Sequence[str] = (),
     defaults_source: str = "",
     values: Mapping[str, Any] | None = None,
+    offer_no_forward: bool = False,
 ) -> Inputs:
     """Draw the inputs: ``--input`` specs, else ``example_input_array``, else the defaults
-    of the model's source (``hf:``/``timm:`` config, torchvision family).
+    of the model's source (``hf:``/``timm:`` config, torchvision family); none of them:
+    exit 2 naming every way to give inputs (and ``--no-forward`` with
+    ``offer_no_forward``, for ``inspect``).
 
     On meta, inputs are created on meta (no values, nothing allocated); elsewhere they
     are drawn on the CPU from the seeded generator and moved, so every device sees
@@ -452,10 +462,7 @@ def build_inputs(
             else default_specs(family, torchvision_name)
         )
         if specs_or_none is None:
-            raise UsageError(
-                "no input known for this model: pass --input (e.g. -i 1x3x224x224), "
-                "or give the model an example_input_array attribute"
-            )
+            raise UsageError(NO_INPUT + (NO_FORWARD_HINT if offer_no_forward else ""))
         specs = specs_or_none
         source = defaults_source if defaults else f"torchvision {family} default"
 
