@@ -341,20 +341,27 @@ def test_backward_failure_exits_4_naming_the_module() -> None:
 @pytest.mark.parametrize(
     "values",
     [
-        [1.0, -2.0, 3.0],  # finite: one aminmax decides
+        [1.0, -2.0, 3.0],  # finite, non-zero sum: one sum decides
         [0.0, 0.0, 0.0],  # dead
+        [1.0, -1.0, 0.0],  # a zero sum that is not dead
         [1.0, float("nan"), 2.0],
         [1.0, float("inf"), 2.0],
         [float("-inf"), 0.0, 0.0],
-        [float("nan"), float("inf"), 0.0],  # NaN hides the Inf from aminmax
-        [3e38, 3e38, -0.0],  # finite, though its norm overflows float32
+        [float("inf"), float("-inf"), 1.0],  # the sum is NaN, yet no NaN is there
+        [float("nan"), float("inf"), 0.0],  # NaN hides the Inf from a sum
+        [3e38, 3e38, -0.0],  # finite, though its sum (and norm) overflow float32
     ],
 )
 def test_forward_flags_and_grad_inf_flag_equal_exact_scans(values):
     from hookcli.grads.probe import GradProbe, _forward_flags
 
+    for dtype in (torch.float32, torch.float16, torch.bfloat16):
+        t = torch.tensor(values, dtype=dtype)
+        exact = [bool(torch.isnan(t).any()), bool(torch.isinf(t).any()), bool((t != 0).any())]
+        assert _forward_flags(t).tolist() == exact, dtype
+        strided = torch.stack([t, t]).t()  # not contiguous
+        assert _forward_flags(strided).tolist() == exact, dtype
     t = torch.tensor(values)
     expected = [bool(torch.isnan(t).any()), bool(torch.isinf(t).any()), bool((t != 0).any())]
-    assert _forward_flags(t).tolist() == expected
     _, inf = GradProbe(frozenset(), flag_inf=True)._one(t)
     assert bool(inf) == expected[1]
