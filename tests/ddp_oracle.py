@@ -108,6 +108,10 @@ def main() -> None:
     ddp = DistributedDataParallel(model, find_unused_parameters=True)
     ddp(x).sum().backward()
     result["reduced"] = own_norms(model)
+    result["reduced_params"] = {
+        n: None if p.grad is None else float(p.grad.double().norm())
+        for n, p in model.named_parameters()
+    }
     result["grads_differ"] = differing({n: p.grad for n, p in model.named_parameters()})
     result["buffers_differ"] = differing(dict(model.named_buffers()))
     result["params_differ"] = differing(dict(model.named_parameters()))

@@ -25,7 +25,15 @@ from hookcli.distributed.fsdp import (
     unit_params,
 )
 from tests.conftest import invoke
-from tests.test_distributed import check, close, report_of, rows_by_name, spoken, torchrun
+from tests.test_distributed import (
+    check,
+    close,
+    oracle,
+    report_of,
+    rows_by_name,
+    spoken,
+    torchrun,
+)
 
 ORACLE = Path(__file__).with_name("fsdp_oracle.py")
 MLP = "sample_models.distributed:HealthyMLP"
@@ -196,6 +204,11 @@ def test_grads_fsdp_matches_plain_fsdp2_and_ddp(tmp_path: Path) -> None:
         sum(s["shard_numel_per_rank"][0] for s in shards.values())
         == (fsdp["totals"]["shard_params_per_rank"][0])
     )
+    # per parameter: the same reduced gradient as plain DDP's all-reduce gives
+    plain_ddp = oracle(tmp_path, MLP, "--seed", "2")
+    assert set(plain_ddp[0]["reduced_params"]) == set(shards)
+    for name, s in shards.items():
+        assert close(s["reduced_grad_norm"], plain_ddp[0]["reduced_params"][name]), name
     # per module: the same reduced gradients, and the same local ones, as under DDP
     frows, drows = rows_by_name(fsdp), rows_by_name(ddp)
     for name in ("fc1", "fc2", "head"):
