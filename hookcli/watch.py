@@ -28,22 +28,8 @@ import os
 import signal
 import sys
 
-# the commands that run a model's code (construction included)
-_MODEL_COMMANDS = frozenset(
-    {
-        "inspect",
-        "grads",
-        "buffers",
-        "params",
-        "registrations",
-        "trace",
-        "stats",
-        "features",
-        "cost",
-        "profile",
-        "ablate",
-    }
-)
+# the commands that run no model code; every other command does (a new one is watched)
+_NO_MODEL = frozenset({"diff", "models"})
 _RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 _fd: int | None = None  # the child's end of the pipe, once watched
@@ -56,7 +42,7 @@ def should_watch(argv: list[str]) -> bool:
     if any(a.startswith("_") and a.endswith("_COMPLETE") for a in os.environ):
         return False  # shell completion
     words = [a for a in argv if not a.startswith("-")]
-    if not words or words[0] not in _MODEL_COMMANDS:
+    if not words or words[0] in _NO_MODEL:
         return False
     return not any(a in ("--help", "-h", "--version", "--ddp", "--fsdp") for a in argv)
 

@@ -79,6 +79,26 @@ def test_a_native_exit_cannot_forge_a_pass(how: str) -> None:
     assert plain.returncode == 0 and plain.stdout == "", plain
 
 
+def test_which_runs_are_watched(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hookcli.watch import should_watch
+
+    assert should_watch(["grads", "m", "--fail-on", "nan"])
+    assert should_watch(["profile", "m"]) and should_watch(["params", "m"])
+    for argv in (
+        [],
+        ["--help"],
+        ["--version"],
+        ["inspect", "--help"],
+        ["diff", "a.json", "b.json"],
+        ["models"],
+        ["grads", "m", "--ddp"],
+        ["cost", "m", "--fsdp"],
+    ):
+        assert not should_watch(argv), argv
+    monkeypatch.setenv("HOOKCLI_WATCH", "0")
+    assert not should_watch(["grads", "m"])
+
+
 def test_a_child_killed_by_a_signal_is_reported_as_that_signal() -> None:
     r = run_cli("inspect", f"{FIX}:NativeExit", "-k", "how='kill'")
     assert r.returncode == -9, (r.returncode, r.stderr)  # what the shell shows as 137
