@@ -31,6 +31,8 @@ README_KEYS = (
     "mlp_time",
     "ablate_one",
     "ablate_all",
+    "profile",
+    "fsdp",
 )
 
 
