@@ -94,6 +94,8 @@ _OP_WORDS = {
 
 
 _NONZERO_NUMPY = getattr(getattr(aten, "nonzero_numpy", None), "default", None)
+# ``torch.where(cond)``, one operand: ``cond.nonzero(as_tuple=True)`` by another name
+_WHERE_ONE = getattr(aten.where, "default", None)
 # ops that read their second operand's shape only -> the op taking that shape
 _AS_SHAPE = {
     aten.expand_as.default: aten.expand.default,
@@ -211,7 +213,8 @@ class MetaValues(TorchDispatchMode):
                 return self._copy_out(func, args, kwargs)
         if func is _GROUPED_MM:
             return self._grouped_mm(*args, **kwargs)
-        if func is _NONZERO_NUMPY:  # nonzero(as_tuple=True), undecomposed under inference mode
+        if func is _NONZERO_NUMPY or (func is _WHERE_ONE and len(args) == 1 and not kwargs):
+            # nonzero(as_tuple=True), undecomposed under inference mode; torch.where(cond)
             where = self.__torch_dispatch__(aten.nonzero.default, types, (args[0],))
             return tuple(
                 self.__torch_dispatch__(aten.select.int, types, (where, 1, d))

@@ -147,6 +147,100 @@ def test_meta_masks_with_known_values_stay_exact_under_inference_mode() -> None:
     assert not mv.assumed
 
 
+def test_image_embeds_position_mask_marks_as_many_positions_as_image_features() -> None:
+    """Kosmos-2 marks where the image goes by ``image_embeds_position_mask``, not by an
+    image token: the text gets ``latent_query_num`` positions (what
+    ``get_image_features`` returns) and the mask is one exactly there."""
+    text = {"layers": 1, "embed_dim": 32, "ffn_dim": 32, "attention_heads": 2}
+    vision = {"num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 32}
+    config, model, kwargs = _inputs(
+        "kosmos-2",
+        text_config={**text, "vocab_size": 1000},
+        vision_config={**vision, "num_attention_heads": 2},
+        latent_query_num=8,
+    )
+    mask = kwargs["image_embeds_position_mask"]
+    assert mask.shape == kwargs["input_ids"].shape
+    assert int(mask.sum()) == config.latent_query_num == 8 and mask[0, 0] == 0
+    with torch.no_grad():
+        out = model(**kwargs)
+    assert out.last_hidden_state.shape[1] == kwargs["input_ids"].shape[1]
+
+
+def test_required_token_arguments_from_config() -> None:
+    """OneFormer's ``task_inputs`` (required): token ids ``task_seq_len`` long, drawn
+    below ``text_encoder_vocab_size``; plain OneFormer runs on them."""
+    backbone = {"model_type": "swin", "embed_dim": 16, "depths": [1, 1, 1, 1]}
+    backbone |= {
+        "num_heads": [1, 1, 1, 1],
+        "out_features": ["stage1", "stage2", "stage3", "stage4"],
+    }
+    small = {"hidden_dim": 32, "conv_dim": 32, "mask_dim": 32, "encoder_feedforward_dim": 32}
+    small |= {"dim_feedforward": 32, "decoder_layers": 2, "encoder_layers": 1}
+    small |= {"text_encoder_width": 32, "text_encoder_num_layers": 1, "num_attention_heads": 2}
+    config, model, kwargs = _inputs(
+        "oneformer", backbone_config=backbone, task_seq_len=8, text_encoder_vocab_size=100, **small
+    )
+    task = kwargs["task_inputs"]
+    assert task.shape == (1, config.task_seq_len) and int(task.max()) < 100
+    with torch.no_grad():
+        model(**kwargs)
+
+
+def test_mm_token_type_ids_label_the_image_tokens() -> None:
+    """Qwen2-VL's M-RoPE needs the processor's ``mm_token_type_ids`` once an image is
+    given: 1 on each image token, 0 elsewhere, as many ones as image features."""
+    text = {"num_hidden_layers": 1, "hidden_size": 256, "intermediate_size": 64}
+    text |= {"num_attention_heads": 2, "num_key_value_heads": 1, "vocab_size": 1000}
+    vision = {"depth": 1, "embed_dim": 32, "hidden_size": 256, "num_heads": 2}
+    config, model, kwargs = _inputs(
+        "qwen2_vl",
+        text_config=text,
+        vision_config=vision,
+        image_token_id=900,
+        video_token_id=901,
+        vision_start_token_id=902,
+    )
+    types = kwargs["mm_token_type_ids"]
+    assert types.tolist() == (kwargs["input_ids"] == 900).long().tolist()
+    merged = int(kwargs["image_grid_thw"].prod()) // config.vision_config.spatial_merge_size**2
+    assert int(types.sum()) == merged > 0
+    with torch.no_grad():
+        model(**kwargs)
+
+
+def test_prompt_images_from_the_image_processor() -> None:
+    """SegGPT requires a prompt image and its mask: the default image processor makes
+    them (its ``prompt_images``/``prompt_masks`` arguments) beside the image, at its own
+    size, which plain SegGPT stacks to the config's ``image_size``."""
+    small = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+    small |= {"mlp_dim": 32, "intermediate_hidden_state_indices": [0, 1], "merge_index": 0}
+    config, model, kwargs = _inputs("seggpt", decoder_hidden_size=16, **small)
+    pixels = kwargs["pixel_values"]
+    assert kwargs["prompt_pixel_values"].shape == kwargs["prompt_masks"].shape == pixels.shape
+    assert 2 * pixels.shape[-2] == config.image_size[0]
+    with torch.no_grad():
+        model(**kwargs)
+
+
+def test_where_with_one_operand_on_meta() -> None:
+    """``torch.where(cond)`` (OneFormer's decoder): exact positions from a shadow, and
+    on a mask meta does not hold, every position (the stated ``mask`` stand-in)."""
+    from hookcli.inputs.grammar import meta_with_values
+    from hookcli.metavalues import KNOWN, MetaValues
+
+    cond = torch.tensor([[True, False, True], [False, False, True]])
+    with MetaValues() as mv:
+        rows, cols = torch.where(meta_with_values(cond))
+        assert [KNOWN[rows].tolist(), KNOWN[cols].tolist()] == [
+            t.tolist() for t in torch.where(cond)
+        ]
+        assert not mv.assumed
+        rows, cols = torch.where(torch.empty(2, 3, dtype=torch.bool, device="meta"))
+        assert rows.shape == cols.shape == (6,)
+    assert mv.assumed["mask"] == 1
+
+
 # one type per rule, at full default size on meta
 RULE_TYPES = [
     "qwen2_5_vl_vision",  # grid_thw tower
@@ -168,6 +262,10 @@ RULE_TYPES = [
     "sam3_lite_text",  # text beside a vision main input
     "inkling_mm_model",  # build reads values of tensors made with device="cpu"
     "led",  # a padding mask cast to float, then nonzero(as_tuple=True) on meta
+    "kosmos-2",  # image positions marked by a mask over the text
+    "oneformer",  # required token arguments (task_inputs); torch.where(cond) on meta
+    "hy_v4_vl",  # mm_token_type_ids
+    "seggpt",  # prompt images from the image processor
 ]
 
 

@@ -224,6 +224,13 @@ def _params(module: Any) -> list[str]:
         return []
 
 
+def _params_of(fn: Any) -> list[str]:
+    try:
+        return list(inspect.signature(fn).parameters) if fn is not None else []
+    except (TypeError, ValueError):
+        return []
+
+
 def _processor_class(config: Any, kind: str) -> Any:
     """transformers' default image processor or feature extractor class for this type
     (for ``gemma3n_audio`` the one of ``gemma3n``), or None."""
@@ -442,6 +449,8 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
             before = set(out.names)
             _audio(config, params, second, out, second=True)
             audio_names = out.names - before
+    # before the text: the image features may read them (``qformer_input_ids``)
+    _token_arguments(module, config, params, length, out)
     text = "input_ids" in params and isinstance(vocab, int) and vocab > 0
     if text and (
         main == "input_ids"
@@ -478,9 +487,14 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
 
                 audio = torch.full((1, count), audio_token, dtype=torch.int64)
                 ids = torch.cat([ids[:, :1], audio, ids[:, 1:]], dim=1)
+        if "pixel_values" in out.names and not isinstance(image_token, int):
+            ids = _image_positions(module, params, ids, out)
         out.tensor("input_ids", ids)
         if "attention_mask" in params:
             out.tensor("attention_mask", ids.new_ones(ids.shape))
+        if "mm_token_type_ids" in params and isinstance(image_token, int):
+            # the processor's modality label per token: 0 text, 1 image, 2 video
+            out.tensor("mm_token_type_ids", (ids == image_token).to(ids.dtype))
     if "input_ids" in out.names:
         _text_extras(config, params, out)
     if "decoder_input_ids" in params and (
@@ -513,6 +527,66 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
 
 
 _AUDIO_INPUTS = ("input_features", "input_values", "audio_mel", "input_audio_embeds")
+
+
+def _image_positions(module: Any, params: list[str], ids: Any, out: _Inputs) -> Any:
+    """A model that marks where image embeddings go by a mask over the text, not by an
+    image token (``kosmos-2``'s ``image_embeds_position_mask``): the text gets as many
+    positions as ``get_image_features`` returns features, after the first token, and
+    the mask is one there. Without a count, the image is left out."""
+    import torch
+
+    name = next((p for p in params if "image" in p and p.endswith("position_mask")), None)
+    if name is None:
+        return ids
+    count = _image_tokens(module, out)
+    if count is None:
+        return ids
+    slots = ids[:, 1 : 1 + count]
+    while slots.shape[1] < count:
+        slots = torch.cat([slots, ids[:, 1 : 1 + count - slots.shape[1]]], dim=1)
+    ids = torch.cat([ids[:, :1], slots, ids[:, 1:]], dim=1)
+    mask = torch.zeros(ids.shape, dtype=torch.int64)
+    mask[:, 1 : 1 + count] = 1
+    out.tensor(name, mask)
+    return ids
+
+
+def _token_arguments(
+    module: Any, config: Any, params: list[str], length: int, out: _Inputs
+) -> None:
+    """Required token arguments beside the main ones (``qformer_input_ids``,
+    ``oneformer``'s ``task_inputs``): token ids, ``PREFIX_seq_len`` long where the config
+    says (else as long as the text), from ``PREFIX_config``'s ``vocab_size`` or
+    ``PREFIX_vocab_size`` (else the first ``*vocab_size`` of the config); and their
+    ``PREFIX_attention_mask`` where forward takes one, all ones."""
+    import torch
+
+    for name in params:
+        if name in out.names or not name.endswith(("_input_ids", "_inputs")):
+            continue
+        if not _required(module, name) or not _takes_tensor(module, name):
+            continue
+        prefix = name.removesuffix("_input_ids").removesuffix("_inputs")
+        sub = getattr(config, f"{prefix}_config", None)
+        vocab = getattr(sub, "vocab_size", None) or getattr(config, f"{prefix}_vocab_size", None)
+        if not isinstance(vocab, int):
+            vocab = next(
+                (
+                    v
+                    for k, v in vars(config).items()
+                    if k.endswith("vocab_size") and isinstance(v, int)
+                ),
+                None,
+            )
+        if not isinstance(vocab, int) or vocab <= 0:
+            continue
+        steps = getattr(config, f"{prefix}_seq_len", None)
+        steps = steps if isinstance(steps, int) and steps > 0 else length
+        ids = _text_ids(steps, vocab, _special_ids(config), 2)
+        out.tensor(name, ids)
+        if f"{prefix}_attention_mask" in params:
+            out.tensor(f"{prefix}_attention_mask", torch.ones_like(ids))
 
 
 def _patch_grid(config: Any, params: list[str], out: _Inputs) -> None:
@@ -575,7 +649,7 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
     height, width = _image_size(config)
     channels = _get(config, "num_channels", "in_channels", "in_chans")
     channels = channels if isinstance(channels, int) and 0 < channels <= 16 else 3
-    processed = _processed_image(config, height, width, channels)
+    processed = _processed_image(config, height, width, channels, params)
     extras = {k: v for k, v in processed.items() if k in params and k != "pixel_values"}
     if extras and "pixel_values" in processed:
         out.tensor("pixel_values", processed["pixel_values"])
@@ -607,8 +681,13 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
         out.tensor("pixel_mask", torch.ones((1, height, width), dtype=torch.int64))
 
 
-def _processed_image(config: Any, height: int, width: int, channels: int) -> dict[str, Any]:
-    """What transformers' default image processor for this type makes of one image."""
+def _processed_image(
+    config: Any, height: int, width: int, channels: int, params: list[str] | None = None
+) -> dict[str, Any]:
+    """What transformers' default image processor for this type makes of one image; where
+    forward takes further images (``PREFIX_pixel_values``) and the processor an argument
+    for them (``PREFIX_images``, and ``PREFIX_masks``: ``seggpt``'s prompt), the same
+    image again and an all-ones mask."""
     cls = _processor_class(config, "image")
     if cls is None:
         return {}
@@ -627,7 +706,16 @@ def _processed_image(config: Any, height: int, width: int, channels: int) -> dic
                     fit[theirs] = want
             if fit:
                 processor = cls(**fit)
-            got = processor(images=[image], return_tensors="pt")
+            more: dict[str, Any] = {}
+            takes = _params_of(getattr(processor, "preprocess", None))
+            for name in params or ():
+                prefix = name.removesuffix("_pixel_values")
+                if name == prefix or name == "pixel_values" or f"{prefix}_images" not in takes:
+                    continue
+                more[f"{prefix}_images"] = [image]
+                if f"{prefix}_masks" in takes:
+                    more[f"{prefix}_masks"] = [np.ones((height, width), dtype=np.uint8)]
+            got = processor(images=[image], **more, return_tensors="pt")
         return dict(got)
     except Exception:
         return {}
