@@ -490,6 +490,13 @@ class _MetaData(TorchFunctionMode):
             shadow = self.values.shadows.get(args[0])
             if shadow is not None:
                 return func(shadow, *args[1:], **kwargs)
+        if func is torch.Tensor.__getitem__ and len(args) == 2 and _is_meta(args[0]):
+            # ``x[:, [0, 2, 1]]``: the list becomes a meta tensor with no values; made
+            # here on the CPU, it keeps them as its shadow
+            index = args[1] if isinstance(args[1], tuple) else (args[1],)
+            if any(isinstance(i, list) for i in index):
+                index = tuple(self._listed(i) if isinstance(i, list) else i for i in index)
+                args = (args[0], index if isinstance(args[1], tuple) else index[0])
         data = args[0] if args else None
         if func in (torch.tensor, torch.as_tensor) and args and not isinstance(data, torch.Tensor):
             # a list of meta scalars (``torch.tensor([len_a, len_b])``): their shadows
@@ -512,6 +519,16 @@ class _MetaData(TorchFunctionMode):
                     self.values.shadows[meta] = cpu
                 return meta
         return func(*args, **kwargs)
+
+    def _listed(self, items: list[Any]) -> Any:
+        """A list index as a meta tensor keeping its values (a list of plain ints or
+        bools); any other list as it is."""
+        if not all(isinstance(i, (int, bool)) for i in items):
+            return items
+        cpu = torch.tensor(items)
+        meta = cpu.to("meta")
+        self.values.shadows[meta] = cpu
+        return meta
 
 
 class _MetaFactories(TorchFunctionMode):

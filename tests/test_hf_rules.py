@@ -241,6 +241,38 @@ def test_where_with_one_operand_on_meta() -> None:
     assert mv.assumed["mask"] == 1
 
 
+def test_grid_thw_tower_reads_patch_temporal_and_merge_size() -> None:
+    """A tower whose config names its patching ``patch_temporal``/``merge_size``
+    (MUSE Glimmer): patches as wide as channels x patch_temporal x patch^2, the grid a
+    multiple of ``merge_size``; plain transformers merges them."""
+    small = {"num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 32}
+    config, model, kwargs = _inputs(
+        "muse_glimmer_vision", num_attention_heads=2, layer_types=["full_attention"], **small
+    )
+    t, rows, cols = (int(v) for v in kwargs["grid_thw"][0])
+    width = 3 * config.patch_temporal * config.patch_size**2
+    assert kwargs["pixel_values"].shape == (t * rows * cols, width)
+    assert rows % config.merge_size == 0 and cols % config.merge_size == 0
+    with torch.no_grad():
+        out = model(**kwargs)
+    assert out.last_hidden_state.shape[0] == t * rows * cols // config.merge_size**2
+
+
+def test_list_index_on_meta_keeps_its_values() -> None:
+    """``grid[:, [0, 2, 1]]`` on a meta tensor with known values: the list index keeps
+    its values, so the result is known and ``repeat_interleave`` over it runs on meta."""
+    from hookcli.inputs.grammar import meta_with_values
+    from hookcli.metavalues import KNOWN, MetaValues
+
+    grid = torch.tensor([[1, 4, 6]])
+    with MetaValues() as mv:
+        swapped = meta_with_values(grid)[:, [0, 2, 1]]
+        assert KNOWN[swapped].tolist() == [[1, 6, 4]]
+        heights = torch.repeat_interleave(swapped[:, 1], swapped.prod(-1))
+        assert heights.shape == (24,)
+    assert not mv.assumed
+
+
 # one type per rule, at full default size on meta
 RULE_TYPES = [
     "qwen2_5_vl_vision",  # grid_thw tower
@@ -266,6 +298,7 @@ RULE_TYPES = [
     "oneformer",  # required token arguments (task_inputs); torch.where(cond) on meta
     "hy_v4_vl",  # mm_token_type_ids
     "seggpt",  # prompt images from the image processor
+    "muse_glimmer_vision",  # patch_temporal / merge_size; a list index on meta
 ]
 
 

@@ -601,9 +601,9 @@ def _patch_grid(config: Any, params: list[str], out: _Inputs) -> None:
     patch = _get(config, "patch_size")
     if not isinstance(patch, int) or patch <= 0:
         return
-    frames = _get(config, "temporal_patch_size")
+    frames = _get(config, "temporal_patch_size", "patch_temporal")
     frames = frames if isinstance(frames, int) and frames > 0 else 1
-    merge = _get(config, "spatial_merge_size")
+    merge = _get(config, "spatial_merge_size", "merge_size")
     merge = merge if isinstance(merge, int) and merge > 0 else 1
     channels = _get(config, "in_channels", "num_channels", "in_chans")
     channels = channels if isinstance(channels, int) and 0 < channels <= 16 else 3
