@@ -273,6 +273,17 @@ def test_list_index_on_meta_keeps_its_values() -> None:
     assert not mv.assumed
 
 
+def test_image_pairs_from_a_processor_of_pairs() -> None:
+    """EfficientLoFTR matches keypoints between two images: its image processor takes
+    pairs only, so the image goes in twice (``1 x 2 x C x H x W``), which plain
+    EfficientLoFTR matches."""
+    _, model, kwargs = _inputs("efficientloftr")
+    pixels = kwargs["pixel_values"]
+    assert pixels.dim() == 5 and pixels.shape[:3] == (1, 2, 3)
+    with torch.no_grad():
+        model(**kwargs)
+
+
 # one type per rule, at full default size on meta
 RULE_TYPES = [
     "qwen2_5_vl_vision",  # grid_thw tower
@@ -299,6 +310,7 @@ RULE_TYPES = [
     "hy_v4_vl",  # mm_token_type_ids
     "seggpt",  # prompt images from the image processor
     "muse_glimmer_vision",  # patch_temporal / merge_size; a list index on meta
+    "efficientloftr",  # image pairs, as the image processor makes them
 ]
 
 

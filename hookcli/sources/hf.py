@@ -658,6 +658,10 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
                 out.tensor(key, value)
         return
     pixels = processed.get("pixel_values")
+    if processed.get("pair") and isinstance(pixels, torch.Tensor):
+        # two images of one scene, stacked as the processor stacks them (dim 1)
+        out.tensor("pixel_values", pixels)
+        return
     if (
         _get(config, *_SIZE_KEYS) is None
         and isinstance(pixels, torch.Tensor)
@@ -687,7 +691,8 @@ def _processed_image(
     """What transformers' default image processor for this type makes of one image; where
     forward takes further images (``PREFIX_pixel_values``) and the processor an argument
     for them (``PREFIX_images``, and ``PREFIX_masks``: ``seggpt``'s prompt), the same
-    image again and an all-ones mask."""
+    image again and an all-ones mask. A processor that takes pairs of images only
+    (keypoint matching) gets the image twice, and the result says ``pair``."""
     cls = _processor_class(config, "image")
     if cls is None:
         return {}
@@ -715,7 +720,11 @@ def _processed_image(
                 more[f"{prefix}_images"] = [image]
                 if f"{prefix}_masks" in takes:
                     more[f"{prefix}_masks"] = [np.ones((height, width), dtype=np.uint8)]
-            got = processor(images=[image], **more, return_tensors="pt")
+            try:
+                got = processor(images=[image], **more, return_tensors="pt")
+            except ValueError:  # a processor of image pairs (keypoint matching)
+                got = processor(images=[[image, image]], **more, return_tensors="pt")
+                return {**dict(got), "pair": True}
         return dict(got)
     except Exception:
         return {}
