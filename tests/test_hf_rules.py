@@ -284,6 +284,49 @@ def test_image_pairs_from_a_processor_of_pairs() -> None:
         model(**kwargs)
 
 
+def test_timm_tower_image_size_from_timm_pretrained_cfg() -> None:
+    """A video encoder over a timm tower (``timm_wrapper`` sub-config, no size field):
+    frames at the ``input_size`` of timm's pretrained config for the architecture
+    (384 for ``vit_tiny_patch16_384``), which the tower's patch embedding requires."""
+    import timm
+
+    tower = {"model_type": "timm_wrapper", "architecture": "vit_tiny_patch16_384"}
+    tower |= {"num_classes": 32, "do_pooling": True, "global_pool": "map"}
+    small = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1}
+    _, model, kwargs = _inputs(
+        "pe_video_encoder",
+        vision_config=tower,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        num_frames=2,
+        **small,
+    )
+    size = timm.get_pretrained_cfg("vit_tiny_patch16_384").input_size
+    assert kwargs["pixel_values_videos"].shape == (1, 2, *size) and size[-1] == 384
+    with torch.no_grad():
+        model(**kwargs)
+
+
+def test_text_from_the_model_config_subconfig() -> None:
+    """FastSpeech2-Conformer with HiFi-GAN keeps its vocabulary in ``model_config``:
+    token ids below it, which plain transformers turns into a waveform."""
+    small = {"hidden_size": 32, "encoder_layers": 1, "decoder_layers": 1, "vocab_size": 100}
+    small |= {"encoder_num_attention_heads": 2, "decoder_num_attention_heads": 2}
+    small |= {"encoder_linear_units": 32, "decoder_linear_units": 32}
+    small |= {"speech_decoder_postnet_units": 32, "duration_predictor_channels": 32}
+    small |= {"pitch_predictor_channels": 32, "energy_predictor_channels": 32}
+    _, model, kwargs = _inputs(
+        "fastspeech2_conformer_with_hifigan",
+        model_config=small,
+        vocoder_config={"upsample_initial_channel": 32},
+    )
+    ids = kwargs["input_ids"]
+    assert ids.dim() == 2 and int(ids.max()) < 100
+    with torch.no_grad():
+        out = model(**kwargs)
+    assert out.waveform.numel() > 0
+
+
 # one type per rule, at full default size on meta
 RULE_TYPES = [
     "qwen2_5_vl_vision",  # grid_thw tower
@@ -311,6 +354,7 @@ RULE_TYPES = [
     "seggpt",  # prompt images from the image processor
     "muse_glimmer_vision",  # patch_temporal / merge_size; a list index on meta
     "efficientloftr",  # image pairs, as the image processor makes them
+    "pe_video_encoder",  # a timm tower's size from timm's pretrained config
 ]
 
 

@@ -178,6 +178,7 @@ _SUBCONFIGS = (
     "backbone_config",
     "encoder_config",
     "decoder_config",
+    "model_config",
 )
 
 
@@ -214,7 +215,31 @@ def _image_size(config: Any) -> tuple[int, int]:
         return (size[-2], size[-1]) if len(size) >= 2 else (size[0], size[0])
     if isinstance(size, int) and size > 0:
         return size, size
+    timm_size = _timm_size(config)
+    if timm_size is not None:
+        return timm_size
     return 224, 224
+
+
+def _timm_size(config: Any) -> tuple[int, int] | None:
+    """A timm tower's (``timm_wrapper`` sub-config) input size: the ``input_size`` of
+    timm's own pretrained config for its ``architecture``."""
+    for cfg in _configs(config):
+        arch = getattr(cfg, "architecture", None)
+        if getattr(cfg, "model_type", None) != "timm_wrapper" or not isinstance(arch, str):
+            continue
+        given = getattr(cfg, "pretrained_cfg", None)
+        size = given.get("input_size") if isinstance(given, dict) else None
+        if size is None:
+            try:
+                import timm
+
+                size = getattr(timm.get_pretrained_cfg(arch), "input_size", None)
+            except Exception:
+                return None
+        if isinstance(size, (list, tuple)) and len(size) >= 2:
+            return int(size[-2]), int(size[-1])
+    return None
 
 
 def _params(module: Any) -> list[str]:
