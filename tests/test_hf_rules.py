@@ -327,6 +327,20 @@ def test_text_from_the_model_config_subconfig() -> None:
     assert out.waveform.numel() > 0
 
 
+def test_layout_boxes_one_per_token() -> None:
+    """UDOP's encoder reads ``bbox`` with no default of its own: a box per token, all
+    zeros (what layoutlm's forward makes when none is given); without it plain UDOP
+    fails, with it UDOP runs."""
+    small = {"d_model": 32, "d_kv": 8, "d_ff": 32, "num_layers": 1, "num_decoder_layers": 1}
+    _, model, kwargs = _inputs("udop", num_heads=2, vocab_size=1000, **small)
+    bbox = kwargs["bbox"]
+    assert bbox.shape == (*kwargs["input_ids"].shape, 4) and not bbox.any()
+    with torch.no_grad():
+        model(**kwargs)
+        with pytest.raises(TypeError):
+            model(**{k: v for k, v in kwargs.items() if k != "bbox"})
+
+
 # one type per rule, at full default size on meta
 RULE_TYPES = [
     "qwen2_5_vl_vision",  # grid_thw tower
@@ -355,6 +369,7 @@ RULE_TYPES = [
     "muse_glimmer_vision",  # patch_temporal / merge_size; a list index on meta
     "efficientloftr",  # image pairs, as the image processor makes them
     "pe_video_encoder",  # a timm tower's size from timm's pretrained config
+    "udop",  # a box per token
 ]
 
 

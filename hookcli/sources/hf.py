@@ -349,8 +349,8 @@ def _text_extras(config: Any, params: list[str], out: _Inputs) -> None:
     """What text models read beside the ids, from their config: region features
     (``visual_feats``/``visual_embeds``/``visual_pos``, ``REGIONS`` of them, as wide as
     ``visual_feat_dim``/``visual_embedding_dim``/``visual_pos_dim`` say; ``lxmert``,
-    ``visual_bert``) and the language of a model whose config lists ``languages``
-    (``lang_ids``: the first)."""
+    ``visual_bert``), a box per token (``bbox``) and the language of a model whose
+    config lists ``languages`` (``lang_ids``: the first)."""
     import torch
 
     for name in ("visual_feats", "visual_embeds", "visual_pos"):
@@ -361,6 +361,11 @@ def _text_extras(config: Any, params: list[str], out: _Inputs) -> None:
         if isinstance(dim, int) and dim > 0:
             g = torch.Generator().manual_seed(2)
             out.tensor(name, torch.rand((1, REGIONS, dim), generator=g))
+    ids = out.values.get("input_ids")
+    if "bbox" in params and isinstance(ids, torch.Tensor):
+        # document layout models: a box per token, all zeros, as layoutlm's forward makes
+        # when none is given (``udop``'s encoder has no such default)
+        out.tensor("bbox", torch.zeros((*ids.shape, 4), dtype=torch.int64))
     languages = _get(config, "languages")
     if "lang_ids" in params and isinstance(languages, (list, tuple)) and languages:
         out.tensor("lang_ids", torch.zeros((1,), dtype=torch.int64))
