@@ -341,6 +341,28 @@ def test_layout_boxes_one_per_token() -> None:
             model(**{k: v for k, v in kwargs.items() if k != "bbox"})
 
 
+def test_codebook_decoder_ids_from_the_decoder_config() -> None:
+    """Dia's decoder reads parallel audio codebooks: ``batch x steps x num_channels``
+    ids below the decoder config's vocabulary (not the byte encoder's), step 0 the
+    start token. Its other documented layout, ``batch * codebooks x steps``, fails in
+    plain Dia on the CPU (a ``view`` after forward's own transpose)."""
+    layers = {"num_hidden_layers": 1, "hidden_size": 32, "intermediate_size": 32}
+    heads = {"num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 16}
+    cross = {"cross_num_attention_heads": 2, "cross_head_dim": 16}
+    cross |= {"cross_num_key_value_heads": 2, "cross_hidden_size": 32}
+    config, model, kwargs = _inputs(
+        "dia", encoder_config={**layers, **heads}, decoder_config={**layers, **heads, **cross}
+    )
+    dec, books = kwargs["decoder_input_ids"], config.decoder_config.num_channels
+    assert dec.shape[0] == 1 and dec.shape[2] == books == 9
+    assert int(dec.max()) < config.decoder_config.vocab_size
+    assert dec[0, 0].tolist() == [config.decoder_config.bos_token_id] * books
+    with torch.no_grad():
+        model(**kwargs)
+        with pytest.raises(RuntimeError, match="view size"):
+            model(**{**kwargs, "decoder_input_ids": dec[0].T.contiguous()})
+
+
 # one type per rule, at full default size on meta
 RULE_TYPES = [
     "qwen2_5_vl_vision",  # grid_thw tower
@@ -370,6 +392,7 @@ RULE_TYPES = [
     "efficientloftr",  # image pairs, as the image processor makes them
     "pe_video_encoder",  # a timm tower's size from timm's pretrained config
     "udop",  # a box per token
+    "dia",  # codebook decoder ids from the decoder config
 ]
 
 

@@ -530,16 +530,27 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
     if "decoder_input_ids" in params and (
         getattr(config, "is_encoder_decoder", False) or main != "input_ids"
     ):
-        dec_vocab = _get(config, "decoder_vocab_size", "vocab_size")
+        # the decoder's own sub-config first (``dia``: its audio codes, not the text's bytes)
+        dec_cfg = getattr(config, "decoder_config", None)
+        dec_cfg = dec_cfg if dec_cfg is not None and not isinstance(dec_cfg, dict) else None
+        dec_vocab = _get(config, "decoder_vocab_size") or getattr(dec_cfg, "vocab_size", None)
+        dec_vocab = dec_vocab or _get(config, "vocab_size")
         start = _get(config, "decoder_start_token_id", "bos_token_id")
+        # a decoder of parallel codebooks: ``batch x steps x codebooks`` ids (``dia``'s
+        # forward also names ``batch * codebooks x steps``, which its embedding's view
+        # refuses after forward's own transpose, on the CPU too)
+        books = getattr(dec_cfg, "num_codebooks", None) or getattr(dec_cfg, "num_channels", None)
+        books = books if isinstance(books, int) and books > 0 else 1
         if isinstance(dec_vocab, int) and dec_vocab > 0:
             dec_len = length
             dec_limit = _get(config, "max_target_positions")
             if isinstance(dec_limit, int) and 0 < dec_limit < dec_len:
                 dec_len = dec_limit
-            dec = _text_ids(dec_len, dec_vocab, avoid, 1)
+            dec = _text_ids(dec_len * books, dec_vocab, avoid, 1).view(1, dec_len, books)
             if isinstance(start, int) and 0 <= start < dec_vocab:
                 dec[0, 0] = start
+            if books == 1:
+                dec = dec.view(1, dec_len)
             out.tensor("decoder_input_ids", dec)
     if not out.specs and not _takes_tensor(module, main):
         # forward's first input is an object (an inference session), not an image
