@@ -41,6 +41,7 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 
 _FALSE = torch.zeros((), dtype=torch.bool)
+_FINITE_NONZERO = torch.tensor([False, False, True])  # shared, never written
 
 
 def _forward_flags(t: torch.Tensor) -> torch.Tensor:
@@ -56,7 +57,7 @@ def _forward_flags(t: torch.Tensor) -> torch.Tensor:
     if t.device.type == "cpu":
         total = float(t.sum())
         if math.isfinite(total) and total != 0:
-            return torch.tensor([False, False, True])
+            return _FINITE_NONZERO
     return torch.stack([torch.isnan(t).any(), torch.isinf(t).any(), (t != 0).any()])
 
 
@@ -121,9 +122,19 @@ class _Gather:
         values: list[list[float]] = [[] for _ in self._tensors]
         for device, idx in by_device.items():
             dtype = torch.float32 if device.type == "mps" else torch.float64
-            joined = torch.cat([self._tensors[i].to(dtype) for i in idx]).tolist()
-            pos = 0
+            # one cat per source dtype, one conversion each, one copy to the host: a few
+            # ops for hundreds of small tensors, not a conversion per tensor
+            by_dtype: dict[torch.dtype, list[int]] = {}
             for i in idx:
+                by_dtype.setdefault(self._tensors[i].dtype, []).append(i)
+            order = [i for group in by_dtype.values() for i in group]
+            parts = [
+                torch.cat([self._tensors[i] for i in group]).to(dtype)
+                for group in by_dtype.values()
+            ]
+            joined = (parts[0] if len(parts) == 1 else torch.cat(parts)).tolist()
+            pos = 0
+            for i in order:
                 n = self._tensors[i].numel()
                 values[i] = joined[pos : pos + n]
                 pos += n
