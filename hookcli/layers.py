@@ -13,6 +13,7 @@ from hookcli.report import Column, Row, shapes_list
 if TYPE_CHECKING:
     from torch import nn
 
+    from hookcli.modelinfo import TensorIndex
     from hookcli.session import CallRecord, Probe
 
 
@@ -24,6 +25,7 @@ def layer_rows(
     kinds: Iterable[HookKind] = (HookKind.PRE, HookKind.FORWARD),
     probes: Sequence[Probe] = (),
     containers: bool = True,
+    index: TensorIndex | None = None,
 ) -> tuple[tuple[Row, ...], int]:
     """Rows for the calls at depth <= ``depth``, and the params no shown row holds.
 
@@ -36,11 +38,12 @@ def layer_rows(
     and a tied tensor at the first row that holds it; so the column sums to the
     total, less the tensors of modules none of whose forward ran (returned as
     the second value). ``containers=False`` where only some modules were hooked.
+    ``index``: the model's tensors, when the caller has read them already.
     """
     from hookcli.modelinfo import TensorIndex, all_param_counts, totals
 
     kinds = frozenset(kinds)
-    index = TensorIndex(model)  # parameters and quantized modules' packed weights
+    index = index or TensorIndex(model)  # parameters and quantized modules' packed weights
     counts = all_param_counts(model, index)
     by_name = dict(model.named_modules())
     modules = {id(m): m for m in by_name.values()}
@@ -132,13 +135,13 @@ def _uncalled_ancestors(
 
 
 def inspect_totals(
-    model: nn.Module, probes: Sequence[Probe]
+    model: nn.Module, probes: Sequence[Probe], index: TensorIndex | None = None
 ) -> tuple[dict[str, Any], list[Column]]:
     """``inspect``'s totals (with the probes' own) and the table columns the probes add."""
     from hookcli.modelinfo import totals
     from hookcli.parameters import pruned_counts
 
-    model_totals: dict[str, Any] = dict(totals(model))
+    model_totals: dict[str, Any] = dict(totals(model, index))
     pruned = pruned_counts(model)
     if pruned is not None:
         model_totals.update(pruned)
@@ -191,7 +194,9 @@ def param_totals(t: dict[str, int], unshown: int) -> list[tuple[str, str]]:
     return out
 
 
-def params_not_run(records: Sequence[CallRecord], model: nn.Module) -> int:
+def params_not_run(
+    records: Sequence[CallRecord], model: nn.Module, index: TensorIndex | None = None
+) -> int:
     """Elements of the parameters no module that ran holds (each tensor once).
 
     A module "ran" when its forward was called, or when it is a container whose
@@ -200,7 +205,7 @@ def params_not_run(records: Sequence[CallRecord], model: nn.Module) -> int:
     """
     from hookcli.modelinfo import TensorIndex
 
-    index = TensorIndex(model)
+    index = index or TensorIndex(model)
     by_name = dict(model.named_modules())
     ran: set[int] = {rec.module_id for rec in records}
     for rec in records:

@@ -126,7 +126,7 @@ def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
         shape_columns,
     )
     from hookcli.losses import reduce_output
-    from hookcli.modelinfo import totals
+    from hookcli.modelinfo import TensorIndex, totals
     from hookcli.pipeline import progress, run_session, with_train_mode_hint
 
     if prepared.settings["device"] == "meta":
@@ -152,12 +152,13 @@ def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
     findings = probe.findings
     assert findings is not None
     checks = () if error is not None else run_checks(gates, findings, outcome.records, outcome.loss)
+    index = TensorIndex(prepared.model)  # the model's tensors, read once for all three
     rows, unshown = layer_rows(
-        outcome.records, prepared.model, depth=plan.depth, kinds=kinds, probes=[probe]
+        outcome.records, prepared.model, depth=plan.depth, kinds=kinds, probes=[probe], index=index
     )
     rows = _mark(rows, checks, findings, outcome.records)
-    model_totals: dict[str, Any] = dict(totals(prepared.model))
-    model_totals["params_not_run"] = params_not_run(outcome.records, prepared.model)
+    model_totals: dict[str, Any] = dict(totals(prepared.model, index))
+    model_totals["params_not_run"] = params_not_run(outcome.records, prepared.model, index)
     model_totals["loss"] = outcome.loss
     model_totals.update(probe.totals())
     settings = {**prepared.settings, "loss": loss_kind.value}

@@ -19,7 +19,7 @@ from hookcli.layers import (
     params_not_run,
     shape_columns,
 )
-from hookcli.modelinfo import depth_of
+from hookcli.modelinfo import TensorIndex, depth_of
 from hookcli.options import (
     HookKind,
     Mode,
@@ -72,11 +72,12 @@ def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
     probes = backward_probes(kinds)
     mode = Mode(prepared.settings["mode"])
     outcome = run_session(prepared, probes, mode=mode, global_hooks=plan.global_hooks)
+    index = TensorIndex(prepared.model)  # the model's tensors, read once for all three
     rows, unshown = layer_rows(
-        outcome.records, prepared.model, depth=plan.depth, kinds=kinds, probes=probes
+        outcome.records, prepared.model, depth=plan.depth, kinds=kinds, probes=probes, index=index
     )
-    model_totals, extra_cols = inspect_totals(prepared.model, probes)
-    model_totals["params_not_run"] = params_not_run(outcome.records, prepared.model)
+    model_totals, extra_cols = inspect_totals(prepared.model, probes, index)
+    model_totals["params_not_run"] = params_not_run(outcome.records, prepared.model, index)
     rows, chosen = with_columns(
         prepared,
         rows,
