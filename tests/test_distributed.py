@@ -493,10 +493,8 @@ def test_stats_and_inspect_under_ddp(tmp_path: Path) -> None:
     assert rows["head"]["output_shapes_per_rank"] == [[[4, 2]], [[4, 2]]]
 
 
-@pytest.mark.distributed
-def test_nan_on_one_rank_is_reported_for_that_rank(tmp_path: Path) -> None:
-    spec = "sample_models.distributed:NaNOnRank"
-    run = torchrun(tmp_path, "grads", spec, "--ddp", "-f", "json", "--fail-on", "nan,inf")
+def check_nan_on_rank_1(run: dict[str, Any]) -> None:
+    """NaNOnRank's run (``--fail-on nan,inf``): ``nan`` fails naming rank 1 alone."""
     assert run["returncode"] != 0
     report = report_of(run)
     nan = check(report, "nan")
@@ -504,10 +502,18 @@ def test_nan_on_one_rank_is_reported_for_that_rank(tmp_path: Path) -> None:
     assert nan["detail"].startswith("rank 1: ") and "rank 0" not in nan["detail"]
     assert check(report, "inf")["passed"]
     rows = rows_by_name(report)
-    # rank 0's local grads are finite, rank 1's are NaN; the all-reduce spreads the NaN
+    # rank 0's local grads are finite, rank 1's are NaN; the reduction spreads the NaN
     g0, g1 = rows["fc1"]["grad_norm_per_rank"]
     assert math.isfinite(g0) and g1 == "nan"
     assert rows["fc1"]["reduced_grad_norm"] == "nan"
+
+
+@pytest.mark.distributed
+def test_nan_on_one_rank_is_reported_for_that_rank(tmp_path: Path) -> None:
+    spec = "sample_models.distributed:NaNOnRank"
+    check_nan_on_rank_1(
+        torchrun(tmp_path, "grads", spec, "--ddp", "-f", "json", "--fail-on", "nan,inf")
+    )
 
 
 def test_ddp_session_leaves_the_model_as_found(monkeypatch: pytest.MonkeyPatch) -> None:
