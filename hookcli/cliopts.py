@@ -285,8 +285,10 @@ def run_options(
     global_hooks: bool = False,
     input_file: Path | None = None,
     inputs_from: str | None = None,
+    offer_no_forward: bool = False,
 ) -> RunOptions:
-    """The run part of the options; ``mode`` falls back to the command's default.
+    """The run part of the options; ``mode`` falls back to the command's default
+    (``offer_no_forward``: inspect's "no input known" also names ``--no-forward``).
 
     One source of inputs at most: ``-i``, ``--input-file`` or ``--inputs-from`` (exit 2).
     """
@@ -317,6 +319,7 @@ def run_options(
         global_hooks=global_hooks,
         input_file=input_file,
         inputs_from=inputs_from,
+        offer_no_forward=offer_no_forward,
     )
 
 

@@ -7,7 +7,6 @@ module sits above both).
 
 from __future__ import annotations
 
-import dataclasses
 from pathlib import Path
 
 from hookcli.inspect.runner import check_no_forward, plan_inspect, run_inspect, tree_report
@@ -65,8 +64,8 @@ def cli_command(
         global_hooks,
         input_file=input_file,
         inputs_from=inputs_from,
+        offer_no_forward=True,
     )
-    ropts = dataclasses.replace(ropts, offer_no_forward=True)
     out = output_options(format, output, depth, debug, ci)
     if no_forward:
         distributed = ddp or fsdp or bool(shard) or backend is not None
