@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -22,7 +23,6 @@ from hookcli.stats.probe import (
     StatsProbe,
     host_all_finite,
     host_vector,
-    on_one_thread,
     tensor_vector,
 )
 from tests.test_stats import capture, ref_stats
@@ -101,13 +101,35 @@ CASES: dict[str, Callable[[], torch.Tensor]] = {
 }
 
 
-# The real chunk size, and one that divides nothing evenly.
+# The real chunk size, and one that divides nothing evenly; the sum of squares by
+# torch.dot (where the BLAS is accurate) and by blocked norms (where it is not).
+@pytest.mark.parametrize("dot", [True, False], ids=["dot", "norms"])
 @pytest.mark.parametrize("chunk", [CHUNK, 1000])
 @pytest.mark.parametrize("name", list(CASES))
-def test_host_vector_equals_float64_torch(name, chunk, monkeypatch):
+def test_host_vector_equals_float64_torch(name, chunk, dot, monkeypatch):
     monkeypatch.setattr(stats_mod, "_CHUNK", chunk)
+    monkeypatch.setattr(stats_mod, "_dot_accurate", dot)
     t = CASES[name]()
     check(host_vector(t, Scratch()), reference(t))
+
+
+def test_a_dot_that_adds_one_element_at_a_time_is_not_trusted(monkeypatch):
+    # A BLAS whose dot accumulates sequentially in float32 drifts by ~5e-5 over a chunk;
+    # the check must see it and send the sums of squares through the blocked norms.
+    def sequential_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        # a float32 running total, one element at a time (numpy's float32 cumsum)
+        products = (a * b).numpy()
+        return torch.tensor(np.cumsum(products, dtype=np.float32)[-1])
+
+    monkeypatch.setattr(stats_mod, "_dot_accurate", None)
+    x = torch.rand(stats_mod._MAX_CHUNK, generator=_g())
+    want = torch.dot(x.double(), x.double()).item()
+    assert abs(sequential_dot(x, x).item() - want) > 2e-6 * want  # it does drift
+    with monkeypatch.context() as m:
+        m.setattr(torch, "dot", sequential_dot)
+        assert stats_mod._dot_is_accurate() is False
+    monkeypatch.setattr(stats_mod, "_dot_accurate", None)
+    assert stats_mod._dot_is_accurate() is True  # this torch's BLAS (MKL or OpenBLAS)
 
 
 # The device reduction's variance overflows float32 where the CPU's falls back to float64.
@@ -128,8 +150,8 @@ def test_zero_count_is_exact_past_float32_integers():
 
 
 def test_finite_tensor_takes_no_counting_pass(monkeypatch):
-    # A finite tensor of one sign without zeros needs aminmax, a sum and a sum of
-    # squares: the NaN/Inf, zero and |x| passes are never run.
+    # A finite tensor of one sign without zeros needs min, max, a sum and a sum of
+    # squares per chunk: the NaN/Inf, zero and |x| passes are never run.
     def forbidden(*a: Any, **k: Any) -> Any:
         raise AssertionError("needless pass")
 
@@ -179,20 +201,6 @@ def two_threads():
     torch.set_num_threads(2)
     yield
     torch.set_num_threads(before)
-
-
-def test_on_one_thread_puts_the_thread_count_back_also_on_error(two_threads):
-    openmp = "parallel backend: OpenMP" in torch.__config__.parallel_info()
-    seen: list[int] = []
-
-    def boom() -> None:
-        seen.append(torch.get_num_threads())
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):
-        on_one_thread(boom)
-    assert seen == [1 if openmp else 2]
-    assert torch.get_num_threads() == 2
 
 
 def test_a_stats_run_leaves_torch_threads_as_found(two_threads):

@@ -11,12 +11,12 @@ Two ways to reduce, with the same figures:
   ``finish``, which concatenates them and copies them to the host in one transfer:
   no hook waits for the device;
 - on the CPU (``host_vector``), where reading a scalar waits for nothing, the hook
-  reads min and max first and skips the passes they make needless: finite min and
-  max mean no NaN/Inf to count; min > 0 or max < 0 means no zero to count; one sign
-  throughout makes mean |x| the |mean|. The variance comes from one sum and one sum
-  of squares unless the mean dominates it (see ``_CANCEL``), and the elementwise
-  steps left (|x|, x != 0) run in cache-sized chunks. docs/stats-speed.md has the
-  measurements behind each choice.
+  works through the tensor one cache-sized chunk at a time and takes every figure of
+  a chunk while it is in the cache. It reads the chunk's min and max first and skips
+  the passes they make needless: finite min and max mean no NaN/Inf to count; min > 0
+  or max < 0 means no zero to count; one sign throughout makes |x| sum to |sum|. The
+  variance comes from one sum and one sum of squares unless the mean dominates it
+  (see ``_CANCEL``). docs/stats-speed.md has the measurements behind each choice.
 
 Hook kinds and the columns they fill (``--hooks``):
 
@@ -32,9 +32,9 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import torch
 from torch import nn
@@ -46,8 +46,6 @@ from hookcli.render import fmt_float, fmt_int
 from hookcli.report import Column
 from hookcli.session import CallRecord, Frame, HookSession, Probe
 from hookcli.structures import iter_tensors
-
-_T = TypeVar("_T")
 
 STAT_KEYS = ("mean", "std", "min", "max", "mean_abs", "zero_fraction", "nan", "inf")
 STAT_KINDS = (HookKind.FORWARD, HookKind.BACKWARD_PRE, HookKind.BACKWARD, HookKind.TENSOR)
@@ -146,19 +144,41 @@ def all_finite(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat(flags).all()
 
 
-# Elements per elementwise step on the CPU: the step writes into a reused scratch
-# buffer of this size (1 MiB in float32), which stays in the core's L2 cache for the
-# reduction that follows. A full-size temporary costs page faults on every call and
-# streams through memory, and count_nonzero and the L1 norm are several times slower
-# than sum, aminmax or the L2 norm (docs/stats-speed.md has the kernel timings).
-_CHUNK = 1 << 18
-# The float32 L2 norm accumulates lane by lane: over 1M elements its square is off by
-# ~2e-5 (relative), over rows of 16384 by ~4e-6; over rows of this length by ~5e-8,
-# at the same speed. The rows' squares are summed in float64.
+# Elements per chunk on the CPU, per torch thread. Every statistic of a chunk is taken
+# while it sits in the L2 cache (this many float32 are 512 KiB, and the scratch buffer
+# as much again): the first reduction brings it in from memory, the others read it from
+# the cache, and the elementwise steps (|x|, x != 0) write into the reused scratch
+# buffer instead of a full-size temporary (page faults on every call). A tensor is read
+# from memory once, not once per statistic. With N threads a chunk is N times this,
+# split among them by each op (docs/stats-speed.md has the timings).
+_CHUNK = 1 << 17
+_MAX_CHUNK = 1 << 20
+# Rows of this length for the sum of squares where torch.dot cannot be trusted to
+# accumulate in several lanes (``_dot_is_accurate``): a float32 L2 norm accumulates
+# lane by lane, and over rows of 512 its square is off by ~5e-8 (relative).
 _BLOCK = 512
 # var = E[x^2] - mean^2 loses about log10(E[x^2] / var) digits to cancellation. Up to
 # this ratio the error stays below ~1e-6 (relative); past it the two-pass torch.var.
 _CANCEL = 4.0
+
+_dot_accurate: bool | None = None
+
+
+def _dot_is_accurate() -> bool:
+    """Whether ``torch.dot`` keeps a chunk's float32 sum of squares to ~1e-7.
+
+    The BLAS that torch ships with (MKL, OpenBLAS) accumulates in many vector lanes:
+    over the largest chunk, 2**20 squares, it is off by ~1e-7 (relative), and it is the
+    fastest reduction torch has. A build whose dot adds one element at a time would be
+    off by ~5e-5. This is asked once, on seeded uniform values, against float64; the
+    blocked norms serve where the answer is no.
+    """
+    global _dot_accurate
+    if _dot_accurate is None:
+        x = torch.rand(_MAX_CHUNK, generator=torch.Generator().manual_seed(0))
+        exact = x.double().square().sum().item()
+        _dot_accurate = abs(torch.dot(x, x).item() - exact) <= 2e-6 * exact
+    return _dot_accurate
 
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
@@ -170,17 +190,19 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return by_stride.view(-1) if by_stride.is_contiguous() else x.reshape(-1)
 
 
-def _sum_sq(f: torch.Tensor) -> torch.Tensor:
-    """Sum of squares of a 1-D tensor, as a float64 0-dim tensor (blocked L2 norms)."""
-    n = f.numel()
+def _sum_sq(c: torch.Tensor) -> float:
+    """Sum of squares of a 1-D chunk, as a Python float."""
+    n = c.numel()
+    if c.dtype == torch.float64 or (n >= _BLOCK and _dot_is_accurate()):
+        return float(torch.dot(c, c).item())
     if n < 2 * _BLOCK:
-        return torch.linalg.vector_norm(f).double().square()
+        return float(torch.linalg.vector_norm(c).double().square().item())
     k = n // _BLOCK
-    rows = torch.linalg.vector_norm(f[: k * _BLOCK].view(k, _BLOCK), dim=1)
+    rows = torch.linalg.vector_norm(c[: k * _BLOCK].view(k, _BLOCK), dim=1)
     q = rows.double().square().sum()
     if k * _BLOCK < n:
-        q = q + torch.linalg.vector_norm(f[k * _BLOCK :]).double().square()
-    return q
+        q = q + torch.linalg.vector_norm(c[k * _BLOCK :]).double().square()
+    return float(q.item())
 
 
 class Scratch:
@@ -189,75 +211,71 @@ class Scratch:
     def __init__(self) -> None:
         self._bufs: dict[torch.dtype, torch.Tensor] = {}
 
-    def get(self, dtype: torch.dtype) -> torch.Tensor:
+    def get(self, dtype: torch.dtype, size: int) -> torch.Tensor:
         buf = self._bufs.get(dtype)
-        if buf is None:
-            buf = self._bufs[dtype] = torch.empty(_CHUNK, dtype=dtype)
+        if buf is None or buf.numel() < size:
+            buf = self._bufs[dtype] = torch.empty(size, dtype=dtype)
         return buf
 
 
-def _abs_sum_min(f: torch.Tensor, buf: torch.Tensor) -> tuple[float, float]:
-    """Sum and min of |x|, one chunk at a time through ``buf``."""
-    sums, mins = [], []
-    for start in range(0, f.numel(), _CHUNK):
-        chunk = f[start : start + _CHUNK]
-        b = buf[: chunk.numel()]
-        torch.abs(chunk, out=b)
-        sums.append(b.sum())
-        mins.append(b.min())
-    total, low = torch.stack([torch.stack(sums).double().sum(), torch.stack(mins).double().min()])
-    return total.item(), low.item()
+def _abs_sum_min(c: torch.Tensor, buf: torch.Tensor) -> tuple[float, float]:
+    """Sum and min of |x| over one chunk, through ``buf``."""
+    b = buf[: c.numel()]
+    torch.abs(c, out=b)
+    return float(b.sum().item()), float(b.amin().item())
 
 
-def _nonzero_count(f: torch.Tensor, buf: torch.Tensor) -> int:
-    """How many elements are not zero, one chunk at a time through ``buf``."""
-    counts = []
-    for start in range(0, f.numel(), _CHUNK):
-        chunk = f[start : start + _CHUNK]
-        b = buf[: chunk.numel()]
-        torch.ne(chunk, 0, out=b)  # 1.0 or 0.0: a chunk's sum is an exact integer
-        counts.append(b.sum())
-    return round(torch.stack(counts).double().sum().item())
+def _nonzero_count(c: torch.Tensor, buf: torch.Tensor) -> int:
+    """How many elements of one chunk are not zero, through ``buf``."""
+    b = buf[: c.numel()]
+    torch.ne(c, 0, out=b)  # 1.0 or 0.0: a chunk's sum is an exact integer
+    return round(b.sum().item())
 
 
 def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
     """The 8 statistics of one CPU tensor, as ``tensor_vector`` gives them.
 
-    Reads min and max first and does only the passes they leave open (see the
-    module docstring): a finite tensor takes aminmax, sum and the sum of squares,
-    plus one chunked step when its sign changes.
+    One chunk (``_CHUNK`` per torch thread) at a time, every figure of the chunk while it is in the
+    cache: its min and max first, then its sum and sum of squares, then only the
+    passes that its min and max leave open (see the module docstring). A finite chunk
+    of one sign without zeros takes four reductions; one whose sign changes, an |x|
+    step more. The chunks' figures add up in float64.
     """
     x = t.detach()
     if x.dtype in (torch.float16, torch.bfloat16):
         x = x.float()  # reduce half types in float32
     f = _flat(x)
     n = f.numel()
-    lo_t, hi_t = torch.aminmax(f)  # both propagate NaN, and show any Inf
-    lo, hi = torch.stack([lo_t, hi_t]).tolist()
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        return tensor_vector(x).tolist()  # NaN/Inf to count: every exact pass
-    s, q = torch.stack([f.sum().double(), _sum_sq(f)]).tolist()
+    chunk = min(_CHUNK * max(1, torch.get_num_threads()), _MAX_CHUNK)
+    buf = scratch.get(f.dtype, min(n, chunk))
+    lo, hi = math.inf, -math.inf
+    s = q = abs_sum = 0.0
+    zeros = 0
+    for start in range(0, n, chunk):
+        c = f[start : start + chunk]
+        c_lo, c_hi = c.amin().item(), c.amax().item()  # both propagate NaN, show any Inf
+        if not (math.isfinite(c_lo) and math.isfinite(c_hi)):
+            return tensor_vector(x).tolist()  # NaN/Inf to count: every exact pass
+        lo, hi = min(lo, c_lo), max(hi, c_hi)
+        c_sum = float(c.sum().item())
+        s += c_sum
+        q += _sum_sq(c)
+        if c_lo >= 0 or c_hi <= 0:  # one sign: |x| sums to |sum|
+            abs_sum += abs(c_sum)
+            if c_lo == 0 or c_hi == 0:
+                zeros += c.numel() - _nonzero_count(c, buf)
+        else:
+            c_abs, c_abs_min = _abs_sum_min(c, buf)
+            abs_sum += c_abs
+            if c_abs_min == 0:
+                zeros += c.numel() - _nonzero_count(c, buf)
     mean = s / n
     var = q / n - mean * mean
     if not (math.isfinite(q) and q / n <= _CANCEL * var):
         var = f.var(correction=0).item()  # the mean dominates: two passes
         if not math.isfinite(var):  # (x - mean)^2 overflows float32
             var = f.double().var(correction=0).item()
-    zeros = 0
-    if lo >= 0 or hi <= 0:  # one sign: |x| sums to |sum|
-        mean_abs = abs(mean)
-        if lo == 0 or hi == 0:
-            zeros = n - _nonzero_count(f, scratch.get(f.dtype))
-    else:
-        buf = scratch.get(f.dtype)
-        abs_sum, abs_min = _abs_sum_min(f, buf)
-        mean_abs = abs_sum / n
-        if abs_min == 0:
-            zeros = n - _nonzero_count(f, buf)
-    return [mean, var, lo, hi, mean_abs, float(zeros), 0.0, 0.0]
-
-
-_openmp: bool | None = None
+    return [mean, var, lo, hi, abs_sum / n, float(zeros), 0.0, 0.0]
 
 
 def _version(t: torch.Tensor) -> int:
@@ -266,29 +284,6 @@ def _version(t: torch.Tensor) -> int:
         return int(t._version)
     except RuntimeError:
         return -1
-
-
-def on_one_thread(fn: Callable[..., _T], *args: Any) -> _T:
-    """``fn(*args)`` with torch's intra-op threads set to 1, then put back.
-
-    A parallel op waits for all its threads at its end. On a machine whose cores are
-    busy with other work, each wait lasts until the scheduler gives the other thread
-    a turn, and the hooks make hundreds of small reductions per forward: with 2
-    threads on a shared 2-core machine they doubled the time of resnet50's stats
-    (docs/stats-speed.md). Only where torch's threads are OpenMP's: the native
-    backend cannot change its count once used.
-    """
-    global _openmp
-    n = torch.get_num_threads()
-    if n > 1 and _openmp is None:
-        _openmp = "parallel backend: OpenMP" in torch.__config__.parallel_info()
-    if n == 1 or not _openmp:
-        return fn(*args)
-    torch.set_num_threads(1)
-    try:
-        return fn(*args)
-    finally:
-        torch.set_num_threads(n)
 
 
 def host_all_finite(tensors: Sequence[torch.Tensor]) -> bool:
@@ -384,7 +379,7 @@ class StatsProbe(Probe):
     def _host(self, t: torch.Tensor) -> list[float]:
         vals = self._known(t)
         if vals is None:
-            vals = on_one_thread(host_vector, t, self._scratch)
+            vals = host_vector(t, self._scratch)
             if (version := _version(t)) >= 0:
                 self._seen[id(t)] = (weakref.ref(t), version, vals)
         return vals
@@ -426,7 +421,7 @@ class StatsProbe(Probe):
             finite = all(math.isfinite(v[2]) and math.isfinite(v[3]) for v in known if v)
             rest = [t for t, v in zip(inputs, known, strict=True) if v is None]
             if finite and rest:
-                finite = on_one_thread(host_all_finite, rest)
+                finite = host_all_finite(rest)
             self.inputs_finite[frame.index] = finite
         else:
             flag = all_finite(inputs)
