@@ -42,6 +42,7 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 _FALSE = torch.zeros((), dtype=torch.bool)
 _FINITE_NONZERO = torch.tensor([False, False, True])  # shared, never written
+_FINITE_ZERO = torch.tensor([False, False, False])
 
 
 def _forward_flags(t: torch.Tensor) -> torch.Tensor:
@@ -49,15 +50,20 @@ def _forward_flags(t: torch.Tensor) -> torch.Tensor:
 
     On the CPU one sum decides all three in the common case: a finite sum rules out NaN
     and Inf (either makes the sum NaN or infinite), and a non-zero sum proves a non-zero
-    element. Only a sum that is not finite (NaN, Inf, or an overflow) or exactly 0 (all
-    zeros, or values that cancel) runs the exact scans. A sum reads the tensor once, as
-    aminmax does, at less than half its cost. On other devices the exact scans run
-    without a read, so no hook synchronizes.
+    element. A sum reads the tensor once, as aminmax does, at less than half its cost.
+    A sum that is exactly 0 (all zeros, or values that cancel, as a batch norm's output
+    in train mode can) or not finite takes one aminmax: finite min and max rule out NaN
+    and Inf, and then a non-zero min or max proves a non-zero. Only a min or max that
+    is not finite runs the exact scans. On other devices the exact scans run without a
+    read, so no hook synchronizes.
     """
     if t.device.type == "cpu":
         total = float(t.sum())
         if math.isfinite(total) and total != 0:
             return _FINITE_NONZERO
+        lo, hi = (v.item() for v in torch.aminmax(t))
+        if math.isfinite(lo) and math.isfinite(hi):
+            return _FINITE_NONZERO if (lo != 0 or hi != 0) else _FINITE_ZERO
     return torch.stack([torch.isnan(t).any(), torch.isinf(t).any(), (t != 0).any()])
 
 
