@@ -7,7 +7,10 @@ per-round ratios. Target: grads / bare <= 1.08.
 - bare: ``loss = model(x).sum(); loss.backward()`` with grads reset to None;
 - grads: the public call ``hookcli.grads(model, x, fail_on="nan,inf,dead")``: every
   hook, the forward watch those gates turn on, state saved and restored, the rows,
-  the checks and the Report.
+  the checks and the Report;
+- floor: the bare step with plain hooks that read each module output and each output
+  gradient once (one ``sum``): the least that exact per-layer NaN/Inf/dead flags and
+  gradient norms cost, before any hook machinery.
 
 One CPU thread by default (``--threads 0``: torch's default). On a shared machine
 torch's threads wait for each other whenever another process holds a core, which
@@ -93,15 +96,42 @@ def _measure(args: argparse.Namespace, torch: Any) -> dict[str, float]:
         assert report.checks
         _sync(args.device)
 
+    seen: dict[tuple[int, int], Any] = {}
+
+    def read(t: Any) -> None:  # each tensor object (and version) read once: one sum
+        key = (id(t), t._version)
+        if seen.get(key) is not t:
+            seen[key] = t
+            t.detach().sum()
+
+    def read_output(module: Any, inputs: Any, output: Any) -> None:
+        if isinstance(output, torch.Tensor) and output.is_floating_point():
+            read(output)
+            if output.requires_grad:
+                output.register_hook(read)
+
+    def floor() -> None:  # plain hooks: every output and every output gradient read once
+        seen.clear()
+        handles = [m.register_forward_hook(read_output) for m in model.modules()]
+        try:
+            bare()
+        finally:
+            for h in handles:
+                h.remove()
+            seen.clear()
+
     print(
         f"{args.model} batch {args.batch} at {args.size}px on {args.device}, "
         f"{torch.get_num_threads()} threads, {rounds(args.repeats)} interleaved rounds",
         flush=True,
     )
-    res = interleave({"bare": bare, "grads": grads}, rounds(args.repeats))
+    res = interleave({"bare": bare, "grads": grads, "floor": floor}, rounds(args.repeats))
     label = f"hookcli.grads({args.model}, x, fail_on='nan,inf,dead') vs bare forward + backward"
     print(ratio_line(label, res, "grads", 1.08), flush=True)
     record("grads", res["grads"]["ratio"], what=label, target="<= 1.08")
+    floor_label = "plain hooks that read each output and output gradient once vs the same"
+    print(f"floor, {floor_label}: ratio {res['floor']['ratio']:.3f}", flush=True)
+    record("grads_floor", res["floor"]["ratio"], what=floor_label, target="-")
     return {k: v["wall"] for k, v in res.items()} | {"ratio": res["grads"]["ratio"]}
 
 

@@ -15,7 +15,9 @@ adds above ``idle`` in each case.
 
 Time (target: stats/bare <= 1.30): a plain ``model(x)`` under ``torch.inference_mode()``
 against the public call ``hookcli.stats(model, x)`` (every hook, the figures fetched
-and pooled, the origin found, the rows and the Report), in one process per thread count
+and pooled, the origin found, the rows and the Report), and against a floor: plain
+``register_forward_hook`` hooks that read each output tensor once (one ``sum``), the
+least that any exact per-layer statistic costs, in one process per thread count
 (1 and 2 threads by default). After one warm-up of each, ``--rounds`` rounds each time
 both, alternating which goes first, so that a neighbour's load on a shared machine hits
 both alike; printed are the medians of each and the median of the per-round ratios
@@ -132,7 +134,27 @@ TIMING = textwrap.dedent(
     def stats():  # the public call: session, rows, origin, notes, the Report
         hookcli.stats(model, *args)
 
-    runs = {"bare": bare, "stats": stats}
+    seen = {}
+
+    def read_once(module, args, output):  # plain PyTorch: every output element read once
+        if isinstance(output, torch.Tensor) and output.is_floating_point():
+            key = (id(output), output._version)
+            if seen.get(key) is not output:
+                seen[key] = output
+                output.sum()
+
+    def floor():  # the least any exact per-layer figure costs: one read of each output
+        seen.clear()
+        handles = [m.register_forward_hook(read_once) for m in model.modules()]
+        try:
+            with torch.no_grad():
+                model(*args)
+        finally:
+            for h in handles:
+                h.remove()
+            seen.clear()
+
+    runs = {"bare": bare, "stats": stats, "floor": floor}
     if baseline:  # another version of the probe module, timed alongside (session only)
         spec = importlib.util.spec_from_file_location("baseline_stats", baseline)
         module = importlib.util.module_from_spec(spec)
@@ -216,6 +238,17 @@ def _time(threads: int, n: int, baseline: str) -> float:
     if "baseline" in res:
         bl = res["baseline"]
         print(f"    baseline probe: {bl['wall']:.3f} s; baseline/bare {bl['ratio']:.2f}")
+    fl = res["floor"]
+    print(
+        f"    floor (plain hooks reading each output once, one sum): {fl['wall']:.3f} s; "
+        f"floor/bare {fl['ratio']:.2f}"
+    )
+    record(
+        f"stats_floor_{threads}t",
+        float(fl["ratio"]),
+        what=f"plain hooks that read each output once vs a bare forward, {threads} thread(s)",
+        target="-",
+    )
     cpu = f"bare {b['cpu']:.3f} s, stats {st['cpu']:.3f} s, ratio {st['cpu'] / b['cpu']:.2f}"
     if "baseline" in res:
         cpu += f"; baseline {res['baseline']['cpu']:.3f} s"

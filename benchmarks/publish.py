@@ -21,8 +21,11 @@ BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 README_KEYS = (
     "inspect",
     "grads",
+    "grads_floor",
     "stats_1t",
+    "stats_floor_1t",
     "stats_2t",
+    "stats_floor_2t",
     "stats_rss",
     "cost_b8",
     "llama_7b_time_full",
