@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -96,12 +97,13 @@ def _measure(args: argparse.Namespace, torch: Any) -> dict[str, float]:
         assert report.checks
         _sync(args.device)
 
-    seen: dict[tuple[int, int], Any] = {}
+    seen: dict[tuple[int, int], Any] = {}  # weak references: no tensor is kept alive
 
     def read(t: Any) -> None:  # each tensor object (and version) read once: one sum
         key = (id(t), t._version)
-        if seen.get(key) is not t:
-            seen[key] = t
+        ref = seen.get(key)
+        if ref is None or ref() is not t:
+            seen[key] = weakref.ref(t)
             t.detach().sum()
 
     def read_output(module: Any, inputs: Any, output: Any) -> None:

@@ -134,13 +134,15 @@ TIMING = textwrap.dedent(
     def stats():  # the public call: session, rows, origin, notes, the Report
         hookcli.stats(model, *args)
 
-    seen = {}
+    import weakref
+    seen = {}  # (id, version) -> a weak reference: no output is kept alive
 
     def read_once(module, args, output):  # plain PyTorch: every output element read once
         if isinstance(output, torch.Tensor) and output.is_floating_point():
             key = (id(output), output._version)
-            if seen.get(key) is not output:
-                seen[key] = output
+            ref = seen.get(key)
+            if ref is None or ref() is not output:
+                seen[key] = weakref.ref(output)
                 output.sum()
 
     def floor():  # the least any exact per-layer figure costs: one read of each output
