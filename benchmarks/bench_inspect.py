@@ -2,7 +2,9 @@
 
 1. In one process: the public call ``hookcli.inspect(model, x)`` (session, forward,
    rows, the Report) on resnet50, batch 8, against a bare ``torch.inference_mode()``
-   forward; interleaved rounds, median of the per-round ratios. Target <= 1.02.
+   forward; interleaved rounds, median of the per-round ratios. Target <= 1.02. Beside
+   it a floor: the bare forward with a no-op forward-pre and forward hook on every
+   module, torch's own cost of hooks before any work in them.
 2. Whole process: ``hookcli inspect resnet50 --format json`` against a plain
    script that imports torch+torchvision, builds resnet50 and runs one forward.
    Both end with the interpreter's ordinary shutdown (``HOOKCLI_FULL_EXIT=1``):
@@ -61,7 +63,22 @@ def in_process(batch: int = 8, repeats: int = REPEATS) -> dict[str, dict[str, fl
     def inspect() -> None:  # the public call, report included
         hookcli.inspect(model, x)
 
-    return interleave({"bare": bare, "inspect": inspect}, rounds(repeats))
+    def noop(*args: object) -> None:
+        return None
+
+    def floor() -> None:  # torch's own cost of a forward-pre and forward hook per module
+        handles = [
+            h
+            for m in model.modules()
+            for h in (m.register_forward_pre_hook(noop), m.register_forward_hook(noop))
+        ]
+        try:
+            bare()
+        finally:
+            for h in handles:
+                h.remove()
+
+    return interleave({"bare": bare, "inspect": inspect, "floor": floor}, rounds(repeats))
 
 
 def whole_process(repeats: int = 3) -> tuple[float, float, float]:
@@ -107,6 +124,9 @@ def main() -> None:
     label = f"hookcli.inspect({MODEL()}, x) b8 vs a bare forward, in process"
     print(ratio_line(label, res, "inspect", 1.02), flush=True)
     record("inspect", res["inspect"]["ratio"], what=label, target="<= 1.02")
+    floor_label = "plain no-op forward-pre and forward hooks on every module vs the same"
+    print(f"floor, {floor_label}: ratio {res['floor']['ratio']:.3f}", flush=True)
+    record("inspect_floor", res["floor"]["ratio"], what=floor_label, target="-")
     plain, cli, full = whole_process()
     # Like for like first: the plain script pays torch's teardown, so does hookcli with
     # HOOKCLI_FULL_EXIT=1; the shipped os._exit figure second.

@@ -20,6 +20,7 @@ BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 # The README shows the headline figures; docs/performance.md every recorded one.
 README_KEYS = (
     "inspect",
+    "inspect_floor",
     "grads",
     "grads_floor",
     "stats_1t",
