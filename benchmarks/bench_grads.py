@@ -131,8 +131,11 @@ def _measure(args: argparse.Namespace, torch: Any) -> dict[str, float]:
     label = f"hookcli.grads({args.model}, x, fail_on='nan,inf,dead') vs bare forward + backward"
     print(ratio_line(label, res, "grads", 1.08), flush=True)
     record("grads", res["grads"]["ratio"], what=label, target="<= 1.08")
-    floor_label = "plain hooks that read each output and output gradient once vs the same"
-    print(f"floor, {floor_label}: ratio {res['floor']['ratio']:.3f}", flush=True)
+    floor_label = (
+        "floor: plain hooks that read each output and each output gradient once, "
+        "vs bare forward + backward"
+    )
+    print(f"{floor_label}: ratio {res['floor']['ratio']:.3f}", flush=True)
     record("grads_floor", res["floor"]["ratio"], what=floor_label, target="-")
     return {k: v["wall"] for k, v in res.items()} | {"ratio": res["grads"]["ratio"]}
 

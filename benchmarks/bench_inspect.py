@@ -124,8 +124,10 @@ def main() -> None:
     label = f"hookcli.inspect({MODEL()}, x) b8 vs a bare forward, in process"
     print(ratio_line(label, res, "inspect", 1.02), flush=True)
     record("inspect", res["inspect"]["ratio"], what=label, target="<= 1.02")
-    floor_label = "plain no-op forward-pre and forward hooks on every module vs the same"
-    print(f"floor, {floor_label}: ratio {res['floor']['ratio']:.3f}", flush=True)
+    floor_label = (
+        "floor: plain no-op forward-pre and forward hooks on every module, vs a bare forward"
+    )
+    print(f"{floor_label}: ratio {res['floor']['ratio']:.3f}", flush=True)
     record("inspect_floor", res["floor"]["ratio"], what=floor_label, target="-")
     plain, cli, full = whole_process()
     # Like for like first: the plain script pays torch's teardown, so does hookcli with

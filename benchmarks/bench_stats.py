@@ -248,7 +248,8 @@ def _time(threads: int, n: int, baseline: str) -> float:
     record(
         f"stats_floor_{threads}t",
         float(fl["ratio"]),
-        what=f"plain hooks that read each output once vs a bare forward, {threads} thread(s)",
+        what="floor: plain hooks that read each output once, vs a bare forward, "
+        f"{threads} thread(s)",
         target="-",
     )
     cpu = f"bare {b['cpu']:.3f} s, stats {st['cpu']:.3f} s, ratio {st['cpu'] / b['cpu']:.2f}"
