@@ -115,7 +115,7 @@ x = torch.randn(({batch}, 3, {size}, {size}), generator=torch.Generator().manual
 
 TIMING = textwrap.dedent(
     """
-    import importlib.util, json, statistics, sys, time, torch
+    import importlib.util, json, statistics, sys, time, torch, weakref
     threads, rounds, baseline = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
     MODEL, INPUT = sys.argv[4], sys.argv[5]
     torch.set_num_threads(threads)
@@ -134,7 +134,6 @@ TIMING = textwrap.dedent(
     def stats():  # the public call: session, rows, origin, notes, the Report
         hookcli.stats(model, *args)
 
-    import weakref
     seen = {}  # (id, version) -> a weak reference: no output is kept alive
 
     def read_once(module, args, output):  # plain PyTorch: every output element read once

@@ -42,7 +42,7 @@ _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 _FALSE = torch.zeros((), dtype=torch.bool)
 _FINITE_NONZERO = torch.tensor([False, False, True])  # shared, never written
-_FINITE_ZERO = torch.tensor([False, False, False])
+_FINITE_ZERO = torch.tensor([False, False, False])  # shared, never written
 
 
 def _forward_flags(t: torch.Tensor) -> torch.Tensor:

@@ -235,11 +235,11 @@ def _nonzero_count(c: torch.Tensor, buf: torch.Tensor) -> int:
 def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
     """The 8 statistics of one CPU tensor, as ``tensor_vector`` gives them.
 
-    One chunk (``_CHUNK`` per torch thread) at a time, every figure of the chunk while it is in the
-    cache: its min and max first, then its sum and sum of squares, then only the
-    passes that its min and max leave open (see the module docstring). A finite chunk
-    of one sign without zeros takes four reductions; one whose sign changes, an |x|
-    step more. The chunks' figures add up in float64.
+    One chunk (``_CHUNK`` per torch thread) at a time, every figure of the chunk
+    while it is in the cache: its min and max first, then its sum and sum of squares,
+    then only the passes that its min and max leave open (see the module docstring).
+    A finite chunk of one sign without zeros takes four reductions; one whose sign
+    changes, an |x| step more. The chunks' figures add up in float64.
     """
     x = t.detach()
     if x.dtype in (torch.float16, torch.bfloat16):
