@@ -128,8 +128,28 @@ def test_a_dot_that_adds_one_element_at_a_time_is_not_trusted(monkeypatch):
     with monkeypatch.context() as m:
         m.setattr(torch, "dot", sequential_dot)
         assert stats_mod._dot_is_accurate() is False
-    monkeypatch.setattr(stats_mod, "_dot_accurate", None)
-    assert stats_mod._dot_is_accurate() is True  # this torch's BLAS (MKL or OpenBLAS)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_the_dot_decision_is_right_for_this_machine(monkeypatch, threads):
+    # Whatever this machine's BLAS does (MKL on an AMD EPYC is off by ~6e-6 at one
+    # thread, by ~1e-7 on an Intel Xeon), hookcli trusts torch.dot exactly when its
+    # error over the probe is within the bound, and the sum of squares it then takes is
+    # within the bound of float64 either way.
+    saved = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        monkeypatch.setattr(stats_mod, "_dot_accurate", None)
+        x = torch.rand(stats_mod._MAX_CHUNK, generator=_g())
+        exact = x.double().square().sum().item()
+        dot_error = abs(torch.dot(x, x).item() - exact) / exact
+        assert stats_mod._dot_is_accurate() is (dot_error <= 2e-6)
+        for n in (stats_mod._MAX_CHUNK, stats_mod._CHUNK, 3 * stats_mod._BLOCK + 7, 100):
+            c = torch.randn(n, generator=_g()) * 3 + 1
+            want = c.double().square().sum().item()
+            assert stats_mod._sum_sq(c) == pytest.approx(want, rel=2e-6)
+    finally:
+        torch.set_num_threads(saved)
 
 
 # The device reduction's variance overflows float32 where the CPU's falls back to float64.
