@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.conftest import invoke
 
@@ -19,7 +20,12 @@ CASES = [
     (["inspect", "sample_models:LeNet", "-i", "k=1x2", "-i", "1x2"], 2, "positional"),
     (["inspect", "sample_models:LeNet", "-i", "1x1x32x32", "--dtype", "int8"], 2, "--dtype"),
     (["inspect", "sample_models:LeNet", "--device", "tpu"], 2, "device"),
-    (["inspect", "sample_models:LeNet", "--device", "cuda:7"], 2, "cuda"),
+    # one past the last GPU here: never on this machine, however many it has
+    (
+        ["inspect", "sample_models:LeNet", "--device", f"cuda:{torch.cuda.device_count()}"],
+        2,
+        "cuda",
+    ),
     (["inspect", "sample_models:LeNet", "--format", "xml"], 2, "xml"),
     (["inspect", "sample_models:LeNet", "--depth", "-1"], 2, "depth"),
     (["inspect", "sample_models:LeNet", "--hooks", "pre,sideways"], 2, "sideways"),
