@@ -4,8 +4,9 @@
 The full-size models run in a subprocess under an address-space cap (a build that
 allocated would fail there instead of taking the machine); their parameter counts
 are checked against plain ``with torch.device("meta"): AutoModel.from_config(...)``
-computed in another capped subprocess, and the child's peak RSS (``ru_maxrss``
-from ``os.wait4``) against 1.5 GiB.
+computed in another capped subprocess, and the child's own peak RSS (``VmHWM`` of
+``/proc/self/status``, which starts afresh at ``exec``; ``ru_maxrss`` would carry over
+the high-water mark of the pytest process it was forked from) against 1.5 GiB.
 """
 
 from __future__ import annotations
@@ -47,8 +48,7 @@ def _capped(code: str, timeout: float = 600) -> tuple[int, str, str, int]:
         proc.kill()
         out, err = proc.communicate()
         pytest.fail(f"timed out after {timeout} s: {err[-500:]}")
-    # communicate() reaped the child; its rusage is in RUSAGE_CHILDREN only as a max
-    # over all children, so the child reports its own peak as its last stderr line
+    # the child reports its own peak (VmHWM, in KiB) as its last stderr line
     lines = err.strip().splitlines()
     rss = (
         int(lines[-1].removeprefix("MAXRSS ")) if lines and lines[-1].startswith("MAXRSS ") else -1
@@ -57,12 +57,15 @@ def _capped(code: str, timeout: float = 600) -> tuple[int, str, str, int]:
 
 
 def _hookcli(*argv: str) -> tuple[int, str, str, int]:
-    """``hookcli ARGV`` in a capped child; its own ru_maxrss is read just before it exits."""
+    """``hookcli ARGV`` in a capped child; its own VmHWM is read just before it exits."""
     code = textwrap.dedent(
         f"""
-        import atexit, resource, sys
-        atexit.register(lambda: print("MAXRSS", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,
-                                      file=sys.stderr, flush=True))
+        import atexit, sys
+        def own_peak_kib():  # VmHWM: this process's peak since exec, in KiB
+            for line in open("/proc/self/status"):
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+        atexit.register(lambda: print("MAXRSS", own_peak_kib(), file=sys.stderr, flush=True))
         sys.argv = ["hookcli", *{list(argv)!r}]
         from hookcli.cli import main
         main()
