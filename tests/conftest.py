@@ -122,3 +122,28 @@ def assert_same_state(a: dict[str, Any], b: dict[str, Any]) -> None:
 
 def shapes(rows: Sequence[dict[str, Any]], key: str) -> list[list[list[int]]]:
     return [r[key] for r in rows]
+
+
+# -- the skip ledger (tests/skips.py): a skip nobody expected fails the run ------------------
+
+_SKIPS: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if report.skipped and not hasattr(report, "wasxfail"):
+        longrepr = report.longrepr
+        reason = longrepr[2] if isinstance(longrepr, tuple) else str(longrepr)
+        _SKIPS.append((report.nodeid, reason))
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    from tests.skips import unexpected
+
+    bad = unexpected(_SKIPS)
+    if bad and exitstatus == 0:
+        session.exitstatus = 1
+    if bad:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        lines = ["skips the ledger (tests/skips.py) does not expect on this machine:", *bad]
+        if reporter is not None:
+            reporter.write_line("\n".join(lines), red=True)
