@@ -1,8 +1,9 @@
 """The torch matrix: the test suite in one virtual environment per torch/torchvision pair.
 
-    make matrix            # every pair, the fast suite (what `make test` runs)
+    make matrix            # every pair, the fast suite (what `make test` runs), at 1 and 2 threads
     make matrix-zoo        # every pair, the torchvision zoo and cost's published MACs
     .venv/bin/nox -s "tests(torch='2.15.0')"   # one pair
+    THREADS=1 .venv/bin/nox -s "tests(torch='2.15.0')"   # one pair, one thread count
 
 The pairs are the floor that pyproject.toml declares, this machine's pair and the
 newest on the registry. Each session's venv lives in .nox/ and is reused
@@ -48,11 +49,24 @@ def _install(session: nox.Session, torch: str) -> None:
 @nox.session
 @nox.parametrize("torch", TORCH)
 def tests(session: nox.Session, torch: str) -> None:
-    """The fast suite (`make test`'s) on one torch."""
+    """The fast suite (`make test`'s) on one torch, twice: torch's intra-op pool at 1
+    thread, then at 2 (OMP_NUM_THREADS). Reductions accumulate in another order on each,
+    and the suite must not depend on which. ``THREADS=1`` in the environment runs one."""
     _install(session, torch)
-    session.run(
-        "python", "-m", "pytest", "-q", "-m", "not slow", "-p", "no:cacheprovider", *session.posargs
-    )
+    for threads in os.environ.get("THREADS", "1 2").split():
+        session.log(f"the fast suite at OMP_NUM_THREADS={threads}")
+        session.run(
+            "python",
+            "-m",
+            "pytest",
+            "-q",
+            "-m",
+            "not slow",
+            "-p",
+            "no:cacheprovider",
+            *session.posargs,
+            env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads},
+        )
 
 
 @nox.session
