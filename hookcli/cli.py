@@ -430,7 +430,17 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
 
     @functools.wraps(fn)
     def wrapper(**kwargs: Any) -> None:
-        code = execute(lambda: fn(**preflight(kwargs, name)), bool(kwargs.get("debug")))
+        from typer._click.globals import get_current_context
+
+        from hookcli.config import blamed
+
+        ctx = get_current_context(silent=True)
+
+        def body() -> int:
+            with blamed(ctx):  # an option's value from [tool.hookcli]: the error names it
+                return fn(**preflight(kwargs, name))
+
+        code = execute(body, bool(kwargs.get("debug")))
         if code:
             raise typer.Exit(code)
 

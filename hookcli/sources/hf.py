@@ -12,7 +12,9 @@ import contextlib
 import difflib
 import inspect
 import os
+import re
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -70,10 +72,33 @@ def _split(name: str) -> tuple[str, str]:
     return base, head
 
 
+def _reason(err: BaseException) -> str:
+    """``first_line``, completed where that line only announces the reason: huggingface_hub's
+    strict dataclasses (transformers' configs) say "Validation error for field 'x':" and
+    give the reason on the next line."""
+    lines = [ln.strip() for ln in str(err).splitlines() if ln.strip()]
+    if not lines:
+        return type(err).__name__
+    text = lines[0]
+    for line in lines[1:]:
+        if not text.endswith(":"):
+            break
+        text = f"{text} {line}"
+    return f"{type(err).__name__}: {text}"
+
+
+def _refused(err: BaseException) -> bool:
+    """transformers refused a config value (huggingface_hub's StrictDataclassError)."""
+    return any(c.__name__ == "StrictDataclassError" for c in type(err).__mro__)
+
+
 def _config(tf: Any, name: str, overrides: dict[str, Any]) -> Any:
     mapping = tf.models.auto.configuration_auto.CONFIG_MAPPING
     if name in mapping:
-        return tf.AutoConfig.for_model(name, **overrides)
+        try:
+            return tf.AutoConfig.for_model(name, **overrides)
+        except Exception as err:  # -k values transformers refuses: its reason, exit 3
+            raise LoadError(f"transformers refused hf:{name}'s config: {_reason(err)}") from err
     folder = Path(name).expanduser()
     if folder.is_dir():
         if not (folder / "config.json").is_file():
@@ -81,10 +106,12 @@ def _config(tf: Any, name: str, overrides: dict[str, Any]) -> Any:
         try:
             return tf.AutoConfig.from_pretrained(str(folder), local_files_only=True, **overrides)
         except Exception as err:
-            raise LoadError(f"cannot read {folder / 'config.json'}: {first_line(err)}") from err
+            raise LoadError(f"cannot read {folder / 'config.json'}: {_reason(err)}") from err
     try:
         return tf.AutoConfig.from_pretrained(name, local_files_only=True, **overrides)
     except Exception as err:
+        if _refused(err):  # found in the cache, and its values refused
+            raise LoadError(f"transformers refused hf:{name}'s config: {_reason(err)}") from err
         close = difflib.get_close_matches(name, list(mapping.keys()), n=3, cutoff=0.6)
         hint = f"; did you mean hf:{', hf:'.join(close)}?" if close else ""
         raise LoadError(
@@ -106,6 +133,72 @@ def _warn_unknown(config: Any, overrides: dict[str, Any]) -> None:
                 file=sys.stderr,
                 flush=True,
             )
+
+
+# a config field that holds a size or a count (never negative in a default config)
+_SIZE_KEY = re.compile(
+    r"^(num|n)_|_(size|layers|heads|dim|channels|embeddings|experts)$|^(d_model|hidden_size)$"
+)
+
+
+def _negative_sizes(values: Mapping[str, Any], defaults: Mapping[str, Any]) -> list[str]:
+    """``KEY=VALUE`` of the sizes and counts below 0, except where the default config has
+    a negative value itself (a sentinel: ``vilt``'s ``max_image_length = -1``)."""
+    out = []
+    for key, value in values.items():
+        if isinstance(value, bool) or not isinstance(value, int) or value >= 0:
+            continue
+        default = defaults.get(key)
+        if isinstance(default, int) and default < 0:
+            continue
+        if _SIZE_KEY.search(key) and "chunk" not in key and not key.startswith("max_"):
+            out.append(f"{key}={value}")
+    return out
+
+
+def _defaults(config_class: Any) -> dict[str, Any] | None:
+    """The default config of a config class as a dict; None where it needs arguments."""
+    try:
+        return dict(config_class().to_dict())
+    except Exception:
+        return None
+
+
+def _check_given(tf: Any, name: str, model_name: str, given: Mapping[str, Any]) -> None:
+    """Negative sizes among the ``-k`` values, before transformers checks them its own way
+    (``hidden_size=-1`` would be "not a multiple of the number of attention heads")."""
+    mapping = tf.models.auto.configuration_auto.CONFIG_MAPPING
+    defaults = _defaults(mapping[model_name]) if model_name in mapping else None
+    bad = _negative_sizes(given, defaults or {})
+    if bad:
+        raise LoadError(f"hf:{name}: {', '.join(bad)}: a size or count cannot be negative")
+
+
+def _check_sizes(name: str, config: Any, given: Mapping[str, Any]) -> None:
+    """A negative size or count (``-k num_hidden_layers=-1``, or one in config.json) is
+    exit 3: transformers takes most of them and builds a model without those layers."""
+    for cfg in _configs(config):
+        defaults = _defaults(type(cfg))
+        # without a default to compare with, only what was given is checked
+        values = vars(cfg) if defaults is not None else {}
+        bad = _negative_sizes({**values, **(given if cfg is config else {})}, defaults or {})
+        if bad:
+            where = "" if cfg is config else f" ({type(cfg).__name__})"
+            raise LoadError(
+                f"hf:{name}: {', '.join(bad)}{where}: a size or count cannot be negative"
+            )
+
+
+def _check_text(name: str, module: Any, config: Any, specs: tuple[str, ...]) -> None:
+    """A text model whose vocabulary is empty has no token id to draw: say so, not "no
+    input known"."""
+    vocab = _get(config, "vocab_size")
+    text = "input_ids" in _params(module)
+    if not specs and text and isinstance(vocab, int) and not isinstance(vocab, bool) and vocab < 1:
+        raise LoadError(
+            f"hf:{name}: the config makes no valid input: vocab_size={vocab} leaves no token "
+            "id for input_ids (vocab_size must be at least 1)"
+        )
 
 
 # config fields some default configs leave None although forward needs a number
@@ -138,7 +231,9 @@ def build(name: str, kwargs: dict[str, Any], seed: int) -> LoadedModel:
     model_name, head = _split(name)
     overrides = dict(kwargs)
     overrides.setdefault("use_cache", False)  # no key/value cache in the outputs
+    _check_given(tf, name, model_name, kwargs)
     config = _config(tf, model_name, overrides)
+    _check_sizes(name, config, kwargs)
     _warn_unknown(config, kwargs)
     _fill_unset(config, kwargs)
     auto = getattr(tf, HEADS[head])
@@ -151,15 +246,16 @@ def build(name: str, kwargs: dict[str, Any], seed: int) -> LoadedModel:
                 f"hf:{model_name} has no {head} head "
                 f"({type(config).__name__} is not among {HEADS[head]}'s models)"
             ) from err
-        raise LoadError(f"could not build hf:{name}: {first_line(err)}") from err
+        raise LoadError(f"could not build hf:{name}: {_reason(err)}") from err
     except Exception as err:
-        raise LoadError(f"could not build hf:{name}: {first_line(err)}") from err
+        raise LoadError(f"could not build hf:{name}: {_reason(err)}") from err
     if not isinstance(module, torch.nn.Module):
         raise LoadError(f"hf:{name} built a {type(module).__name__}, not an nn.Module")
     from hookcli.metavalues import plain
 
     with plain():  # the inputs are drawn on the cpu, also while building on meta
         specs, values = default_inputs(module, config)
+    _check_text(name, module, config, specs)
     return LoadedModel(
         module=module,
         spec=f"hf:{name}",
