@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import record, rounds, smoke
+from benchmarks.common import benchmark, record, rounds, smoke
 
 REPEATS = 5
 
@@ -127,6 +127,7 @@ def diff_cost() -> dict[str, float]:
     }
 
 
+@benchmark
 def main() -> None:
     import torch
 

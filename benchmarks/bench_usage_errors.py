@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import record, rounds
+from benchmarks.common import benchmark, record, rounds
 
 ROOT = Path(__file__).resolve().parent.parent
 CASES = {
@@ -52,6 +52,7 @@ def _time(argv: list[str], codes: list[int]) -> float:
     return elapsed
 
 
+@benchmark
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=7)
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
         median = statistics.median(times)
         worst = max(worst, median / floor)
         print(f"{name:<24} {codes[name][0]:>4} {median:>9.3f} {median / floor:>9.2f}")
-    record("usage_error", worst, what="slowest usage error vs `hookcli --help`", target="about 1")
+    record("usage_error", worst, what="slowest usage error vs `hookcli --help`", threads="-")
 
 
 if __name__ == "__main__":

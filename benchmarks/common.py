@@ -1,25 +1,76 @@
-"""What every benchmark shares: the smoke switch, interleaved rounds, and the figures it records.
+"""What every benchmark shares: the smoke switch, interleaved rounds, the machine, the figures.
 
 - ``smoke()``: True under ``python benchmarks/run.py --smoke`` (``HOOKCLI_BENCH_SMOKE=1``):
   each benchmark runs once in a tiny configuration (a small model, one round), so the
   test suite can prove that it still runs to the end; its figures mean nothing.
+- ``@benchmark`` on every benchmark's ``main``: at its start it prints (and keeps, for
+  ``benchmarks/last-run.json``) the machine it runs on: the CPU model (``/proc/cpuinfo``'s
+  "model name", else ``platform``), the cores, torch's version and thread count, and the
+  load average, since a ratio measured on one CPU kind need not hold on another.
 - ``interleave(runs, rounds)``: after one warm-up of each, ``rounds`` rounds that each
   time every run once, rotating which goes first, so a neighbour's load on a shared
-  machine hits all alike. Medians of wall and process CPU time per run, and the median
-  of the per-round ratios against the run named ``bare``.
-- ``record(key, value, ...)``: a figure for ``benchmarks/last-run.json``, from which
+  machine hits all alike. Medians of wall and process CPU time per run, the median of
+  the per-round ratios against the run named ``bare`` (``ratio``), and against every
+  other run (``vs[name]``: against a floor, a reference implementation).
+- ``record(key, value, ...)``: a figure for ``benchmarks/last-run.json``, with the
+  torch thread count it was taken at and its target from ``TARGETS``;
   ``benchmarks/publish.py`` writes the tables of README.md and docs/performance.md.
 """
 
 from __future__ import annotations
 
+import functools
 import os
+import platform
+import re
 import statistics
+import sys
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 RESULTS: list[dict[str, Any]] = []
+# One entry per benchmark run: its name and the machine at its start (``machine()``).
+CONTEXTS: list[dict[str, Any]] = []
+_CURRENT: dict[str, str] = {"bench": ""}
+
+# The targets, in one place: ``record`` takes a figure's target from here and
+# ``publish.py`` judges every figure, this run's or an older one's, by today's target.
+# The speed targets are relative to the floors measured in the same run (plain hooks
+# that only read what each command must read: no exact per-layer figure costs less),
+# and cost's to torch's own FLOP counter; the figures against a bare forward are shown
+# beside them without a target.
+TARGETS: dict[str, str] = {
+    "inspect_vs_floor": "<= 1.02",
+    "grads_vs_floor": "<= 1.03",
+    "stats_vs_floor_1t": "<= 1.25",
+    "stats_vs_floor_2t": "<= 1.25",
+    "cost_vs_flopcounter_b1": "<= 1.00",
+    "cost_vs_flopcounter_b8": "<= 1.00",
+    "cost_meta": "<= 2",
+    "stats_rss": "<= 1.10",
+    "help_s": "< 0.2 s",
+    "inspect_process_full": "<= 1.05",
+    "inspect_process": "<= 1.05",
+    "profile_overhead": "<= 1.10",
+    "profile_cpu": "<= 1.10",
+    "ablate_one": "<= 1.10",
+    "ablate_all": "about 1.10",
+    "ddp": "<= 1.25",
+    "fsdp": "<= 1.25",
+    "features_failure": "about 1",
+    "usage_error": "about 1",
+    "llama_7b_time_full": "<= 1.0",
+    "llama_7b_rss_full": "<= 1.0",
+    "llama_7b_time": "<= 1.0",
+    "llama_7b_rss": "<= 1.0",
+    "llama_70b_time_full": "<= 1.0",
+    "llama_70b_rss_full": "<= 1.0",
+    "llama_70b_time": "<= 1.0",
+    "llama_70b_rss": "<= 1.0",
+    "mlp_time_full": "<= 1.15",
+    "mlp_time": "<= 1.15",
+}
 
 
 def smoke() -> bool:
@@ -30,7 +81,65 @@ def rounds(default: int) -> int:
     return 1 if smoke() else default
 
 
-def interleave(runs: dict[str, Callable[[], object]], n: int) -> dict[str, dict[str, float]]:
+def cpu_model() -> str:
+    """``/proc/cpuinfo``'s first "model name" (Linux), else what ``platform`` says."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def machine() -> dict[str, Any]:
+    """What the figures are taken on, and how busy it is now."""
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
+    info: dict[str, Any] = {
+        "cpu": cpu_model(),
+        "cores": os.cpu_count(),
+        "load_1min": round(load[0], 2),
+        "load_5min": round(load[1], 2),
+        "load_15min": round(load[2], 2),
+    }
+    import torch
+
+    info["torch"] = torch.__version__
+    info["threads"] = torch.get_num_threads()
+    info["gpu"] = torch.cuda.get_device_name(0) if torch.cuda.is_available() else ""
+    return info
+
+
+def machine_line(info: dict[str, Any]) -> str:
+    gpu = f", {info['gpu']}" if info.get("gpu") else ""
+    return (
+        f"machine: {info['cpu']} ({info['cores']} cores{gpu}), torch {info['torch']}, "
+        f"{info['threads']} torch threads, load average {info['load_1min']} / "
+        f"{info['load_5min']} / {info['load_15min']} (1 / 5 / 15 min)"
+    )
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def benchmark(main: F) -> F:
+    """Decorates a benchmark's ``main``: prints and keeps the machine at its start."""
+    name = os.path.splitext(os.path.basename(main.__code__.co_filename))[0]
+
+    @functools.wraps(main)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        info = {"bench": name, **machine()}
+        CONTEXTS.append(info)
+        _CURRENT["bench"] = name
+        print(machine_line(info), flush=True)
+        return main(*args, **kwargs)
+
+    run.benchmark = True  # type: ignore[attr-defined]
+    return run  # type: ignore[return-value]
+
+
+def interleave(runs: Mapping[str, Callable[[], object]], n: int) -> dict[str, dict[str, Any]]:
     """Medians over ``n`` interleaved rounds (after a warm-up of each run)."""
     for fn in runs.values():
         fn()
@@ -44,25 +153,75 @@ def interleave(runs: dict[str, Callable[[], object]], n: int) -> dict[str, dict[
             wall[k].append(time.perf_counter() - t0)
             cpu[k].append(time.process_time() - c0)
     med = statistics.median
-    out: dict[str, dict[str, float]] = {}
+    out: dict[str, dict[str, Any]] = {}
     for k in names:
         out[k] = {"wall": med(wall[k]), "cpu": med(cpu[k])}
+        out[k]["vs"] = {
+            ref: med(y / x for x, y in zip(wall[ref], wall[k], strict=True))
+            for ref in names
+            if ref != k
+        }
         if "bare" in wall:
             out[k]["ratio"] = med(y / x for x, y in zip(wall["bare"], wall[k], strict=True))
             out[k]["cpu_ratio"] = med(y / x for x, y in zip(cpu["bare"], cpu[k], strict=True))
     return out
 
 
-def record(key: str, value: float, *, what: str = "", target: str = "", unit: str = "x") -> None:
-    """One figure of this run (printed by the benchmark itself; published by publish.py)."""
-    RESULTS.append({"key": key, "value": value, "what": what, "target": target, "unit": unit})
+def verdict(value: float, target: str) -> str:
+    """``met`` or ``NOT MET`` for a target such as ``<= 1.10`` or ``< 0.2 s``; ``""``
+    for none (``-``, ``about 1``)."""
+    m = re.fullmatch(r"\s*(<=|<|>=|>)\s*([0-9.]+)\s*\S*\s*", target or "")
+    if not m:
+        return ""
+    bound = float(m.group(2))
+    ok = {
+        "<=": value <= bound,
+        "<": value < bound,
+        ">=": value >= bound,
+        ">": value > bound,
+    }[m.group(1)]
+    return "met" if ok else "NOT MET"
 
 
-def ratio_line(label: str, res: dict[str, dict[str, float]], name: str, target: float) -> str:
-    """``label: bare 0.412 s, NAME 0.455 s; ratio 1.10 (target <= 1.10: ok)``."""
+def record(
+    key: str,
+    value: float,
+    *,
+    what: str = "",
+    target: str | None = None,
+    unit: str = "x",
+    threads: int | str | None = None,
+) -> None:
+    """One figure of this run (printed by the benchmark itself; published by publish.py).
+
+    ``threads``: the torch thread count it was taken at; by default this process's now
+    (a figure from other processes says theirs)."""
+    if threads is None and "torch" in sys.modules:
+        threads = sys.modules["torch"].get_num_threads()
+    RESULTS.append(
+        {
+            "key": key,
+            "value": value,
+            "what": what,
+            "target": TARGETS.get(key, "-") if target is None else target,
+            "unit": unit,
+            "threads": threads,
+            "bench": _CURRENT["bench"],
+        }
+    )
+
+
+def target_line(label: str, value: float, key: str) -> str:
+    """``label: 1.013 (target <= 1.02: met)``, the target from ``TARGETS``."""
+    target = TARGETS.get(key, "-")
+    status = verdict(value, target)
+    return f"{label}: {value:.3f}" + (f" (target {target}: {status})" if status else "")
+
+
+def ratio_line(label: str, res: dict[str, dict[str, Any]], name: str) -> str:
+    """``label: bare 0.412 s, NAME 0.455 s; ratio 1.104; CPU-time ratio 1.09``."""
     b, r = res["bare"], res[name]
-    verdict = "ok" if r["ratio"] <= target else "OVER TARGET"
     return (
-        f"{label}: bare {b['wall']:.3f} s, {name} {r['wall']:.3f} s; ratio {r['ratio']:.3f} "
-        f"(target <= {target}: {verdict}); CPU-time ratio {r['cpu_ratio']:.3f}"
+        f"{label}: bare {b['wall']:.3f} s, {name} {r['wall']:.3f} s; ratio {r['ratio']:.3f}; "
+        f"CPU-time ratio {r['cpu_ratio']:.3f}"
     )

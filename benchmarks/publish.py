@@ -3,8 +3,15 @@
 Usage: ``python benchmarks/publish.py [benchmarks/last-run.json]`` (``make bench-docs``
 runs every benchmark, then this). Each page holds its table between
 ``<!-- bench:begin -->`` and ``<!-- bench:end -->``; nothing else on the page is touched.
-The table says when, with which torch and on what machine the figures were taken, and
-that the machine was busy when its load average was above half its cores.
+
+The table's header names the machine every figure in it comes from: the date, the CPU
+model and cores, torch's version and default thread count (a column gives each figure's
+own), Python, and whether other work shared the machine (its load average above its
+cores). Each figure's target comes from ``benchmarks.common.TARGETS``, and its status
+(met or NOT MET) is printed and shown as measured. Figures of the same benchmarks
+measured on another CPU kind (``benchmarks/other-runs/*.json``, a run's JSON kept, or
+figures reported from another machine) sit in a column beside them, headed by that
+machine; a file from the same CPU model as this run is left out.
 """
 
 from __future__ import annotations
@@ -16,18 +23,30 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import TARGETS, verdict  # noqa: E402
+
+OTHER_RUNS = ROOT / "benchmarks" / "other-runs"
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 # The README shows the headline figures; docs/performance.md every recorded one.
 README_KEYS = (
+    "inspect_vs_floor",
     "inspect",
     "inspect_floor",
+    "grads_vs_floor",
     "grads",
     "grads_floor",
+    "stats_vs_floor_1t",
     "stats_1t",
     "stats_floor_1t",
+    "stats_vs_floor_2t",
     "stats_2t",
     "stats_floor_2t",
     "stats_rss",
+    "cost_vs_flopcounter_b1",
+    "cost_vs_flopcounter_b8",
+    "cost_b1",
     "cost_b8",
     "llama_7b_time_full",
     "llama_7b_rss_full",
@@ -35,8 +54,11 @@ README_KEYS = (
     "mlp_time",
     "ablate_one",
     "ablate_all",
-    "profile",
+    "profile_whole",
+    "profile_overhead",
+    "ddp",
     "fsdp",
+    "help_s",
 )
 
 
@@ -48,17 +70,62 @@ def _value(r: dict[str, Any]) -> str:
         return f"{r['value']:.1f}%"
     if unit == "us":
         return f"{r['value']:.1f} us"
-    return f"{r['value']:.2f}"
+    if unit == "MB":
+        return f"{r['value']:.0f} MB"
+    return f"{r['value']:.3f}"
 
 
-def table(data: dict[str, Any], keys: tuple[str, ...] | None) -> str:
+def target(r: dict[str, Any]) -> str:
+    """Today's target for the figure (``TARGETS``), whatever the run recorded."""
+    return TARGETS.get(r["key"], "-")
+
+
+def status(r: dict[str, Any]) -> str:
+    return verdict(float(r["value"]), target(r))
+
+
+def _cpu(data: dict[str, Any]) -> str:
+    return str(data.get("machine", {}).get("cpu", "unknown CPU"))
+
+
+def other_runs(data: dict[str, Any], folder: Path = OTHER_RUNS) -> list[dict[str, Any]]:
+    """The kept figures of other CPU models than this run's, oldest first."""
+    runs = []
+    for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
+        other = json.loads(path.read_text(encoding="utf-8"))
+        if _cpu(other) != _cpu(data):
+            other["file"] = (
+                path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
+            )
+            runs.append(other)
+    return runs
+
+
+def _describe(other: dict[str, Any]) -> str:
+    m = other.get("machine", {})
+    when = other.get("source") or f"`make bench` on {other.get('date', '?')}"
+    return (
+        f"{m.get('cpu', '?')} ({m.get('cores', '?')} cores), torch {other.get('torch', '?')}, "
+        f"{when} (`{other['file']}`)"
+    )
+
+
+def header(data: dict[str, Any]) -> str:
     m = data["machine"]
     # The benchmarks' own processes (2 threads, 2 torchrun ranks) load a 2-core machine up
     # to about 2; only a load above the cores says that other work shared it.
     busy = m["load_1min"] > (m["cores"] or 1)
-    lines = [
-        f"Measured by `make bench` on {data['date']}, torch {data['torch']}, Python "
-        f"{data['python']}, {m['cpu']} ({m['cores']} cores, no GPU)"
+    threads = m.get("threads")
+    gpu = m.get("gpu") or "no GPU"
+    return (
+        f"Measured by `make bench` on {data['date']} on this machine: **{m['cpu']}** "
+        f"({m['cores']} cores, {gpu}), torch {data['torch']} "
+        + (
+            f"with {threads} threads by default (the threads column gives each figure's)"
+            if threads
+            else "(thread counts not recorded by this run)"
+        )
+        + f", Python {data['python']}"
         + (
             f"; the machine was shared with other work (1-minute load average up to "
             f"{m['load_1min']}), so times are noisy: ratios come from interleaved rounds."
@@ -67,17 +134,52 @@ def table(data: dict[str, Any], keys: tuple[str, ...] | None) -> str:
                 f"; nothing else ran (1-minute load average up to {m['load_1min']}, "
                 "the benchmarks' own processes included)."
             )
-        ),
+        )
+    )
+
+
+def table(
+    data: dict[str, Any], keys: tuple[str, ...] | None, others: list[dict[str, Any]] | None = None
+) -> str:
+    others = other_runs(data) if others is None else others
+    lines = [header(data)]
+    if others:
+        lines += [
+            "",
+            "Beside them, the same figures measured on another CPU (for comparison; the "
+            "status column judges this machine's figures only): "
+            + "; ".join(f"[{i + 1}] {_describe(o)}" for i, o in enumerate(others))
+            + ".",
+        ]
+    extra = "".join(f" {o['machine'].get('cpu', '?')} [{i + 1}] |" for i, o in enumerate(others))
+    lines += [
         "",
-        "| what | figure | target |",
-        "|---|---|---|",
+        f"| what | threads | figure | target | status |{extra}",
+        "|---|---|---|---|---|" + "---|" * len(others),
     ]
     rows = data["results"]
     if keys is not None:
         by_key = {r["key"]: r for r in rows}
         rows = [by_key[k] for k in keys if k in by_key]
+    beside = [{r["key"]: r for r in o.get("results", [])} for o in others]
     for r in rows:
-        lines.append(f"| {r['what']} | {_value(r)} | {r['target'] or '-'} |")
+        cells = "".join(f" {_value(b[r['key']]) if r['key'] in b else '-'} |" for b in beside)
+        threads = r.get("threads")
+        lines.append(
+            f"| {r['what']} | {threads if threads is not None else '-'} | {_value(r)} | "
+            f"{target(r)} | {status(r) or '-'} |{cells}"
+        )
+    if keys is None:  # the full table: what another machine measured that this run did not
+        shown = {r["key"] for r in rows}
+        for i, (o, b) in enumerate(zip(others, beside, strict=True)):
+            rest = [r for k, r in b.items() if k not in shown]
+            if rest:
+                lines += [
+                    "",
+                    f"Also measured on [{i + 1}] {o['machine'].get('cpu', '?')}: "
+                    + "; ".join(f"{r['what']}: {_value(r)}" for r in rest)
+                    + ".",
+                ]
     if data.get("failed"):
         lines += ["", f"Benchmarks that failed in this run: {', '.join(data['failed'])}."]
     return "\n".join(lines)
@@ -91,11 +193,28 @@ def replace(path: Path, text: str) -> None:
     path.write_text(pattern.sub(lambda _: f"{BEGIN}\n{text}\n{END}", page), encoding="utf-8")
 
 
+def statuses(data: dict[str, Any]) -> list[str]:
+    """One line per figure with a target: met or NOT MET, as measured."""
+    out = []
+    for r in data["results"]:
+        s = status(r)
+        if s:
+            out.append(f"{s:<8} {r['key']}: {_value(r)} (target {target(r)}) {r['what']}")
+    return out
+
+
 def main(argv: list[str]) -> int:
     source = Path(argv[0]) if argv else ROOT / "benchmarks" / "last-run.json"
     data = json.loads(source.read_text(encoding="utf-8"))
-    replace(ROOT / "README.md", table(data, README_KEYS))
-    replace(ROOT / "docs" / "performance.md", table(data, None))
+    others = other_runs(data)
+    replace(ROOT / "README.md", table(data, README_KEYS, others))
+    replace(ROOT / "docs" / "performance.md", table(data, None, others))
+    print(header(data))
+    lines = statuses(data)
+    for line in lines:
+        print(line)
+    missed = sum(1 for line in lines if line.startswith("NOT MET"))
+    print(f"targets: {len(lines) - missed} of {len(lines)} met on {_cpu(data)}")
     print(f"README.md and docs/performance.md updated from {source}")
     return 0
 

@@ -2,7 +2,8 @@
 
 Usage: ``python benchmarks/run.py [--smoke] [--json FILE] [NAME ...]``; NAME picks
 bench_NAME.py. ``make bench`` runs them all and writes ``benchmarks/last-run.json``
-(the figures, the date, torch's version and the machine), which
+(the figures, the date, torch's version, the machine, and each benchmark's CPU model,
+torch thread count and load average at its start), which
 ``python benchmarks/publish.py`` turns into the tables of README.md and
 docs/performance.md (``make bench-docs`` does both). ``--smoke``: each benchmark once,
 in a tiny configuration, to prove it runs (``tests/test_benchmarks.py``); its figures
@@ -25,18 +26,6 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
 
-def machine() -> dict[str, object]:
-    """What the figures were taken on, and how busy it was."""
-    load = os.getloadavg() if hasattr(os, "getloadavg") else (0.0, 0.0, 0.0)
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "load_1min": round(load[0], 2)}
-
-
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true")
@@ -51,30 +40,37 @@ def main(argv: list[str]) -> int:
     if args.names:
         files = [f for f in files if f.stem.removeprefix("bench_") in args.names]
     start = datetime.datetime.now(datetime.timezone.utc)
-    loads = [machine()["load_1min"]]
+    first = common.machine()  # torch's default thread count, before any benchmark sets one
+    print(common.machine_line(first), flush=True)
+    loads = [first["load_1min"]]
     failed = []
     for path in files:
         print(f"== {path.stem}", flush=True)
         spec = importlib.util.spec_from_file_location(path.stem, path)
         assert spec and spec.loader
         module = importlib.util.module_from_spec(spec)
-        try:  # one broken benchmark does not stop the others
+        # One broken benchmark does not stop the others: bench_ddp and bench_fsdp end a
+        # failed launch with SystemExit, which is no Exception.
+        try:
             spec.loader.exec_module(module)
             module.main()
+        except SystemExit as err:
+            if err.code not in (None, 0):
+                print(f"{path.stem} ended with SystemExit: {err.code}", file=sys.stderr)
+                failed.append(path.stem)
         except Exception:
             traceback.print_exc()
             failed.append(path.stem)
-        loads.append(machine()["load_1min"])
+        loads.append(common.machine()["load_1min"])
     if args.json and not args.smoke:
-        import torch
-
-        info = machine()
-        info["load_1min"] = max(loads)  # type: ignore[type-var]
+        info = dict(first)
+        info["load_1min"] = max(loads)
         data = {
             "date": start.strftime("%Y-%m-%d %H:%M UTC"),
-            "torch": torch.__version__,
+            "torch": info.pop("torch"),
             "python": platform.python_version(),
             "machine": info,
+            "benchmarks": common.CONTEXTS,
             "failed": failed,
             "results": common.RESULTS,
         }
