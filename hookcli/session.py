@@ -141,6 +141,10 @@ def _aliasing_hook_forward(ctx: Any, *args: torch.Tensor) -> tuple[torch.Tensor,
     outs = tuple(a.detach() for a in args)
     frozen = [o for a, o in zip(args, outs, strict=True) if not a.requires_grad]
     ctx.mark_non_differentiable(*frozen)
+    if any(a.is_quantized for a in args):
+        # autograd fills a missing grad with zeros_like, which a quantized tensor has no
+        # kernel for: its slot (and any other without a grad) stays None instead
+        ctx.set_materialize_grads(False)
     return outs
 
 
@@ -186,6 +190,7 @@ class HookSession:
         self.frames: list[Frame] = []
         self.failure: Frame | None = None
         self.backward_failure: Frame | None = None
+        self.backward_done = False  # a ``backward`` call returned (every grad arrived)
         self._stack: list[Frame] = []
         self._calls: dict[int, int] = {}
         self._bw_pending: dict[int, list[Frame]] = {}
@@ -530,6 +535,7 @@ class HookSession:
                 # torch warns when a hooked module's inputs need no grad (the first layer)
                 warnings.filterwarnings("ignore", message="Full backward hook is firing")
                 loss.backward()
+            self.backward_done = True
         except KeyboardInterrupt:
             raise
         except (Exception, SystemExit) as err:

@@ -67,15 +67,42 @@ def _forward_flags(t: torch.Tensor) -> torch.Tensor:
     return torch.stack([torch.isnan(t).any(), torch.isinf(t).any(), (t != 0).any()])
 
 
+_SPARSE_COMPRESSED = (torch.sparse_csr, torch.sparse_csc, torch.sparse_bsr, torch.sparse_bsc)
+
+
+def norm_values(t: torch.Tensor) -> torch.Tensor | None:
+    """The dense values whose L2 norm is ``t``'s, or None where ``t`` has no norm.
+
+    Floating and complex tensors are their own values (a complex element counts by its
+    modulus); sparse and nested ones their stored values (COO coalesced first, so
+    duplicate indices add up as in the dense tensor, which is never built). Integer,
+    bool and quantized tensors hold no gradient: None. Full backward hooks put a
+    module's integer and bool inputs themselves in ``grad_input``, so every norm that
+    a hook takes goes through here.
+    """
+    t = t.detach()
+    if t.is_quantized:
+        return None
+    if t.layout == torch.sparse_coo:
+        t = t.coalesce().values()
+    elif t.layout in _SPARSE_COMPRESSED or t.is_nested:
+        t = t.values()
+    if t.is_floating_point():
+        # float8 has no reductions of its own; float32 holds its values exactly
+        return t.float() if t.element_size() == 1 else t
+    if t.is_complex():
+        return t.to(torch.complex64) if t.dtype == torch.complex32 else t
+    return None
+
+
 # CPU reductions accumulate float32 lane by lane: a plain vector_norm of a 25M-element
 # tensor is off by ~1e-3 (relative). Norms of rows of this many elements, then the norm
 # of those, are accurate to ~1e-7 at the same speed. CUDA reduces in a tree already.
 _BLOCK = 16384
 
 
-def tensor_norm(t: torch.Tensor) -> torch.Tensor:
-    """L2 norm of one tensor as a 0-dim tensor (accumulated in float32 for half types)."""
-    t = t.detach()
+def _values_norm(t: torch.Tensor) -> torch.Tensor:
+    """L2 norm of dense floating or complex values (accumulated in float32 for half types)."""
     dtype = torch.float32 if t.dtype in _LOW_PRECISION else None
     n = t.numel()
     if t.device.type != "cpu" or n < 2 * _BLOCK:
@@ -89,18 +116,42 @@ def tensor_norm(t: torch.Tensor) -> torch.Tensor:
     return torch.linalg.vector_norm(parts)
 
 
+def tensor_norm(t: torch.Tensor) -> torch.Tensor:
+    """L2 norm of one floating, complex or sparse tensor as a 0-dim real tensor.
+
+    TypeError for a tensor with no norm (``norm_values`` gives None): check first where
+    such a tensor can come.
+    """
+    values = norm_values(t)
+    if values is None:
+        raise TypeError(f"a {t.dtype} tensor has no gradient norm")
+    return _values_norm(values)
+
+
 def joint_norm(tensors: Iterable[Any]) -> torch.Tensor | None:
-    """L2 norm over every tensor (None entries skipped); None when there is none."""
-    found = [t for t in tensors if isinstance(t, torch.Tensor)]
+    """L2 norm over every tensor that has one (None, integer, bool and quantized entries
+    skipped); None when there is none."""
+    found = [
+        v for t in tensors if isinstance(t, torch.Tensor) and (v := norm_values(t)) is not None
+    ]
     if not found:
         return None
     if len(found) == 1:
-        return tensor_norm(found[0])
-    parts = [tensor_norm(t) for t in found]
+        return _values_norm(found[0])
+    parts = [_values_norm(v) for v in found]
     if len({p.device for p in parts}) > 1:
         parts = [p.to(parts[0].device) for p in parts]
     dtype = torch.promote_types(parts[0].dtype, torch.float32)
     return torch.linalg.vector_norm(torch.stack([p.to(dtype) for p in parts]))
+
+
+def _flag_values(t: torch.Tensor) -> torch.Tensor | None:
+    """The real values that ``_forward_flags`` reads (a complex tensor's real and
+    imaginary parts), or None for a tensor that holds no floating values."""
+    values = norm_values(t)
+    if values is None or not values.is_complex():
+        return values
+    return torch.view_as_real(values.resolve_conj())
 
 
 class _Gather:
@@ -163,7 +214,7 @@ class ParamGrad:
     dtype: str
     requires_grad: bool
     grad_norm: float | None  # None: frozen, no tensor hooks, or no grad arrived (unused)
-    weight_norm: float
+    weight_norm: float | None  # None: an integer or bool parameter (no norm)
     unused: bool  # requires_grad and .grad stayed None
     nan_count: int | None = None  # counted in per-param mode, when a grad arrived
     inf_count: int | None = None
@@ -276,12 +327,15 @@ class GradProbe(Probe):
         self._seen: dict[int, tuple[weakref.ref[torch.Tensor], int, _Stat]] = {}
         self._fseen: dict[int, tuple[weakref.ref[torch.Tensor], int, torch.Tensor]] = {}
 
-    def _one(self, t: torch.Tensor) -> _Stat:
+    def _one(self, t: torch.Tensor) -> _Stat | None:
+        """The figures of one tensor; None for one with no norm (``norm_values``)."""
         cached = self._seen.get(id(t))
         if cached is not None and cached[0]() is t and cached[1] == t._version:
             return cached[2]
-        d = t.detach()
-        norm = tensor_norm(d)
+        d = norm_values(t)
+        if d is None:
+            return None
+        norm = _values_norm(d)
         inf = None
         if self.flag_inf:
             # On the CPU a read costs nothing: a finite norm rules out Inf (and NaN), so
@@ -295,19 +349,25 @@ class GradProbe(Probe):
             self._seen[id(t)] = (weakref.ref(t), t._version, stat)
         return stat
 
-    def _flags_of(self, t: torch.Tensor) -> torch.Tensor:
+    def _flags_of(self, t: torch.Tensor) -> torch.Tensor | None:
         """``_forward_flags`` once per tensor object and version: a block returns its
-        last layer's output, a ``Sequential`` its last child's."""
+        last layer's output, a ``Sequential`` its last child's. None for a tensor that
+        holds no floating values; a sparse one's implicit zeros count as zeros."""
         cached = self._fseen.get(id(t))
         if cached is not None and cached[0]() is t and cached[1] == t._version:
             return cached[2]
-        flags = _forward_flags(t.detach())
+        values = _flag_values(t)
+        if values is None:
+            return None
+        flags = _forward_flags(values) if values.numel() else _FINITE_ZERO
         with contextlib.suppress(TypeError):  # a tensor subclass without weak references
             self._fseen[id(t)] = (weakref.ref(t), t._version, flags)
         return flags
 
     def _stat(self, tensors: Iterable[Any]) -> _Stat | None:
-        stats = [self._one(t) for t in tensors if isinstance(t, torch.Tensor)]
+        stats = [
+            s for t in tensors if isinstance(t, torch.Tensor) and (s := self._one(t)) is not None
+        ]
         if len(stats) <= 1:
             return stats[0] if stats else None
         norm = joint_norm([n for n, _ in stats])
@@ -333,9 +393,11 @@ class GradProbe(Probe):
     def _param_hook(self, i: int) -> Any:
         def hook(grad: torch.Tensor) -> None:
             self._pfired[i] = self._pfired.get(i, 0) + 1
-            self._pstat[i] = self._one(grad)
-            if self.per_param:
-                g = grad.detach()
+            stat = self._one(grad)
+            if stat is not None:
+                self._pstat[i] = stat
+            g = norm_values(grad) if self.per_param else None
+            if g is not None:  # a sparse grad: NaN and Inf among its stored values
                 self._pcounts[i] = torch.stack([torch.isnan(g).sum(), torch.isinf(g).sum()])
 
         return hook
@@ -348,9 +410,9 @@ class GradProbe(Probe):
         self._fwd_order.append(frame.index)
         if self.watch_forward:
             flags = [
-                self._flags_of(t)
+                f
                 for t in iter_tensors(output)
-                if t.is_floating_point() and t.numel()
+                if t.numel() and (f := self._flags_of(t)) is not None
             ]
             if flags:
                 self._fwd_flags[frame.index] = torch.cat([f.to(flags[0].device) for f in flags])
@@ -362,7 +424,9 @@ class GradProbe(Probe):
 
     def _output_hook(self, index: int) -> Any:
         def hook(grad: torch.Tensor) -> None:
-            self._ograd.setdefault(index, []).append(self._one(grad))
+            stat = self._one(grad)
+            if stat is not None:
+                self._ograd.setdefault(index, []).append(stat)
 
         return hook
 
@@ -396,7 +460,7 @@ class GradProbe(Probe):
             return norm, inf
 
         with torch.no_grad():
-            weight_slots = [g.add(tensor_norm(p)) for _, p in self._params]
+            weight_slots = [g.add(joint_norm((p,))) for _, p in self._params]
             grad_slots: list[tuple[int | None, int | None]] = []
             for i, (_, p) in enumerate(self._params):
                 fired = self._pfired.get(i, 0)
@@ -419,11 +483,10 @@ class GradProbe(Probe):
             return None if v is None else bool(v)
 
         tensor_kind = HookKind.TENSOR in self.kinds
-        # Which parameters stayed without a grad is known only once backward is over.
-        reached = bool(self._bw_order or self._pfired) or any(
-            p.grad is not None for _, p in self._params
-        )
-        complete = reached and session.failure is None and session.backward_failure is None
+        # Which parameters stayed without a grad is known only once a backward is over:
+        # one that raised (wherever: in the model, or in a hook with no module open)
+        # leaves the grads of everything before the failure missing.
+        complete = session.backward_done and session.failure is None
         params: list[ParamGrad] = []
         for i, (name, p) in enumerate(self._params):
             counts = g.vector(count_slots.get(i))
@@ -435,7 +498,7 @@ class GradProbe(Probe):
                     dtype=str(p.dtype).removeprefix("torch."),
                     requires_grad=p.requires_grad,
                     grad_norm=val(norm_slot),
-                    weight_norm=val(weight_slots[i]) or 0.0,
+                    weight_norm=val(weight_slots[i]),
                     unused=complete and p.requires_grad and p.grad is None,
                     nan_count=int(counts[0]) if counts else None,
                     inf_count=int(counts[1]) if counts else None,
@@ -460,7 +523,7 @@ class GradProbe(Probe):
             infs = [pg.has_inf for _, pg in own if pg.has_inf is not None]
             modules[id(m)] = ModuleGrad(
                 grad_norm=_l2(grads) if grads and tensor_kind else None,
-                weight_norm=_l2([pg.weight_norm for _, pg in own]),
+                weight_norm=_l2([pg.weight_norm for _, pg in own if pg.weight_norm is not None]),
                 unused=tuple(n for n, pg in own if pg.unused),
                 has_inf=any(infs) if infs else None,
             )
@@ -490,7 +553,11 @@ class GradProbe(Probe):
             backward_order=tuple(self._bw_order),
             forward_order=tuple(self._fwd_order),
             total_grad_norm=_l2(grads) if grads and tensor_kind else None,
-            total_weight_norm=_l2([pg.weight_norm for pg in trainable]) if trainable else None,
+            total_weight_norm=(
+                _l2([pg.weight_norm for pg in trainable if pg.weight_norm is not None])
+                if trainable
+                else None
+            ),
             watched_forward=self.watch_forward,
             complete=complete,
         )
@@ -529,7 +596,9 @@ class GradProbe(Probe):
         own = [pg for pg in own if pg.requires_grad]
         grads = [pg.grad_norm for pg in own if pg.grad_norm is not None]
         grad_norm = _l2(grads) if grads else None
-        weight_norm = _l2([pg.weight_norm for pg in own]) if own else None
+        weight_norm = (
+            _l2([pg.weight_norm for pg in own if pg.weight_norm is not None]) if own else None
+        )
         return {
             "grad_norm": grad_norm,
             "weight_norm": weight_norm,

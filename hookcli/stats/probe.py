@@ -97,11 +97,19 @@ def fmt_pct(value: Any) -> str:
 
 
 def _stat_tensors(obj: Any) -> list[torch.Tensor]:
-    """The non-empty floating tensors in ``obj`` that hold values (not on ``meta``)."""
+    """The non-empty dense floating tensors in ``obj`` that hold values (not on ``meta``).
+
+    Sparse and nested tensors are left out: their stored values alone would misstate
+    the mean, the spread and the share of zeros.
+    """
     return [
         t
         for t in iter_tensors(obj)
-        if t.is_floating_point() and t.numel() > 0 and t.device.type != "meta"
+        if t.is_floating_point()
+        and t.layout == torch.strided
+        and not t.is_nested
+        and t.numel() > 0
+        and t.device.type != "meta"
     ]
 
 
