@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 from hookcli.layers import (
     PARAM_COLUMNS,
@@ -32,6 +32,7 @@ from hookcli.render import fmt_int
 from hookcli.report import Column, Report, Row
 
 if TYPE_CHECKING:
+    import torch
     from torch import nn
 
     from hookcli.options import Hooks
@@ -125,11 +126,39 @@ def parse_columns(text: str | None) -> tuple[str, ...]:
 
 
 def _kernel_size(module: nn.Module | None) -> list[int] | None:
+    """A module's ``kernel_size``: an int, a tuple or list of ints, or a 0-d or 1-d integer
+    tensor (transformers' EncodecConv1d and MimiConv1d keep ``torch.tensor(k)``)."""
     k = getattr(module, "kernel_size", None)
-    if isinstance(k, int) and not isinstance(k, bool):
-        return [k]
-    if isinstance(k, (tuple, list)) and all(isinstance(v, int) for v in k):
-        return list(k)
+    if _int_tensor(k):
+        if k.dim() > 1:
+            return None
+        k = k.tolist()
+    values = k if isinstance(k, (tuple, list)) else [k]
+    out = [_as_int(v) for v in values]
+    return None if None in out else [v for v in out if v is not None]
+
+
+def _int_tensor(v: Any) -> TypeGuard[torch.Tensor]:
+    """A dense integer tensor whose values can be read (not on meta)."""
+    import torch
+
+    return (
+        isinstance(v, torch.Tensor)
+        and v.layout == torch.strided
+        and not v.is_meta
+        and not v.is_quantized
+        and not (v.is_floating_point() or v.is_complex() or v.dtype == torch.bool)
+    )
+
+
+def _as_int(v: Any) -> int | None:
+    """An int (not a bool; numpy integers and 0-d integer tensors too), else None."""
+    import numbers
+
+    if _int_tensor(v) and v.dim() == 0:
+        v = v.item()
+    if isinstance(v, numbers.Integral) and not isinstance(v, bool):
+        return int(v)
     return None
 
 
