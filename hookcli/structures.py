@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import types
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -45,18 +45,23 @@ def children(obj: Any) -> Iterable[tuple[str, Any]] | None:
     return None
 
 
-def iter_named_tensors(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+def iter_named_tensors(
+    obj: Any,
+    prefix: str = "",
+    kids: Callable[[Any], Iterable[tuple[str, Any]] | None] = children,
+) -> Iterator[tuple[str, torch.Tensor]]:
     """``(path, tensor)`` for every tensor in ``obj``, depth first, in order.
 
     No depth limit (an explicit stack, not recursion); a container already open on
-    the current path is skipped (the cycle guard).
+    the current path is skipped (the cycle guard). ``kids`` says what a container
+    holds and how each item is named (``children`` by default).
     """
     if obj is None:
         return
     if isinstance(obj, torch.Tensor):
         yield prefix, obj
         return
-    first = children(obj)
+    first = kids(obj)
     if first is None:
         return
     open_ids = {id(obj)}
@@ -71,7 +76,7 @@ def iter_named_tensors(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.
                 continue
             if id(value) in open_ids:
                 continue  # a cycle: this container is being walked above us
-            sub = children(value)
+            sub = kids(value)
             if sub is not None:
                 open_ids.add(id(value))
                 stack.append((iter(sub), id(value), path + suffix))
@@ -79,6 +84,46 @@ def iter_named_tensors(obj: Any, prefix: str = "") -> Iterator[tuple[str, torch.
         else:
             stack.pop()
             open_ids.discard(oid)
+
+
+Parts = Callable[[Any], tuple[list[Any], Callable[[list[Any]], Any]] | None]
+
+
+def rebuild(obj: Any, leaf: Callable[[Any], Any], parts: Parts) -> Any:
+    """``obj`` with every leaf ``x`` replaced by ``leaf(x)`` and the containers around
+    them rebuilt, at any depth (an explicit stack, not recursion).
+
+    ``parts(v)`` is ``(items, assemble)`` for a container (``assemble`` makes the new
+    container from the new items) and None for a leaf. A container already open on
+    the current path (a cycle) is kept as it is.
+    """
+    top = parts(obj)
+    if top is None:
+        return leaf(obj)
+    open_ids = {id(obj)}
+    stack: list[tuple[Any, list[Any], Callable[[list[Any]], Any], list[Any]]] = [
+        (obj, top[0], top[1], [])
+    ]
+    while True:
+        container, items, assemble, done = stack[-1]
+        if len(done) < len(items):
+            item = items[len(done)]
+            if id(item) in open_ids:
+                done.append(item)
+                continue
+            sub = parts(item)
+            if sub is None:
+                done.append(leaf(item))
+            else:
+                open_ids.add(id(item))
+                stack.append((item, sub[0], sub[1], []))
+            continue
+        stack.pop()
+        open_ids.discard(id(container))
+        new = assemble(done)
+        if not stack:
+            return new
+        stack[-1][3].append(new)
 
 
 def _values(obj: Any) -> Iterable[Any] | None:

@@ -11,7 +11,7 @@ dtype=...)``, integer ones with ``torch.randint(low, high, shape, generator=g)``
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -354,19 +354,32 @@ def resolve_device(device: str) -> torch.device:
 
 
 def _move(value: Any, device: torch.device, float_dtype: torch.dtype | None) -> Any:
+    """Tensors in tuples, lists, namedtuples and dicts moved (floating ones cast), at
+    any depth: no recursion, so a 1000-deep list is no RecursionError."""
     import torch
 
-    if isinstance(value, torch.Tensor):
-        if float_dtype is not None and value.is_floating_point():
-            value = value.to(float_dtype)
-        return value.to(device)
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_move(v, device, float_dtype) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(_move(v, device, float_dtype) for v in value)
-    if isinstance(value, dict):
-        return {k: _move(v, device, float_dtype) for k, v in value.items()}
-    return value
+    from hookcli.structures import rebuild
+
+    def leaf(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            if float_dtype is not None and v.is_floating_point():
+                v = v.to(float_dtype)
+            return v.to(device)
+        return v
+
+    def parts(v: Any) -> tuple[list[Any], Callable[[list[Any]], Any]] | None:
+        if isinstance(v, torch.Tensor):
+            return None
+        if isinstance(v, tuple) and hasattr(v, "_fields"):
+            return list(v), lambda items: type(v)(*items)
+        if isinstance(v, (list, tuple)):
+            return list(v), lambda items: type(v)(items)
+        if isinstance(v, dict):
+            keys = list(v)
+            return [v[k] for k in keys], lambda items: dict(zip(keys, items, strict=True))
+        return None
+
+    return rebuild(value, leaf, parts)
 
 
 def _redraw_like(t: torch.Tensor, batch: int, g: torch.Generator) -> torch.Tensor:
@@ -386,21 +399,21 @@ def _redraw_like(t: torch.Tensor, batch: int, g: torch.Generator) -> torch.Tenso
 
 
 def _infos_of(name: str, value: Any) -> list[InputInfo]:
-    import torch
+    """One InputInfo per tensor in lists, tuples and mappings, at any depth (no
+    recursion): ``name[i]`` for items, ``name.key`` for mapping values."""
+    from hookcli.structures import iter_named_tensors
 
-    if isinstance(value, torch.Tensor):
-        return [InputInfo(name, tuple(value.shape), dtype_name(value.dtype))]
-    if isinstance(value, (list, tuple)):
-        out: list[InputInfo] = []
-        for i, v in enumerate(value):
-            out.extend(_infos_of(f"{name}[{i}]", v))
-        return out
-    if isinstance(value, Mapping):
-        out = []
-        for k, v in value.items():
-            out.extend(_infos_of(f"{name}.{k}", v))
-        return out
-    return []
+    def kids(v: Any) -> Iterable[tuple[str, Any]] | None:
+        if isinstance(v, (list, tuple)):
+            return ((f"[{i}]", x) for i, x in enumerate(v))
+        if isinstance(v, Mapping):
+            return ((f".{k}", x) for k, x in v.items())
+        return None
+
+    return [
+        InputInfo(path, tuple(t.shape), dtype_name(t.dtype))
+        for path, t in iter_named_tensors(value, name, kids)
+    ]
 
 
 NO_INPUT = (
