@@ -9,9 +9,10 @@
 
 What the file holds becomes forward's arguments: a tensor is the one positional
 input, a list or tuple the positional inputs, a dict the keyword inputs. In a
-``.safetensors`` / ``.npz`` mapping, names ``0``, ``1``, ... are positional inputs, and
-dotted names (``batch.x``) become nested dicts (``batch={"x": ...}``). Nested structures
-pass as they are.
+``.safetensors`` / ``.npz`` mapping, names ``0``, ``1``, ... are positional inputs and
+the other names keyword inputs (the two mix: ``0`` and ``mask`` give
+``forward(x, mask=...)``), and dotted names (``batch.x``) become nested dicts
+(``batch={"x": ...}``). Nested structures pass as they are, at any depth.
 
 ``--inputs-from FILE.py:fn`` / ``pkg.mod:fn`` calls a Python function (trusted code,
 like a model factory) right after ``torch.manual_seed(--seed)``; it returns ``args``
@@ -24,9 +25,10 @@ every other tensor keeps its dtype.
 
 from __future__ import annotations
 
+import dataclasses
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +42,15 @@ if TYPE_CHECKING:
 
 SUFFIXES = (".pt", ".pth", ".safetensors", ".npz", ".npy")
 _FORMATS = ".pt/.pth (torch.save), .safetensors, .npz or .npy"
+
+
+@dataclasses.dataclass(frozen=True)
+class FileInputs:
+    """The inputs of a ``.safetensors`` / ``.npz`` mapping, already split: its numbered
+    names are ``args``, the others ``kwargs``."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
 
 
 def check_input_file(path: Path) -> None:
@@ -127,13 +138,19 @@ def _read_numpy(path: Path, suffix: str) -> Any:
     import torch
 
     def tensor(array: Any, name: str) -> torch.Tensor:
+        if not isinstance(array, np.ndarray):  # an .npz member that is not an .npy
+            raise UsageError(f"--input-file {path}: {name} is not a NumPy array")
         if array.dtype.hasobject:
             raise UsageError(f"--input-file {path}: {name} holds Python objects, not numbers")
         try:
-            return torch.from_numpy(np.ascontiguousarray(array))
-        except TypeError as err:
+            if not array.dtype.isnative:  # saved big-endian: torch takes native order only
+                array = array.astype(array.dtype.newbyteorder("="))
+            # ascontiguousarray gives at least one dimension: a 0-d array stays 0-d
+            return torch.from_numpy(np.ascontiguousarray(array).reshape(array.shape))
+        except (TypeError, ValueError) as err:
             raise UsageError(f"--input-file {path}: {name}: {first_line(err)}") from None
 
+    _check_numpy_sizes(path, suffix)
     try:
         loaded = np.load(path, allow_pickle=False)
     except ValueError as err:
@@ -166,19 +183,86 @@ def _read_numpy(path: Path, suffix: str) -> Any:
     return _mapping(arrays, path)
 
 
-def _mapping(flat: dict[str, Any], path: Path) -> Any:
-    """A flat name -> tensor mapping: ``0``, ``1``... are positional; ``a.b`` nests."""
+def _check_numpy_sizes(path: Path, suffix: str) -> None:
+    """Each array's header against the bytes behind it, before anything is allocated:
+    a header claiming more data than the file holds is a corrupt file (exit 2), not an
+    out-of-memory error from allocating what it claims."""
+    import zipfile
+
+    from numpy.lib import format as npformat
+
+    def check(fp: Any, available: int, what: str) -> None:
+        try:
+            version = npformat.read_magic(fp)
+            if version == (1, 0):
+                shape, _, dtype = npformat.read_array_header_1_0(fp)
+            elif version == (2, 0):
+                shape, _, dtype = npformat.read_array_header_2_0(fp)
+            else:  # 3.0 (utf-8 field names) has no public reader; np.load checks the rest
+                return
+        except (ValueError, OSError, EOFError, SyntaxError, TypeError):
+            return  # np.load says what is wrong with the header
+        if dtype.hasobject:
+            return  # pickled objects: refused by np.load (allow_pickle=False)
+        if any(d < 0 for d in shape):
+            raise UsageError(
+                f"--input-file {path}: corrupt file: {what}header claims shape {list(shape)}"
+            )
+        need = dtype.itemsize
+        for d in shape:
+            need *= d
+        have = available - fp.tell()
+        if need > have:
+            raise UsageError(
+                f"--input-file {path}: corrupt file: {what}header claims shape "
+                f"{list(shape)} {dtype} ({need:,} bytes), but only {max(have, 0):,} bytes of "
+                "data follow it"
+            )
+
+    try:
+        if suffix == ".npy":
+            with open(path, "rb") as fp:
+                check(fp, path.stat().st_size, "")
+            return
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if info.filename.endswith(".npy"):
+                    with archive.open(info) as member:
+                        check(member, info.file_size, f"{info.filename[:-4]!r}: ")
+    except (OSError, EOFError, zipfile.BadZipFile, ValueError, RuntimeError):
+        return  # np.load reports what it finds
+
+
+def _mapping(flat: dict[str, Any], path: Path) -> FileInputs:
+    """A flat name -> tensor mapping: ``0``, ``1``... are positional, other names are
+    keywords (the two may mix); ``a.b`` nests, also under a number (``0.a``)."""
     if not flat:
         raise UsageError(f"--input-file {path}: holds no tensors")
-    keys = list(flat)
-    if all(k.isdigit() for k in keys):
-        order = sorted(keys, key=int)
-        if [int(k) for k in order] != list(range(len(order))):
+
+    def numbered(name: str) -> bool:
+        return name.isascii() and name.isdigit()
+
+    for key in flat:
+        head = key.split(".")[0]
+        if not (numbered(head) or head.isidentifier()):
             raise UsageError(
-                f"--input-file {path}: numbered names must be 0, 1, ... without gaps, got "
-                f"{', '.join(order)}"
+                f"--input-file {path}: name {key!r} is neither a number 0, 1, ... (a "
+                "positional input) nor a Python identifier (a keyword input)"
             )
-        return tuple(flat[k] for k in order)
+    nested = _nest(flat, path)
+    order = sorted((k for k in nested if numbered(k)), key=int)
+    if [int(k) for k in order] != list(range(len(order))):
+        raise UsageError(
+            f"--input-file {path}: numbered names must be 0, 1, ... without gaps, got "
+            f"{', '.join(order)}"
+        )
+    args = tuple(nested[k] for k in order)
+    kwargs = {k: v for k, v in nested.items() if not numbered(k)}
+    return FileInputs(args, kwargs)
+
+
+def _nest(flat: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``{"a.b": t}`` -> ``{"a": {"b": t}}``."""
     nested: dict[str, Any] = {}
     for key, value in flat.items():
         parts = key.split(".")
@@ -255,30 +339,40 @@ def _same_file_module(path: Path) -> Any:
     return None
 
 
-def split_args(value: Any, *, from_call: bool) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def split_args(
+    value: Any, *, from_call: bool, source: str = ""
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """What the file holds (or the function returned) -> (args, kwargs).
 
     A dict is keyword inputs; a plain tuple or list the positional ones; anything else
     (a tensor, a namedtuple, a number) the one positional input. A function may also
-    return ``(args, kwargs)``: a 2-tuple of a plain tuple/list and a dict.
+    return ``(args, kwargs)``: a 2-tuple of a plain tuple/list and a dict. A
+    ``FileInputs`` (a ``.safetensors`` / ``.npz`` mapping) is already split.
+    ``source`` (``--input-file F``, ``--inputs-from S``) starts the error messages.
     """
+    if isinstance(value, FileInputs):
+        return value.args, dict(value.kwargs)
     if from_call and type(value) is tuple and len(value) == 2:
         first, second = value
         if type(first) in (tuple, list) and isinstance(second, Mapping):
-            return tuple(first), _kwargs(second)
+            return tuple(first), _kwargs(second, from_call, source)
     if isinstance(value, Mapping):
-        return (), _kwargs(value)
+        return (), _kwargs(value, from_call, source)
     if type(value) in (tuple, list):
         return tuple(value), {}
     return (value,), {}
 
 
-def _kwargs(mapping: Mapping[Any, Any]) -> dict[str, Any]:
+def _kwargs(mapping: Mapping[Any, Any], from_call: bool, source: str) -> dict[str, Any]:
     bad = [k for k in mapping if not isinstance(k, str) or not k.isidentifier()]
     if bad:
+        if from_call:
+            hint = "return [dict] to pass it as one positional input"
+        else:  # a torch.save file: a mapping file never gets here (FileInputs)
+            hint = "save [dict] to pass it as one positional input"
         raise UsageError(
-            f"keyword inputs must be named by Python identifiers, got {bad[0]!r} (a dict is "
-            "forward's keyword inputs: wrap it, [dict], to pass it as one positional input)"
+            f"{source + ': ' if source else ''}keyword inputs must be named by Python "
+            f"identifiers, got {bad[0]!r} (a dict is forward's keyword inputs: {hint})"
         )
     return dict(mapping)
 
@@ -301,33 +395,41 @@ def move(value: Any, device: torch.device, float_dtype: torch.dtype | None) -> A
     """Every tensor at any depth moved to ``device`` (floating ones cast to ``float_dtype``);
     the structures around them rebuilt (tuples, lists, dicts, namedtuples, dataclasses),
     other objects kept as they are."""
-    import dataclasses
-
     import torch
 
-    def go(v: Any, open_ids: frozenset[int]) -> Any:
+    from hookcli.structures import rebuild
+
+    def leaf(v: Any) -> Any:
         if isinstance(v, torch.Tensor):
             if float_dtype is not None and v.is_floating_point():
                 v = v.to(float_dtype)
             return v.to(device)
-        if id(v) in open_ids:
-            return v
-        inner = open_ids | {id(v)}
-        if isinstance(v, tuple) and hasattr(v, "_fields"):
-            return type(v)(*(go(x, inner) for x in v))
-        if type(v) in (list, tuple):
-            return type(v)(go(x, inner) for x in v)
-        if type(v) is dict:
-            return {k: go(x, inner) for k, x in v.items()}
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            try:
-                fields = {f.name: go(getattr(v, f.name), inner) for f in dataclasses.fields(v)}
-                return dataclasses.replace(v, **fields)
-            except (TypeError, ValueError):
-                return v
         return v
 
-    return go(value, frozenset())
+    def parts(v: Any) -> tuple[list[Any], Callable[[list[Any]], Any]] | None:
+        if isinstance(v, torch.Tensor):
+            return None
+        if isinstance(v, tuple) and hasattr(v, "_fields"):
+            return list(v), lambda items: type(v)(*items)
+        if type(v) in (list, tuple):
+            return list(v), lambda items: type(v)(items)
+        if type(v) is dict:
+            keys = list(v)
+            return [v[k] for k in keys], lambda items: dict(zip(keys, items, strict=True))
+        if dataclasses.is_dataclass(v) and not isinstance(v, type):
+            names = [f.name for f in dataclasses.fields(v)]
+
+            def assemble(items: list[Any]) -> Any:
+                try:
+                    return dataclasses.replace(v, **dict(zip(names, items, strict=True)))
+                except (TypeError, ValueError):
+                    return v
+
+            return [getattr(v, n) for n in names], assemble
+        return None
+
+    # no recursion: inputs nested 1000 deep move like any others
+    return rebuild(value, leaf, parts)
 
 
 def real_inputs(
@@ -346,13 +448,13 @@ def real_inputs(
 
     if input_file is not None:
         value = preloaded if preloaded is not None else read_input_file(input_file)
-        args, kwargs = split_args(value, from_call=False)
         source = f"--input-file {input_file}"
+        args, kwargs = split_args(value, from_call=False, source=source)
     else:
         assert inputs_from is not None
         value = call_inputs_from(inputs_from, seed)
-        args, kwargs = split_args(value, from_call=True)
         source = f"--inputs-from {inputs_from}"
+        args, kwargs = split_args(value, from_call=True, source=source)
     float_dtype = torch_dtype(dtype) if dtype else None
     try:
         args = tuple(move(a, device, float_dtype) for a in args)
