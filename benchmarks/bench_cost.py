@@ -25,10 +25,13 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+if TYPE_CHECKING:
+    from torch import nn
 
 from benchmarks.common import (  # noqa: E402
     benchmark,
@@ -40,7 +43,7 @@ from benchmarks.common import (  # noqa: E402
 )
 
 
-def llama_7b_meta(seq: int = 2048) -> Any:
+def llama_7b_meta(seq: int = 2048) -> nn.Module:
     """The 7B decoder built on meta, whatever the loader does: never on the CPU (tiny
     under ``--smoke``)."""
     import torch

@@ -28,6 +28,8 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import TARGETS, verdict  # noqa: E402
 
 OTHER_RUNS = ROOT / "benchmarks" / "other-runs"
+# Keys that runs before the current benchmarks wrote for the same measurement.
+RENAMED = {"profile": "profile_overhead"}
 BEGIN, END = "<!-- bench:begin -->", "<!-- bench:end -->"
 # The README shows the headline figures; docs/performance.md every recorded one.
 README_KEYS = (
@@ -92,7 +94,7 @@ def other_runs(data: dict[str, Any], folder: Path = OTHER_RUNS) -> list[dict[str
     """The kept figures of other CPU models than this run's, oldest first."""
     runs = []
     for path in sorted(folder.glob("*.json")) if folder.is_dir() else []:
-        other = json.loads(path.read_text(encoding="utf-8"))
+        other = load(path)
         if _cpu(other) != _cpu(data):
             other["file"] = (
                 path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else path.name
@@ -118,7 +120,7 @@ def header(data: dict[str, Any]) -> str:
     threads = m.get("threads")
     gpu = m.get("gpu") or "no GPU"
     return (
-        f"Measured by `make bench` on {data['date']} on this machine: **{m['cpu']}** "
+        f"Measured by `make bench` on {data['date']} on **{m['cpu']}** "
         f"({m['cores']} cores, {gpu}), torch {data['torch']} "
         + (
             f"with {threads} threads by default (the threads column gives each figure's)"
@@ -203,9 +205,16 @@ def statuses(data: dict[str, Any]) -> list[str]:
     return out
 
 
+def load(path: Path) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    for r in data.get("results", []):
+        r["key"] = RENAMED.get(r["key"], r["key"])
+    return data
+
+
 def main(argv: list[str]) -> int:
     source = Path(argv[0]) if argv else ROOT / "benchmarks" / "last-run.json"
-    data = json.loads(source.read_text(encoding="utf-8"))
+    data = load(source)
     others = other_runs(data)
     replace(ROOT / "README.md", table(data, README_KEYS, others))
     replace(ROOT / "docs" / "performance.md", table(data, None, others))
