@@ -23,7 +23,7 @@ from hookcli.errors import UsageError
 
 # Temp files created and not yet renamed or removed (paths as str).
 _PENDING: set[str] = set()
-_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_SIGNALS = {signal.SIGINT, signal.SIGTERM, signal.SIGHUP}
 
 
 def is_stdout(path: Path | str | None) -> bool:
@@ -61,7 +61,8 @@ def check_target(path: Path, option: str) -> None:
 
 @contextlib.contextmanager
 def _signals_held() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM for a few instructions, so a temp file is never left unrecorded."""
+    """Hold SIGINT/SIGTERM/SIGHUP for a few instructions, so a temp file is never left
+    unrecorded."""
     held = False
     with contextlib.suppress(ValueError, OSError, AttributeError):  # not the main thread
         signal.pthread_sigmask(signal.SIG_BLOCK, _SIGNALS)
@@ -100,7 +101,7 @@ def _umask() -> int:
 def atomic_write(path: Path, write: Callable[[IO[bytes]], object], option: str = "") -> None:
     """Write ``path`` through a temp file in its folder, then rename it into place.
 
-    A failure, Ctrl-C or SIGTERM midway leaves any previous file untouched and no
+    A failure, Ctrl-C, SIGTERM or SIGHUP midway leaves any previous file untouched and no
     temp file behind. An OS error is exit 2 naming the file (``option`` names the flag).
     """
     label = f"{option} {path}" if option else str(path)

@@ -123,11 +123,18 @@ def _fail(message: str, code: int) -> int:
 _REAL_EXIT = os._exit  # hookcli's own immediate exits go through this (by _end)
 
 
-def _end(code: int) -> NoReturn:
-    """Leave now with ``code``, told first to the watching parent (hookcli/watch.py)."""
+def _end(code: int, herald: Callable[[int], None] | None = None) -> NoReturn:
+    """Leave now with ``code``, told first to the watching parent (hookcli/watch.py).
+
+    Without the herald (which only ``main`` holds) the parent hears a failure only: a
+    model that calls this with 0 is not believed.
+    """
     from hookcli.watch import announce
 
-    announce(code)
+    if herald is not None:
+        herald(code)
+    else:
+        announce(code)
     _REAL_EXIT(code)
 
 
@@ -216,16 +223,21 @@ def _exit_guarded() -> Iterator[None]:
 
 # -- signals -------------------------------------------------------------------------------
 
+EXIT_HANGUP = 128 + int(signal.SIGHUP)  # 129, as a shell reports a process SIGHUP ended
+
 _SIGNAL_LINES = {
     signal.SIGINT: ("hookcli: interrupted", EXIT_INTERRUPTED),
     signal.SIGTERM: ("hookcli: terminated", EXIT_TERMINATED),
+    signal.SIGHUP: ("hookcli: hung up", EXIT_HANGUP),
 }
+_SIGNAL_EXITS = frozenset(code for _, code in _SIGNAL_LINES.values())
 
 
 class _Signals:
-    """SIGINT/SIGTERM while a command runs: raised where the program is (KeyboardInterrupt,
-    Terminated), so the session restores the model and temp files go; elsewhere: the one
-    line and the exit status at once (nothing to restore)."""
+    """SIGINT/SIGTERM/SIGHUP while a command runs: raised where the program is
+    (KeyboardInterrupt; Terminated for the other two), so the session restores the model
+    and temp files go; elsewhere: the one line and the exit status at once (nothing to
+    restore)."""
 
     running = 0  # command bodies under way
     received: int | None = None  # the first signal of this command
@@ -239,16 +251,21 @@ class _Signals:
         if cls.received is not None:
             return  # already unwinding: let the clean-up finish
         cls.received = signum
-        if signum == signal.SIGTERM:
+        if signum != signal.SIGINT:
             raise Terminated()
         raise KeyboardInterrupt()
 
 
 def _install_signal_handlers() -> dict[int, Any]:
-    """Ours for SIGINT and SIGTERM; the previous handlers (none off the main thread)."""
+    """Ours for SIGINT, SIGTERM and SIGHUP; the previous handlers (none off the main
+    thread). A SIGHUP the process was started ignoring (``nohup``) stays ignored."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    return {s: signal.signal(s, _Signals.handler) for s in _SIGNAL_LINES}
+    return {
+        s: signal.signal(s, _Signals.handler)
+        for s in _SIGNAL_LINES
+        if s != signal.SIGHUP or signal.getsignal(s) is not signal.SIG_IGN
+    }
 
 
 @contextlib.contextmanager
@@ -373,14 +390,15 @@ def _route_fd1_to_stderr() -> None:
 def execute(fn: Callable[[], int], debug: bool) -> int:
     """Run a command body and turn what it raises into an exit status and one line.
 
-    While it runs, SIGINT/SIGTERM unwind it (130/143) and whatever the model prints
-    goes to stderr: stdout carries only the report.
+    While it runs, SIGINT/SIGTERM/SIGHUP unwind it (130/143/129) and whatever the model
+    prints goes to stderr: stdout carries only the report. In-process (``app([...])``)
+    ``sys.path`` and the environment variables hookcli sets come back as they were.
     """
     from hookcli.pipeline import model_output_to_stderr
     from hookcli.preserve import scope
 
     try:
-        with _signals_guarded(), model_output_to_stderr(), _exit_guarded():
+        with _host_kept(), _signals_guarded(), model_output_to_stderr(), _exit_guarded():
             try:
                 with scope():  # a MODEL instance and the global RNGs put back at the end
                     code = _outcome(fn, debug)
@@ -395,6 +413,49 @@ def execute(fn: Callable[[], int], debug: bool) -> int:
 
 
 _CLI_PROCESS = False  # set by main(): this process is hookcli itself, not a host program
+# what the MODEL sources set in os.environ (hookcli/sources/hf.py); put back in-process
+_HOOKCLI_ENV = ("HF_HUB_OFFLINE", "TRANSFORMERS_VERBOSITY")
+
+
+@contextlib.contextmanager
+def _host_kept() -> Iterator[None]:
+    """In a host program (``app([...])``, not the ``hookcli`` process): ``sys.path``
+    (a MODEL's folder, the current one) and ``_HOOKCLI_ENV`` put back at the end."""
+    if _CLI_PROCESS:  # the model's threads and atexit handlers may still import from it
+        yield
+        return
+    path = list(sys.path)
+    env = {key: os.environ.get(key) for key in _HOOKCLI_ENV}
+    try:
+        yield
+    finally:
+        sys.path[:] = path
+        for key, value in env.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _started() -> None:
+    """torch imported before the command body (so model code runs after it), its failure
+    said as hookcli's own: "hookcli could not start", never the model's fault. The
+    watching parent is told both steps (hookcli/watch.py ``stage``)."""
+    from hookcli import watch
+    from hookcli.errors import ResourceError, RunError
+
+    if "torch" not in sys.modules:
+        watch.stage("torch")
+        try:
+            import torch  # noqa: F401
+        except (Exception, SystemExit) as err:  # ImportError, OSError, MemoryError ...
+            why = first_line(err)
+            memory = is_oom(err) or any(
+                m in why.lower() for m in ("failed to map segment", "cannot allocate memory")
+            )
+            line, code = watch.not_started(f"importing torch failed ({why})", memory)
+            raise (ResourceError if code == EXIT_RESOURCE else RunError)(line) from err
+    watch.stage("model")
 
 
 def _outcome(fn: Callable[[], int], debug: bool) -> int:
@@ -433,12 +494,17 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
         from typer._click.globals import get_current_context
 
         from hookcli.config import blamed
+        from hookcli.watch import runs_model
 
         ctx = get_current_context(silent=True)
 
         def body() -> int:
             with blamed(ctx):  # an option's value from [tool.hookcli]: the error names it
-                return fn(**preflight(kwargs, name))
+                options = preflight(kwargs, name)
+            if runs_model(name):
+                _started()  # torch in, before any model code
+            with blamed(ctx):
+                return fn(**options)
 
         code = execute(body, bool(kwargs.get("debug")))
         if code:
@@ -459,9 +525,10 @@ def _register() -> None:
 _register()
 
 
-def main() -> None:
+def main(herald: Callable[[int], None] | None = None) -> None:
     """Run the command line in this process (``hookcli.entry.main``, the console script,
-    forks first where hookcli/watch.py says so and calls this in the child)."""
+    forks first where hookcli/watch.py says so and calls this in the child, with the
+    herald: the one function that can tell the watching parent a pass)."""
     # Importing torch and torchvision leaves millions of objects that every gen-2
     # collection would rescan. Collection waits until the model is built; then
     # that heap is frozen out of later collections (pipeline.build_model).
@@ -478,7 +545,7 @@ def main() -> None:
         app(prog_name="hookcli")
         code: object = 0
     except SystemExit as done:
-        if done.code in (EXIT_INTERRUPTED, EXIT_TERMINATED):
+        if done.code in _SIGNAL_EXITS:
             # Interrupted: the line is printed and the model restored. Leave without
             # flushing the rest of the report into a pipe nobody may read any more.
             sys.stderr.flush()
@@ -486,10 +553,10 @@ def main() -> None:
         code = done.code
     finally:
         gc.unfreeze()  # an ordinary shutdown finalizes everything as usual
-    _leave(code)
+    _leave(code, herald)
 
 
-def _leave(code: object) -> None:
+def _leave(code: object, herald: Callable[[int], None] | None = None) -> None:
     """End the process; once torch is loaded, without the interpreter's finalization.
 
     Finalizing a process that imported torch takes about 0.6 s and raises its peak RSS
@@ -506,7 +573,7 @@ def _leave(code: object) -> None:
         if isinstance(code, int):
             code = _ExitGuard.failure(code)
             _ExitGuard.final = code
-        announce(0 if code is None else code if isinstance(code, int) else 1)
+        (herald or announce)(0 if code is None else code if isinstance(code, int) else 1)
         raise SystemExit(code)
     import atexit
 
@@ -518,7 +585,7 @@ def _leave(code: object) -> None:
         with contextlib.suppress(Exception):  # a reader that left: nothing more to say
             if stream is not None:
                 stream.flush()
-    _end(code)
+    _end(code, herald)
 
 
 def _fast_exit_ok() -> bool:

@@ -1,5 +1,9 @@
 """The console script and ``python -m hookcli``: the watching parent first (where it
-applies, hookcli/watch.py), then the CLI in the child."""
+applies, hookcli/watch.py), then the CLI in the child.
+
+The herald (the function that tells the parent a pass, with its token) goes straight
+into ``cli.main``: no module attribute of hookcli's holds it.
+"""
 
 import sys
 
@@ -7,8 +11,7 @@ import sys
 def main() -> None:
     from hookcli import watch
 
-    if watch.should_watch(sys.argv[1:]):
-        watch.watch()  # returns in the child
+    herald = watch.watch() if watch.should_watch(sys.argv[1:]) else None  # forks
     from hookcli.cli import main as cli_main
 
-    cli_main()
+    cli_main(herald)

@@ -223,6 +223,57 @@ def is_stdlib(obj: Any) -> bool:
     return top in sys.stdlib_module_names or top in ("builtins", "__builtin__")
 
 
+def declared_non_module(obj: Any) -> str | None:
+    """What a factory function's return annotation says when it rules out an nn.Module
+    (``-> None`` as ``torch.save`` has, ``-> dict[str, int]``, a class that is neither an
+    nn.Module nor one of its bases), so it is refused before it is called; else None.
+
+    Only a sure no: no annotation, one that cannot be resolved, ``Any``, ``object``, a
+    TypeVar, a protocol, or a union with room for a module lets the function run (it is
+    trusted code, docs/exit-codes.md).
+    """
+    import functools
+    import typing
+
+    func = obj
+    while isinstance(func, functools.partial) or inspect.ismethod(func):
+        func = func.func if isinstance(func, functools.partial) else func.__func__
+    if not inspect.isfunction(func):
+        return None
+    try:
+        hints = typing.get_type_hints(func)
+    except Exception:  # a forward reference that does not resolve: no telling
+        return None
+    if "return" not in hints or not _rules_out_module(hints["return"]):
+        return None
+    hint = hints["return"]
+    return "None" if hint is type(None) else inspect.formatannotation(hint)
+
+
+def _rules_out_module(hint: Any) -> bool:
+    import types
+    import typing
+
+    from torch import nn
+
+    if hint is type(None) or hint is None:
+        return True
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        return all(_rules_out_module(arg) for arg in typing.get_args(hint))
+    if origin is typing.Annotated:
+        return _rules_out_module(typing.get_args(hint)[0])
+    if origin is typing.Literal:
+        return True
+    cls = origin if origin is not None else hint
+    if not inspect.isclass(cls) or getattr(cls, "_is_protocol", False):
+        return False
+    try:  # issubclass(nn.Module, C): object, or an ABC a module satisfies (Callable)
+        return not issubclass(cls, nn.Module) and not issubclass(nn.Module, cls)
+    except TypeError:
+        return False
+
+
 def _instantiate(obj: Any, kwargs: dict[str, Any], spec: str, seed: int) -> nn.Module:
     from torch import nn
 
@@ -244,6 +295,12 @@ def _instantiate(obj: Any, kwargs: dict[str, Any], spec: str, seed: int) -> nn.M
             f"{spec} is {kind}, not a model factory: MODEL must name an nn.Module subclass, "
             "a Python function that returns an nn.Module (not one from the standard "
             "library or builtins), or an nn.Module instance"
+        )
+    declared = declared_non_module(obj)
+    if declared is not None:
+        raise LoadError(
+            f"{spec} returns {declared} (so its return annotation says), not an nn.Module: "
+            "not a model factory, so it was not called"
         )
     _seed(seed)
     try:

@@ -67,7 +67,7 @@ LEDGER = (
 )
 
 # Blocks of README.md and docs/*.md marked ``<!-- docs-check: skip REASON -->``.
-DOCS_SKIPS = 5
+DOCS_SKIPS = 6  # docs/exit-codes.md: torch failing to load under ulimit -v (machine-dependent)
 DOCS_TEST = "test_docs_examples.py::test_example_prints_what_the_page_shows"
 
 
