@@ -108,8 +108,8 @@ def check_mapping(value: Any, option: str) -> Mapping[str, Any] | None:
     return value
 
 
-def check_size(value: Any, option: str, parse: Any) -> int | None:
-    """None, a whole number >= 0, or a text ``parse`` reads (``24GiB``, ``4.1G``)."""
+def check_size(value: Any, option: str, parse: Any, top: int | None = None) -> int | None:
+    """None, a whole number from 0 to ``top``, or a text ``parse`` reads (``24GiB``, ``4.1G``)."""
     if value is None:
         return None
     if isinstance(value, str):
@@ -118,6 +118,8 @@ def check_size(value: Any, option: str, parse: Any) -> int | None:
         raise UsageError(
             f"{option} must be a whole number >= 0 or a text such as '4G', got {value!r}"
         )
+    if top is not None and value > top:
+        raise UsageError(f"{option} is too large: at most {top} ({top:.3g})")
     return value
 
 
