@@ -69,6 +69,16 @@ def parse_gates(texts: Iterable[str], allowed: Sequence[str]) -> tuple[Gate, ...
                 raise UsageError(
                     f"bad --fail-on {part!r}: {m['x'].strip()!r} is not a number"
                 ) from None
+            if math.isnan(value):
+                raise UsageError(
+                    f"bad --fail-on {part!r}: the threshold is NaN, which no value is below or "
+                    "above, so the gate could never fail; give a number"
+                )
+            if (m["cmp"], value) in (("<", -math.inf), (">", math.inf)):
+                raise UsageError(
+                    f"bad --fail-on {part!r}: no value is {m['cmp']} {value:g}, so the gate "
+                    "could never fail; give a finite number"
+                )
             glob = m["glob"]
             if glob is not None:
                 glob = glob.strip()
