@@ -351,6 +351,9 @@ def ci_options(
         raise UsageError(f"--baseline {baseline}: is a folder; give the baseline's JSON file")
     if baseline is not None and not update_baseline and not baseline.is_file():
         raise UsageError(f"--baseline {baseline}: no such file; create it with --update-baseline")
+    for name, tol in (("--rtol", rtol), ("--atol", atol)):
+        if tol is not None and not 0 <= tol < float("inf"):  # NaN too, before the run
+            raise UsageError(f"{name} must be a finite number >= 0, got {tol}")
     return CIOptions(
         baseline=baseline,
         update_baseline=update_baseline,

@@ -75,9 +75,11 @@ def plan_grads(
 
     explicit_kinds = hook_kinds_arg(hooks)
     kinds = explicit_kinds or GRADS_KINDS
-    for name, bound in (("max_grad_norm", max_grad_norm), ("min_grad_norm", min_grad_norm)):
+    # The CLI reaches this check (hookcli.grads checks its own max_grad_norm= first): the
+    # message names the option as typed.
+    for name, bound in (("--max-grad-norm", max_grad_norm), ("--min-grad-norm", min_grad_norm)):
         if bound is not None and not bound >= 0:
-            raise UsageError(f"{name} must be >= 0, got {bound}")
+            raise UsageError(f"{name} must be a number >= 0, got {bound}")
     gates = GradGates(
         parse_fail_on(names_arg(fail_on), (*FAIL_ON, "desync")), max_grad_norm, min_grad_norm
     )
