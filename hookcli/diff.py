@@ -11,6 +11,7 @@ within ``|new - old| <= atol + rtol * |old|``, the rule of
 from __future__ import annotations
 
 import fnmatch
+import functools
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -204,11 +205,22 @@ def load_report(source: str | Path, stdin_text: str | None = None) -> dict[str, 
             f"{label} is not a hookcli JSON report: invalid JSON at line {err.lineno} "
             f"column {err.colno} ({err.msg}); write reports with --format json"
         ) from None
+    except RecursionError:
+        raise _malformed(label, f"lists and objects nest more than {MAX_NESTING} deep") from None
+    except ValueError:  # the one ValueError json.loads lets through: int()'s digit limit
+        raise _malformed(label, "a number in it has too many digits to read") from None
     return check_report(data, label)
 
 
 def check_report(data: Any, label: str) -> dict[str, Any]:
-    """A parsed JSON value that is a hookcli report, or UsageError saying why not."""
+    """A parsed JSON value that is a hookcli report, or UsageError saying why not.
+
+    Beyond ``schema`` and ``command``, the keys the shipped schema (hookcli/schema) types
+    at the top level must have those types (``layers`` a list of objects, ``totals`` an
+    object...), and the values diff reads inside them too; nothing nests deeper than
+    ``MAX_NESTING``. Keys may be missing (a report trimmed by hand still compares);
+    jsonschema is not needed.
+    """
     if not isinstance(data, dict) or "schema" not in data or "command" not in data:
         raise UsageError(
             f"{label} is not a hookcli report (no 'schema' and 'command' keys); "
@@ -216,8 +228,121 @@ def check_report(data: Any, label: str) -> dict[str, Any]:
         )
     schema = data["schema"]
     if not isinstance(schema, str) or not schema.startswith(SCHEMA_PREFIX):
-        raise UsageError(f"{label} is not a hookcli report: schema {schema!r}")
+        raise UsageError(f"{label} is not a hookcli report: schema {_shown(schema)}")
+    where = _too_deep(data)
+    if where is not None:
+        raise _malformed(label, f"lists and objects nest more than {MAX_NESTING} deep in {where}")
+    for key, (kind, items) in _top_level_types().items():
+        if key in data:
+            _expect(data[key], kind, key, label)
+            if kind == "array" and items == "object":
+                for i, row in enumerate(data[key]):
+                    _expect(row, "object", f"{key}[{i}]", label)
+    settings = data.get("settings") or {}
+    if "dtype" in settings and settings["dtype"] is not None:
+        _expect(settings["dtype"], "string", "settings.dtype", label)
+    for i, item in enumerate(data.get("inputs") or ()):
+        if "shape" in item:
+            _expect(item["shape"], "array", f"inputs[{i}].shape", label)
+    for i, check in enumerate(data.get("checks") or ()):
+        if "name" in check:
+            _expect(check["name"], "string", f"checks[{i}].name", label)
     return data
+
+
+# Levels of nested lists and objects a report may hold: hookcli writes fewer than 10
+# (report, list, row, shapes, shape); the comparison recurses once per level.
+MAX_NESTING = 100
+
+_PY_TYPES: dict[str, type | tuple[type, ...]] = {
+    "object": dict,
+    "array": list,
+    "string": str,
+    "boolean": bool,
+    "integer": int,
+    "number": (int, float),
+}
+_JSON_NAMES = {dict: "an object", list: "a list", str: "a string", bool: "true or false"}
+
+
+def _malformed(label: str, what: str) -> UsageError:
+    return UsageError(f"{label} is not a well-formed hookcli report: {what}")
+
+
+def _shown(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _json_name(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return "a number"
+    return _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def _expect(value: Any, kind: str, where: str, label: str) -> None:
+    """UsageError unless ``value`` has the JSON type ``kind`` (a bool is no number)."""
+    ok = isinstance(value, _PY_TYPES[kind]) and not (
+        isinstance(value, bool) and kind in ("integer", "number")
+    )
+    if not ok:
+        wanted = {"object": "an object", "array": "a list"}.get(kind, f"a {kind}")
+        raise _malformed(label, f"{where!r} is {_json_name(value)}, not {wanted}")
+
+
+def _too_deep(data: Any) -> str | None:
+    """Where lists and objects nest past MAX_NESTING (a top-level key); None if nowhere.
+
+    Level by level, never recursively: the check must not fail as it guards."""
+    if not isinstance(data, Mapping):
+        return None if _depth(data) <= MAX_NESTING else "the report"
+    for key, value in data.items():
+        if _depth(value) >= MAX_NESTING:
+            return repr(str(key))
+    return None
+
+
+_SCALARS = frozenset({str, int, float, bool, type(None)})
+
+
+def _depth(value: Any) -> int:
+    """Levels of lists and objects in ``value``, counted to MAX_NESTING + 1 at most."""
+    containers = (Mapping, list, tuple)
+    scalars = _SCALARS  # the common case, tested first: isinstance on Mapping is slow
+    level = [value] if isinstance(value, containers) else []
+    depth = 0
+    while level and depth <= MAX_NESTING:
+        depth += 1
+        below: list[Any] = []
+        for v in level:
+            items = v.values() if isinstance(v, Mapping) else v
+            below.extend(x for x in items if type(x) not in scalars and isinstance(x, containers))
+        level = below
+    return depth
+
+
+@functools.cache
+def _top_level_types() -> dict[str, tuple[str, str | None]]:
+    """Each top-level key the shipped schema types: (its JSON type, a list's item type)."""
+    from hookcli.schema import load
+
+    schema = load()
+    defs = schema.get("$defs", {})
+
+    def resolve(node: Any) -> dict[str, Any]:
+        while isinstance(node, dict) and isinstance(node.get("$ref"), str):
+            node = defs.get(node["$ref"].rsplit("/", 1)[-1])
+        return node if isinstance(node, dict) else {}
+
+    out: dict[str, tuple[str, str | None]] = {}
+    for key, spec in schema.get("properties", {}).items():
+        kind = resolve(spec).get("type")
+        if isinstance(kind, str) and kind in _PY_TYPES:
+            items = resolve(resolve(spec).get("items")).get("type") if kind == "array" else None
+            out[key] = (kind, items if isinstance(items, str) else None)
+    return out
 
 
 def _compatible(old: Mapping[str, Any], new: Mapping[str, Any], labels: tuple[str, str]) -> None:
@@ -545,8 +670,8 @@ def diff_reports(
     labels: tuple[str, str] = ("OLD", "NEW"),
 ) -> DiffResult:
     """Compare two report dicts (``Report.to_dict()`` or parsed JSON): old is expected."""
-    old = check_report(_plain(old), labels[0])
-    new = check_report(_plain(new), labels[1])
+    old = check_report(_plain(old, labels[0]), labels[0])
+    new = check_report(_plain(new, labels[1]), labels[1])
     _compatible(old, new, labels)
     for name, value in (("--rtol", rtol), ("--atol", atol)):
         if value is not None and (not math.isfinite(value) or value < 0):
@@ -588,12 +713,24 @@ def diff_reports(
     )
 
 
-def _plain(report: Mapping[str, Any] | Report) -> Any:
+def _plain(report: Mapping[str, Any] | Report, label: str) -> Any:
     """A Report object or a dict -> plain JSON values, as a saved report would read back."""
     from hookcli.report import jsonable
 
-    data = report.to_dict() if isinstance(report, Report) else report
-    return json.loads(json.dumps(jsonable(data)))
+    data: Mapping[str, Any]
+    if isinstance(report, Report):
+        data = report.to_dict()
+    else:
+        data = report
+        where = _too_deep(data)  # before jsonable and json, which recurse
+        if where is not None:
+            raise _malformed(
+                label, f"lists and objects nest more than {MAX_NESTING} deep in {where}"
+            )
+    try:
+        return json.loads(json.dumps(jsonable(data)))
+    except (TypeError, ValueError) as err:  # a set, a tensor, a circular reference...
+        raise _malformed(label, f"it holds a value JSON cannot: {err}") from None
 
 
 # -- the diff as a report -------------------------------------------------------------
