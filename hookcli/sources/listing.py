@@ -101,8 +101,6 @@ def _no_match_hint(pattern: str, names: list[str]) -> None:
     by_lower = {n.lower(): n for n in names}
     if close:
         hints.append("close names: " + ", ".join(by_lower[c] for c in close))
-    print(
-        f"hookcli: note: --filter {pattern!r} matches no model name; " + "; ".join(hints),
-        file=sys.stderr,
-        flush=True,
-    )
+    said = "".join(f"; {h}" for h in hints)  # none: the line ends after "name"
+    print(f"hookcli: note: --filter {pattern!r} matches no model name{said}", file=sys.stderr)
+    sys.stderr.flush()
