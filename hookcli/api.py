@@ -20,13 +20,14 @@ and these functions call the same runners, each in its capability's package
 from __future__ import annotations
 
 import contextlib
+import functools
 import random
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
-from hookcli.errors import UsageError
+from hookcli.errors import UnknownOptionError, UsageError
 from hookcli.options import LossKind, Mode
 from hookcli.report import Report
 
@@ -39,6 +40,45 @@ if TYPE_CHECKING:
 
 
 # -- options shared by the functions ---------------------------------------------------
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def _api(fn: Callable[P, R]) -> Callable[P, R]:
+    """An API function whose call is checked first: a keyword it does not take (or a
+    missing or extra argument) raises ``UnknownOptionError``, a ``UsageError`` naming it
+    and its options (and a ``TypeError``, as Python's own error for such a call is)."""
+    import inspect as pyinspect
+
+    sig = pyinspect.signature(fn)
+    named = pyinspect.Parameter.POSITIONAL_OR_KEYWORD, pyinspect.Parameter.KEYWORD_ONLY
+    takes = [n for n, p in sig.parameters.items() if p.kind in named]
+    options = [n for n, p in sig.parameters.items() if p.kind is pyinspect.Parameter.KEYWORD_ONLY]
+
+    @functools.wraps(fn)
+    def checked(*args: P.args, **kwargs: P.kwargs) -> R:
+        unknown = [k for k in kwargs if k not in takes]
+        if unknown:
+            raise UnknownOptionError(_unknown_options(fn.__name__, unknown, options))
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as err:
+            raise UnknownOptionError(f"hookcli.{fn.__name__}(): {err}") from None
+        return fn(*args, **kwargs)
+
+    return checked
+
+
+def _unknown_options(function: str, unknown: Sequence[str], options: Sequence[str]) -> str:
+    """``hookcli.grads() has no option 'max_norm' (did you mean 'max_grad_norm'?); ...``"""
+    import difflib
+
+    names = ", ".join(repr(k) for k in unknown)
+    close = [c for k in unknown for c in difflib.get_close_matches(k, options, n=1)]
+    hint = f" (did you mean {', '.join(repr(c) for c in close)}?)" if close else ""
+    which = "option" if len(unknown) == 1 else "options"
+    return f"hookcli.{function}() has no {which} {names}{hint}; its options: {', '.join(options)}"
 
 
 def _mode(value: str | Mode) -> Mode:
@@ -182,6 +222,7 @@ def on_live(
     return report
 
 
+@_api
 def inspect(
     model: nn.Module,
     *inputs: Any,
@@ -223,6 +264,7 @@ def inspect(
     return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_inspect(p, plan))
 
 
+@_api
 def grads(
     model: nn.Module,
     *inputs: Any,
@@ -272,6 +314,7 @@ def grads(
     return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_grads(p, plan))
 
 
+@_api
 def stats(
     model: nn.Module,
     *inputs: Any,
@@ -315,6 +358,7 @@ def stats(
 # -- cost ----------------------------------------------------------------------------------
 
 
+@_api
 def cost(
     model: nn.Module,
     *inputs: Any,
@@ -347,14 +391,14 @@ def cost(
         ``report.lists["uncounted_ops"]`` every op that ran without a FLOP formula.
     """
     from hookcli.cost.runner import MemoryTotal, Optimizer, plan_cost, run_cost
-    from hookcli.cost.sizes import parse_count, parse_size
+    from hookcli.cost.sizes import MAX_COUNT, MAX_SIZE, parse_count, parse_size
     from hookcli.validate import check_size, choice
 
     _common(forward_kwargs, seed, depth, global_hooks, backward=backward)
     optimizer = choice(optimizer, Optimizer, "optimizer").value
     memory_for = choice(memory_for, MemoryTotal, "memory_for").value
-    max_memory = check_size(max_memory, "max_memory", parse_size)
-    max_flops = check_size(max_flops, "max_flops", parse_count)
+    max_memory = check_size(max_memory, "max_memory", parse_size, MAX_SIZE)
+    max_flops = check_size(max_flops, "max_flops", parse_count, MAX_COUNT)
     plan = plan_cost(backward, optimizer, max_memory, memory_for, max_flops, depth, global_hooks)
     return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_cost(p, plan))
 
@@ -362,6 +406,7 @@ def cost(
 # -- profile -------------------------------------------------------------------------------
 
 
+@_api
 def profile(
     model: nn.Module,
     *inputs: Any,
@@ -418,6 +463,7 @@ def profile(
 # -- diff -------------------------------------------------------------------------------------
 
 
+@_api
 def diff(
     old: Report | Mapping[str, Any] | str | Path,
     new: Report | Mapping[str, Any] | str | Path,

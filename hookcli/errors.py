@@ -2,6 +2,7 @@
 
     HookcliError              (base; never raised itself)
      +-- UsageError           exit 2: bad option, bad input spec, no input known
+     |    +-- UnknownOptionError  the Python API called with a keyword it lacks (also TypeError)
      +-- LoadError            exit 3: the model could not be built or its weights loaded
      +-- RunError             exit 4: forward or backward raised inside the model
      +-- ResourceError        exit 5: out of memory, or an estimate over --max-memory
@@ -49,6 +50,12 @@ class UsageError(HookcliError):
     """Bad option, bad input spec, or no input known for the model (exit 2)."""
 
     exit_code = EXIT_USAGE
+
+
+class UnknownOptionError(UsageError, TypeError):
+    """A Python API function called with a keyword it does not take, or with its arguments
+    wrong (``hookcli.inspect(model, x, bogus=1)``). A ``UsageError`` like every bad option,
+    and a ``TypeError`` as Python raises for any such call, so either ``except`` catches it."""
 
 
 class LoadError(HookcliError):
