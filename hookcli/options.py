@@ -108,11 +108,11 @@ def _strings(value: Any, option: str) -> list[Any]:
     raise UsageError(f"{option} must be a string or a list of strings, got {value!r}")
 
 
-def names_arg(value: Names) -> str | None:
+def names_arg(value: Names, option: str = "fail_on") -> str | None:
     """A comma string or a list of names (``fail_on=``, ``columns=``) -> the comma string."""
     if value is None or isinstance(value, str):
         return value
-    return ",".join(_strings(value, "fail_on"))
+    return ",".join(_strings(value, option))
 
 
 def depth_arg(depth: int | None) -> int | None:

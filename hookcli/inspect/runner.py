@@ -60,7 +60,7 @@ def plan_inspect(
     columns: Names = None,
 ) -> InspectPlan:
     """Check the options of ``inspect`` (UsageError)."""
-    cols = parse_columns(names_arg(columns))
+    cols = parse_columns(names_arg(columns, "columns"))
     return InspectPlan(hook_kinds_arg(hooks) or INSPECT_KINDS, depth_arg(depth), global_hooks, cols)
 
 
@@ -110,7 +110,7 @@ def parse_columns(text: str | None) -> tuple[str, ...]:
     """``kernel_size,mult_adds`` -> ('kernel_size', 'mult_adds'); an unknown name is exit 2."""
     from hookcli.errors import UsageError
 
-    if not text:
+    if text is None:
         return ()
     names: list[str] = []
     for part in (p.strip() for p in text.split(",")):
@@ -122,6 +122,8 @@ def parse_columns(text: str | None) -> tuple[str, ...]:
             )
         if part not in names:
             names.append(part)
+    if not names:  # --columns '' or ',': given, yet naming nothing
+        raise UsageError(f"--columns names no column; choose from {','.join(COLUMN_NAMES)}")
     return tuple(names)
 
 
