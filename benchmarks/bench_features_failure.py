@@ -15,9 +15,12 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+if TYPE_CHECKING:
+    from torch import nn
 
 from benchmarks.common import benchmark, interleave, record, rounds, smoke
 
@@ -28,7 +31,7 @@ def _name() -> str:
     return "resnet18" if smoke() else "resnet50"
 
 
-def broken() -> Any:
+def broken() -> nn.Module:
     """resnet50 (resnet18 under --smoke) whose fc expects 1000 features: forward raises."""
     import torch
     import torchvision
