@@ -16,8 +16,11 @@ What a rank measures, per parameter:
   all-reduce), and in total as ``clip_grad_norm_`` computes it on the full DTensors
   (``torch.nn.utils.get_total_norm``).
 
-Before backward the ranks agree on which parameters each one's loss reaches (a walk
-of the autograd graph, no compute). When they differ, FSDP2 would pair one rank's
+Before each FSDP unit's call in forward the ranks agree that every one makes the same
+call (``CallAgreement``): a rank-dependent branch that runs a unit on some ranks only
+stops every rank there (exit 4), before an all-gather that has no partner. Before
+backward the ranks agree on which parameters each one's loss reaches (a walk of the
+autograd graph, no compute). When they differ, FSDP2 would pair one rank's
 reduce-scatter with another's (a hang, an error, or silently mixed gradients): hookcli
 then names the parameters per rank and skips the backward on every rank.
 """
@@ -221,13 +224,14 @@ def run_fsdp_session(
 ) -> FsdpRun:
     """fully_shard, then one forward (and backward) with the probes' hooks on the model.
 
-    The ranks agree after sharding, after forward (with the parameters each rank's
-    loss reaches), and after backward, so a failing rank never leaves the others
-    inside an FSDP collective.
+    The ranks agree after sharding, before each unit's call in forward, after forward
+    (with the parameters each rank's loss reaches), and after backward, so a failing
+    rank never leaves the others inside an FSDP collective.
     """
     import torch
     import torch.distributed as dist
 
+    from hookcli.distributed.launch import CallAgreement
     from hookcli.session import HookSession
 
     model = prepared.model
@@ -243,6 +247,8 @@ def run_fsdp_session(
         error: HookcliError | None = None
         loss: torch.Tensor | None = None
         used: set[int] = set()
+        # every rank must call the same units in the same order: checked before each call
+        agreement = CallAgreement(ctx, [model.get_submodule(u) for u in units], units)
         try:
             output = session.forward(args, kwargs)
             if session.backward_needed:
@@ -252,6 +258,10 @@ def run_fsdp_session(
             error = _plain_types(err, types)
         except Exception as err:
             error = RunError(f"the loss could not be computed: {first_line(err)}")
+        finally:
+            agreement.close()
+        if agreement.settle(error):
+            error = None  # another rank failed first: sync names its error
         ctx.sync("forward", error)
         trainable = [(n, fp) for n, fp in managed if fp.sharded_param.requires_grad]
         unused: list[str] = []
@@ -263,29 +273,17 @@ def run_fsdp_session(
             unused = [
                 n for n, fp in trainable if id(getattr(fp, "_unsharded_param", None)) not in used
             ]
-            called = {f.name for f in session.frames}
-            ran = tuple(u for u in units if u in called)
-            both: list[Any] = [((), ())] * ctx.world_size
             ctx._collective(
                 "agreeing on the parameters backward reaches",
-                lambda: dist.all_gather_object(both, (tuple(unused), ran)),
+                lambda: dist.all_gather_object(unused_all, tuple(unused)),
             )
-            unused_all = [u for u, _ in both]
             if len({tuple(u) for u in unused_all}) > 1:
+                # the units agree (CallAgreement), the parameters each loss reaches do not
                 skipped = (
                     "the backward was skipped: the ranks' losses reach different parameters "
                     "(see unused), so FSDP2 would pair one rank's reduce-scatter with "
                     "another's (a hang, an error or silently mixed gradients)"
                 )
-                everywhere = set.intersection(*(set(r) for _, r in both))
-                partial = [u for u in units if u not in everywhere and any(u in r for _, r in both)]
-                if partial:
-                    skipped += (
-                        f"; the FSDP unit(s) {', '.join(partial)} ran on some ranks only, so "
-                        "the forward's all-gathers were paired across units too: treat the "
-                        "forward's figures as suspect, or shard so that a rank-dependent "
-                        "branch sits inside a unit every rank runs (--shard)"
-                    )
             else:
                 for n, fp in trainable:
                     unsharded = getattr(fp, "_unsharded_param", None)
@@ -627,7 +625,8 @@ def run_grads(
         }
 
     rows, _ = layer_rows(run.records, model, depth=out.depth, kinds=kinds, probes=[probe])
-    trainable = [p.name for p in run.params if p.requires_grad]
+    # DDP's indices: positions among the model's trainable parameters, in model order
+    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
     mine = FsdpGradsRank(
         rank=ctx.rank,
         loss=run.loss,

@@ -317,6 +317,95 @@ class DistContext:
         return out
 
 
+class _PeerFailed(Exception):
+    """Another rank's forward failed: this one stops, and ``sync`` names that rank's error."""
+
+
+class CallAgreement:
+    """Before each call of ``modules`` the ranks agree that every one makes the same call.
+
+    FSDP2 pairs the ranks' all-gathers by their order, one per unit call: when a
+    rank-dependent branch makes one rank call a unit that another does not (or in
+    another order), gloo aborts the process on the mismatched sizes, or the ranks wait
+    for one another until the timeout. So a forward pre-hook, run before FSDP's own,
+    all-gathers each rank's next call (an index into ``names``) and compares them;
+    ``settle`` after the forward all-gathers its end (or its failure). Every rank sees
+    the same values, so they all stop at the same call: on a mismatch every rank raises
+    ``RankFailed`` naming what each rank called (``unit_desync_message``); when a rank
+    ended its forward on an error, the others stop and ``settle`` leaves that error to
+    the next ``sync``.
+    """
+
+    ENDED = -1
+    FAILED = -2
+
+    def __init__(self, ctx: DistContext, modules: Sequence[nn.Module], names: Sequence[str]):
+        self.ctx = ctx
+        self.names = tuple(names)
+        self.history: list[str] = []  # the calls every rank made alike, in order
+        self.failure: Exception | None = None  # raised inside the forward, once decided
+        self._handles = [
+            # prepend: before FSDP's pre-forward hook, which starts the unit's all-gather
+            m.register_forward_pre_hook(functools.partial(self._before, i), prepend=True)
+            for i, m in enumerate(modules)
+        ]
+
+    def _before(self, index: int, module: nn.Module, args: Any) -> None:
+        self._agree(index)
+
+    def _agree(self, code: int) -> None:
+        import torch
+        import torch.distributed as dist
+
+        if self.failure is not None:  # decided already (the model caught our exception)
+            raise self.failure
+        mine = torch.tensor([code], dtype=torch.int64, device=self.ctx.device)
+        every = [torch.empty_like(mine) for _ in range(self.ctx.world_size)]
+        try:
+            self.ctx._collective(
+                "agreeing on the FSDP units each rank runs", lambda: dist.all_gather(every, mine)
+            )
+        except RankFailed as err:
+            self.failure = err
+            raise
+        codes = torch.cat(every).tolist()
+        if self.FAILED in codes:
+            if code != self.FAILED:
+                self.failure = _PeerFailed()
+                raise self.failure
+            return
+        if len(set(codes)) == 1:
+            if code >= 0:
+                self.history.append(self.names[code])
+            return
+        from hookcli.distributed.ranks import unit_desync_message
+
+        calls = [self.names[c] if c >= 0 else None for c in codes]
+        self.failure = RankFailed(None, EXIT_RUN, unit_desync_message(self.history, calls))
+        raise self.failure
+
+    def settle(self, error: BaseException | None) -> bool:
+        """After the forward (``error``: this rank's own failure): agree that it ended.
+
+        Removes the hooks. Raises ``RankFailed`` when the ranks' calls differ (or a peer
+        was lost); returns True when another rank's forward failed first, so this rank's
+        own error (our exception, as the forward wrapped it) is not one to report.
+        """
+        self.close()
+        if self.failure is None:
+            with contextlib.suppress(_PeerFailed, RankFailed):  # kept in self.failure
+                self._agree(self.ENDED if error is None else self.FAILED)
+        if isinstance(self.failure, _PeerFailed):
+            return True
+        if self.failure is not None:
+            raise self.failure
+        return False
+
+    def close(self) -> None:
+        while self._handles:
+            self._handles.pop().remove()
+
+
 def _wire_dtype(t: torch.Tensor) -> torch.dtype:
     import torch
 

@@ -8,7 +8,8 @@ No torch here: the inputs are plain values gathered from every rank.
 - ``unused_check``: parameters that got no gradient on some rank, worded as
   ``TORCH_DISTRIBUTED_DEBUG=INFO`` words them;
 - ``desync_check``: reduced gradients, parameters and buffers that differ from rank 0's
-  (buffers that DDP re-broadcasts are a note, not a failure).
+  (buffers that DDP re-broadcasts are a note, not a failure);
+- ``unit_desync_message``: the line for ranks whose forwards call different FSDP units.
 """
 
 from __future__ import annotations
@@ -222,3 +223,38 @@ def desync_check(
     head = f"{' and '.join(counts)} differ from rank 0's (compared {within})"
     detail = f"{head}; first: {', '.join(shown)}{note}"
     return CheckResult("desync", False, detail, tuple(names))
+
+
+def _unit(name: str) -> str:
+    return name or "(root)"
+
+
+def unit_desync_message(history: Sequence[str], calls: Sequence[str | None]) -> str:
+    """The one line for ranks whose forwards call different FSDP units (``--fsdp``).
+
+    ``history``: the unit calls every rank made alike, in order ("" is the root);
+    ``calls``: each rank's next unit call, in rank order (None: that rank ended its
+    forward there).
+    """
+    groups: dict[str | None, list[int]] = {}
+    for rank, call in enumerate(calls):
+        groups.setdefault(call, []).append(rank)
+    parts = []
+    for call, ranks in groups.items():
+        who = f"rank{'s' if len(ranks) > 1 else ''} {', '.join(str(r) for r in ranks)}"
+        if call is None:
+            parts.append(f"{who} ended {'their forwards' if len(ranks) > 1 else 'its forward'}")
+        else:
+            again = " again" if call in history else ""
+            parts.append(f"{who} went on to call {_unit(call)}{again}")
+    if history:
+        last = _unit(history[-1])
+        where = f"after {len(history)} unit call(s) alike on every rank (the last: {last})"
+    else:
+        where = "at the first unit call"
+    return (
+        f"the ranks' forwards ran different FSDP units: {where}, {'; '.join(parts)}; "
+        "FSDP needs every rank to run the same units in the same order (it pairs their "
+        "all-gathers by order), so hookcli stopped every rank before that unit: run the "
+        "rank-dependent branch on every rank, or inside a unit every rank runs (--shard)"
+    )
