@@ -15,7 +15,7 @@ import os
 import signal
 import stat
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -35,16 +35,28 @@ def check_target(path: Path, option: str) -> None:
     """Exit 2 now, before any work, when ``path`` cannot be written.
 
     A folder, a path under a regular file, a read-only file, or a folder where no file
-    can be created are refused. Missing parent folders are fine: they are created
-    when the file is written.
+    can be created are refused, and so is ``-``: stdout carries the report (``-o -`` is
+    the one option that means stdout, and ``preflight`` takes it before this check).
+    Missing parent folders are fine: they are created when the file is written. A device
+    or a pipe (``/dev/null``) is written into, so it only has to be writable; a symlink
+    is written through, so its target's folder is the one probed.
     """
+    if str(path) == "-":
+        raise UsageError(
+            f"{option} -: stdout carries the report, so '-' is not taken as stdout here; "
+            "give a file name"
+        )
     if path.is_dir():
         raise UsageError(f"{option} {path}: is a folder; give a file name")
     if path.exists() and not _mode_bits(path) & 0o222:
         # The mode bits, not os.access: root (the usual CI container) may write anything,
         # but a file marked read-only (chmod 444) is meant to stay as it is.
         raise UsageError(f"{option} {path}: the file is read-only (no write permission bits)")
-    parent = path.absolute().parent
+    if _special(path):
+        if not os.access(path, os.W_OK):
+            raise UsageError(f"{option} {path}: cannot write to it (permission denied)")
+        return
+    parent = _through_link(path).absolute().parent
     while not parent.exists():  # the nearest folder that exists decides
         parent = parent.parent
     if not parent.is_dir():
@@ -57,6 +69,32 @@ def check_target(path: Path, option: str) -> None:
     os.close(fd)
     with contextlib.suppress(OSError):
         os.unlink(probe)
+
+
+def check_distinct(targets: Iterable[tuple[str, Path | None]]) -> None:
+    """Exit 2 when two options name one file (``--trace-out r.json -o r.json``): the
+    second write would silently replace the first. Paths are compared after resolving
+    symlinks, and by inode when both exist (a hard link)."""
+    seen: list[tuple[str, Path]] = []
+    for option, path in targets:
+        if path is None:
+            continue
+        for other_option, other in seen:
+            if _same_file(path, other):
+                raise UsageError(
+                    f"{other_option} {other} and {option} {path} name the same file: "
+                    "give each output its own path"
+                )
+        seen.append((option, path))
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    if os.path.realpath(a) == os.path.realpath(b):
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them does not exist yet
+        return False
 
 
 @contextlib.contextmanager
@@ -72,6 +110,21 @@ def _signals_held() -> Iterator[None]:
     finally:
         if held:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
+
+
+def _special(path: Path) -> bool:
+    """An existing file that is not a regular file or a folder: a device, a pipe, a socket
+    (``/dev/null``, ``/dev/stdout``). A rename would replace the node itself."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return False
+    return not (stat.S_ISREG(mode) or stat.S_ISDIR(mode))
+
+
+def _through_link(path: Path) -> Path:
+    """The path a write lands on: a symlink's target (the link stays a link), else ``path``."""
+    return Path(os.path.realpath(path)) if path.is_symlink() else path
 
 
 def _mode_bits(path: Path) -> int:
@@ -105,6 +158,14 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], object], option: str =
     temp file behind. An OS error is exit 2 naming the file (``option`` names the flag).
     """
     label = f"{option} {path}" if option else str(path)
+    if _special(path):  # /dev/null, a pipe: written into, never renamed over
+        try:
+            with open(path, "wb") as f:
+                write(f)
+        except OSError as err:
+            raise UsageError(f"cannot write {label}: {err.strerror or err}") from err
+        return
+    path = _through_link(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         with _signals_held():
@@ -144,4 +205,11 @@ def remove_pending() -> None:
         _PENDING.discard(tmp)
 
 
-__all__ = ["atomic_write", "atomic_write_text", "check_target", "is_stdout", "remove_pending"]
+__all__ = [
+    "atomic_write",
+    "atomic_write_text",
+    "check_distinct",
+    "check_target",
+    "is_stdout",
+    "remove_pending",
+]

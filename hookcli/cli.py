@@ -308,9 +308,9 @@ def preflight(options: dict[str, Any], command: str = "") -> dict[str, Any]:
 
     Usage errors come back at once: ``--seed`` range, ``--input`` specs, ``--device``,
     ``--batch-size``, ``--output``, ``--junit`` and ``--baseline`` with ``--update-baseline``
-    (a folder or an unwritable path). ``-o -`` is stdout.
+    (a folder or an unwritable path), two file options naming one file. ``-o -`` is stdout.
     """
-    from hookcli.atomic import check_target, is_stdout
+    from hookcli.atomic import check_distinct, check_target, is_stdout
     from hookcli.inputs.grammar import INT64_MAX, check_order, check_size, parse_device, parse_spec
     from hookcli.validate import check_seed
 
@@ -344,7 +344,17 @@ def preflight(options: dict[str, Any], command: str = "") -> dict[str, Any]:
             check_target(baseline, "--baseline")
         else:
             _check_baseline(baseline, command)
+    # two outputs to one path: the second would replace the first
+    check_distinct((flag, v) for flag, v in _file_options(options) if isinstance(v, Path))
     return options
+
+
+def _file_options(options: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The options naming a file hookcli writes (and ``--baseline``, read after ``-o`` is
+    written): ``-o``, ``--junit``, ``--baseline``, ``--plot``, ``--trace-out``, ``--out``,
+    ``--png``."""
+    names = ("output", "junit", "baseline", "plot", "trace_out", "out", "png")
+    return [("--" + name.replace("_", "-"), options.get(name)) for name in names]
 
 
 def _check_baseline(path: Path, command: str) -> None:

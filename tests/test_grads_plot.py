@@ -87,7 +87,7 @@ def test_plot_into_a_file_as_folder_exits_2_before_running(tmp_path: Path) -> No
     blocker = tmp_path / "file.txt"
     blocker.write_text("x")
     result = invoke("grads", "sample_models:LeNet", "--plot", str(blocker / "flow.png"))
-    assert result.exit_code == 2 and "is not a directory" in result.stderr
+    assert result.exit_code == 2 and "is not a folder" in result.stderr
     assert result.stdout == ""
 
 

@@ -27,18 +27,21 @@ class FlowPoint:
 
 
 def check_plot_path(path: Path) -> None:
-    """Exit 2 before any work when ``path`` cannot be a file (its folder is a file)."""
-    for parent in (path, *path.parents):
-        if parent.exists():
-            if parent == path and path.is_dir():
-                raise UsageError(f"--plot {path} is a directory: give a file name, e.g. flow.png")
-            if parent != path and not parent.is_dir():
-                raise UsageError(f"cannot write --plot {path}: {parent} is not a directory")
-            return
+    """Exit 2 before any work when ``path`` cannot take the chart: not a ``.png`` name (the
+    chart is PNG bytes), or a path ``-o`` would refuse too (``atomic.check_target``)."""
+    from hookcli.atomic import check_target
+
+    if str(path) != "-" and path.suffix.lower() != ".png":
+        raise UsageError(
+            f"--plot {path}: the chart is a PNG; give a file name ending in .png, e.g. flow.png"
+        )
+    check_target(path, "--plot")
 
 
 def plot_gradflow(points: Sequence[FlowPoint], path: Path, title: str) -> Path:
     """Draw the chart and save it as a PNG at ``path``; exit 2 if it cannot be written."""
+    from hookcli.atomic import atomic_write
+
     plt = require_matplotlib()
     n = len(points)
     width = min(max(6.0, 0.22 * n + 2.0), 40.0)
@@ -46,11 +49,8 @@ def plot_gradflow(points: Sequence[FlowPoint], path: Path, title: str) -> Path:
     try:
         _draw(ax, points, title)
         fig.tight_layout()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(path, format="png")
-        except OSError as err:
-            raise UsageError(f"cannot write --plot {path}: {err.strerror or err}") from err
+        # atomically, as -o: a failed write leaves no half chart and any old file as it was
+        atomic_write(path, lambda f: fig.savefig(f, format="png"), "--plot")
     finally:
         plt.close(fig)
     return path

@@ -65,11 +65,19 @@ def columns(backward: bool, memory: bool) -> list[Column]:
 
 def notes(plan: ProfilePlan, timer: str) -> list[str]:
     """Header lines: how the figures were taken."""
-    return [
+    from hookcli.profile.clocks import PERF_COUNTER
+
+    out = [
         f"median of {plan.repeat} timed passes after {plan.warmup} warmup; IQR: 75th - 25th "
         f"percentile; timer {timer}; sorted by {plan.sort.value}",
         "Fwd ms: inclusive (the call and everything inside it); Self: less its child calls",
     ]
+    if plan.sync and timer == PERF_COUNTER:
+        out.append(
+            "--sync changes nothing here: it is for cuda, where kernels run after the hook "
+            "returns; on the cpu a module's work is done when its hook reads the clock"
+        )
+    return out
 
 
 def totals_lines(t: dict[str, Any]) -> list[tuple[str, str]]:
@@ -105,7 +113,7 @@ def totals_lines(t: dict[str, Any]) -> list[tuple[str, str]]:
 
 def plot_top(report: Report, path: Path, top: int, title: str) -> Path:
     """A horizontal bar chart of the ``top`` modules by median self time, IQR as error bars."""
-    from hookcli.errors import UsageError
+    from hookcli.atomic import atomic_write
     from hookcli.plot import require_matplotlib
 
     plt = require_matplotlib()
@@ -121,11 +129,8 @@ def plot_top(report: Report, path: Path, top: int, title: str) -> Path:
         ax.set_xlabel("median self time (ms)")
         ax.set_title(f"{title}: top {len(rows)} modules by self time", fontsize=10)
         fig.tight_layout()
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fig.savefig(path, format="png")
-        except OSError as err:
-            raise UsageError(f"cannot write --plot {path}: {err.strerror or err}") from err
+        # atomically, as -o: a failed write leaves no half chart and any old file as it was
+        atomic_write(path, lambda f: fig.savefig(f, format="png"), "--plot")
     finally:
         plt.close(fig)
     from hookcli.pipeline import progress

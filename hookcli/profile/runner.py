@@ -40,6 +40,14 @@ if TYPE_CHECKING:
     from hookcli.session import CallRecord
 
 
+META_REFUSED = "profile times real runs: --device meta has no time (use cost for FLOPs on meta)"
+# --warmup and --repeat: far more passes than any timing needs.
+MAX_PASSES = 1_000_000
+# The stamps per module call per timed pass (hooks.TimingHooks): forward and backward
+# start and end, the backward thread (int64 each), and a backward flag byte.
+STAMP_BYTES = 41
+
+
 def parse_max_ms(text: str) -> tuple[str, float]:
     """``GLOB:MS`` -> (glob, milliseconds); the last colon splits."""
     glob, sep, ms = text.rpartition(":")
@@ -68,11 +76,19 @@ def plan_profile(
     top: int = 20,
     progress: bool = False,
 ) -> ProfilePlan:
-    """Check the options of ``profile`` (UsageError, before any model is built)."""
-    if warmup < 0:
-        raise UsageError(f"--warmup must be >= 0, got {warmup}")
-    if repeat < 1:
-        raise UsageError(f"--repeat must be >= 1, got {repeat}")
+    """Check the options of ``profile`` (UsageError, before any model is built).
+
+    ``--trace-out`` and ``--plot`` get the checks ``-o`` gets (``atomic.check_target``:
+    a folder, a read-only file, a place where no file can be made, ``-``), and may not
+    name one file.
+    """
+    for option, value in (("--warmup", warmup), ("--repeat", repeat)):
+        low = 0 if option == "--warmup" else 1
+        if value < low:
+            raise UsageError(f"{option} must be >= {low}, got {value}")
+        if value > MAX_PASSES:
+            why = "; each timed pass keeps its stamps in memory" if option == "--repeat" else ""
+            raise UsageError(f"{option} {value} is out of range: at most {MAX_PASSES:,}{why}")
     if depth is not None and depth < 0:
         raise UsageError(f"--depth must be >= 0, got {depth}")
     if top < 1:
@@ -87,12 +103,17 @@ def plan_profile(
     gates = tuple(parse_max_ms(t) for t in texts)
     trace_path = Path(trace_out) if trace_out is not None else None
     plot_path = Path(plot) if plot is not None else None
+    from hookcli.atomic import check_distinct, check_target
     from hookcli.grads.plot import check_plot_path
 
+    if trace_path is not None:
+        check_target(trace_path, "--trace-out")
     if plot_path is not None:
+        from hookcli.plot import require_matplotlib
+
+        require_matplotlib()  # exit 2 before any work when matplotlib is missing
         check_plot_path(plot_path)
-    if trace_path is not None and trace_path.is_dir():
-        raise UsageError(f"--trace-out {trace_path} is a directory: give a file name")
+    check_distinct((("--trace-out", trace_path), ("--plot", plot_path)))
     return ProfilePlan(
         backward, warmup, repeat, key, gates, sync, depth, trace_path, plot_path, top, progress
     )
@@ -205,15 +226,25 @@ def time_passes(
         for mod in by_id.values()
         if id(mod) not in called and not isinstance(mod, torch.jit.ScriptModule)
     ]
-    hooks = TimingHooks(
-        modules,
-        tree,
-        plan.repeat,
-        backward=plan.backward,
-        now=clock.now,
-        event=clock.event,
-        uncalled=uncalled,
-    )
+    try:
+        hooks = TimingHooks(
+            modules,
+            tree,
+            plan.repeat,
+            backward=plan.backward,
+            now=clock.now,
+            event=clock.event,
+            uncalled=uncalled,
+        )
+    except MemoryError:
+        from hookcli.errors import ResourceError
+        from hookcli.render import fmt_bytes
+
+        need = fmt_bytes(STAMP_BYTES * tree.n * plan.repeat, binary=True)
+        raise ResourceError(
+            f"out of memory for the timing stamps: --repeat {plan.repeat} passes of "
+            f"{tree.n} module calls need about {need}; lower --repeat"
+        ) from None
     m = Measured(tree=tree, probe=probe, clock=clock, hooks=hooks)
     params = list({id(p): p for p in model.parameters()}.values())
     leaves = [t for t in _leaves((args, kwargs)) if t.requires_grad]
@@ -540,10 +571,8 @@ def collect(prepared: Prepared, plan: ProfilePlan) -> tuple[Measured | None, Run
     from hookcli.profile.clocks import make_clock
 
     device = prepared.settings["device"]
-    if device == "meta":
-        raise UsageError(
-            "profile times real runs: --device meta has no time (use cost for FLOPs on meta)"
-        )
+    if device == "meta":  # the CLI refuses it before the build; a live model can be on meta
+        raise UsageError(META_REFUSED)
     mode = Mode(prepared.settings["mode"])
     probe, records, error = measure(prepared, mode=mode, backward=plan.backward)
     if error is not None:
@@ -622,6 +651,8 @@ def cli_command(
         backward, warmup, repeat, sort, max_ms, sync, depth, trace_out, plot,
         progress=sys.stderr.isatty(),
     )  # fmt: skip
+    if device == "meta":  # before the model is built (parse_device took every other spelling)
+        raise UsageError(META_REFUSED)
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(
