@@ -69,7 +69,7 @@ def cli_command(
     out = output_options(format, output, depth, debug, ci)
     if no_forward:
         distributed = ddp or fsdp or bool(shard) or backend is not None
-        check_no_forward(hooks, global_hooks, distributed, ropts)
+        check_no_forward(hooks, global_hooks, distributed, ropts, plan.columns)
         return emit(tree_report(prepare(mopts, ropts, need_inputs=False), depth, plan.columns), out)
     if plan.columns and (ddp or fsdp or shard or backend is not None):
         from hookcli.errors import UsageError

@@ -366,13 +366,16 @@ def with_columns(
     return add_columns(rows, prepared.model, names, total_params, macs), column_specs(names)
 
 
+MULT_ADDS_NEED_FORWARD = "--columns mult_adds counts the ops of a forward: drop --no-forward"
+
+
 def tree_report(prepared: Prepared, depth: int | None, names: Sequence[str] = ()) -> Report:
     """``inspect --no-forward``: the module tree with parameters and buffers, nothing run."""
     from hookcli.errors import UsageError
     from hookcli.report import Report
 
     if "mult_adds" in names:
-        raise UsageError("--columns mult_adds counts the ops of a forward: drop --no-forward")
+        raise UsageError(MULT_ADDS_NEED_FORWARD)
     model = prepared.model
     rows, lazy = tree_rows(model, depth)
     model_totals, _ = inspect_totals(model, ())
@@ -402,10 +405,15 @@ def tree_report(prepared: Prepared, depth: int | None, names: Sequence[str] = ()
     )
 
 
-def check_no_forward(hooks: str | None, global_hooks: bool, ddp: bool, ropts: Any) -> None:
-    """Options that need a forward, given with ``--no-forward``: exit 2 naming them."""
+def check_no_forward(
+    hooks: str | None, global_hooks: bool, ddp: bool, ropts: Any, columns: Sequence[str] = ()
+) -> None:
+    """Options that need a forward, given with ``--no-forward``: exit 2 naming them (before
+    the model is built)."""
     from hookcli.errors import UsageError
 
+    if "mult_adds" in columns:
+        raise UsageError(MULT_ADDS_NEED_FORWARD)
     given = [
         name
         for name, value in (
