@@ -258,6 +258,8 @@ def _rules_out_module(hint: Any) -> bool:
 
     if hint is type(None) or hint is None:
         return True
+    if hint is typing.Any or isinstance(hint, typing.TypeVar):  # Any is a class on 3.11+
+        return False
     origin = typing.get_origin(hint)
     if origin in (typing.Union, types.UnionType):
         return all(_rules_out_module(arg) for arg in typing.get_args(hint))

@@ -336,7 +336,15 @@ def test_torch_save_as_a_model(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "factory",
-    ["build_annotated", "build_by_name", "build_maybe", "build_unannotated", "build_unresolvable"],
+    [
+        "build_annotated",
+        "build_by_name",
+        "build_maybe",
+        "build_unannotated",
+        "build_unresolvable",
+        "build_any",
+        "build_typevar",
+    ],
 )
 def test_real_factories_still_build(factory: str) -> None:
     r = invoke("params", f"{FIX}:{factory}", "-f", "json")
