@@ -187,3 +187,49 @@ def shapes_of(*objs: Any) -> tuple[tuple[int, ...], ...]:
         else:
             out.extend(tuple(t.shape) for t in iter_tensors(obj))
     return tuple(out)
+
+
+def move_tensors(
+    value: Any, device: torch.device, float_dtype: torch.dtype | None, *, exact_types: bool
+) -> Any:
+    """Every tensor at any depth moved to ``device`` (floating ones cast to ``float_dtype``),
+    the structures around them rebuilt, other objects kept as they are; no recursion, so
+    inputs nested 1000 deep move like any others.
+
+    ``exact_types`` (``--input-file``, ``--inputs-from``): plain lists, tuples and dicts,
+    namedtuples and dataclasses are rebuilt; a subclass of list or dict is kept as it is.
+    Otherwise (drawn inputs, ``example_input_array``): any list, tuple or dict, subclasses
+    rebuilt as their own type, and namedtuples; dataclasses are kept as they are.
+    """
+
+    def leaf(v: Any) -> Any:
+        if isinstance(v, torch.Tensor):
+            if float_dtype is not None and v.is_floating_point():
+                v = v.to(float_dtype)
+            return v.to(device)
+        return v
+
+    def parts(v: Any) -> tuple[list[Any], Callable[[list[Any]], Any]] | None:
+        if isinstance(v, torch.Tensor):
+            return None
+        if isinstance(v, tuple) and hasattr(v, "_fields"):
+            return list(v), lambda items: type(v)(*items)
+        sequence = type(v) in (list, tuple) if exact_types else isinstance(v, (list, tuple))
+        if sequence:
+            return list(v), lambda items: type(v)(items)
+        if type(v) is dict if exact_types else isinstance(v, dict):
+            keys = list(v)
+            return [v[k] for k in keys], lambda items: dict(zip(keys, items, strict=True))
+        if exact_types and dataclasses.is_dataclass(v) and not isinstance(v, type):
+            names = [f.name for f in dataclasses.fields(v)]
+
+            def assemble(items: list[Any]) -> Any:
+                try:
+                    return dataclasses.replace(v, **dict(zip(names, items, strict=True)))
+                except (TypeError, ValueError):
+                    return v
+
+            return [getattr(v, n) for n in names], assemble
+        return None
+
+    return rebuild(value, leaf, parts)

@@ -28,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import stat
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -395,41 +395,9 @@ def move(value: Any, device: torch.device, float_dtype: torch.dtype | None) -> A
     """Every tensor at any depth moved to ``device`` (floating ones cast to ``float_dtype``);
     the structures around them rebuilt (tuples, lists, dicts, namedtuples, dataclasses),
     other objects kept as they are."""
-    import torch
+    from hookcli.structures import move_tensors
 
-    from hookcli.structures import rebuild
-
-    def leaf(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            if float_dtype is not None and v.is_floating_point():
-                v = v.to(float_dtype)
-            return v.to(device)
-        return v
-
-    def parts(v: Any) -> tuple[list[Any], Callable[[list[Any]], Any]] | None:
-        if isinstance(v, torch.Tensor):
-            return None
-        if isinstance(v, tuple) and hasattr(v, "_fields"):
-            return list(v), lambda items: type(v)(*items)
-        if type(v) in (list, tuple):
-            return list(v), lambda items: type(v)(items)
-        if type(v) is dict:
-            keys = list(v)
-            return [v[k] for k in keys], lambda items: dict(zip(keys, items, strict=True))
-        if dataclasses.is_dataclass(v) and not isinstance(v, type):
-            names = [f.name for f in dataclasses.fields(v)]
-
-            def assemble(items: list[Any]) -> Any:
-                try:
-                    return dataclasses.replace(v, **dict(zip(names, items, strict=True)))
-                except (TypeError, ValueError):
-                    return v
-
-            return [getattr(v, n) for n in names], assemble
-        return None
-
-    # no recursion: inputs nested 1000 deep move like any others
-    return rebuild(value, leaf, parts)
+    return move_tensors(value, device, float_dtype, exact_types=True)
 
 
 def real_inputs(

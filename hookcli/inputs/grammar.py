@@ -11,7 +11,7 @@ dtype=...)``, integer ones with ``torch.randint(low, high, shape, generator=g)``
 from __future__ import annotations
 
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -356,30 +356,9 @@ def resolve_device(device: str) -> torch.device:
 def _move(value: Any, device: torch.device, float_dtype: torch.dtype | None) -> Any:
     """Tensors in tuples, lists, namedtuples and dicts moved (floating ones cast), at
     any depth: no recursion, so a 1000-deep list is no RecursionError."""
-    import torch
+    from hookcli.structures import move_tensors
 
-    from hookcli.structures import rebuild
-
-    def leaf(v: Any) -> Any:
-        if isinstance(v, torch.Tensor):
-            if float_dtype is not None and v.is_floating_point():
-                v = v.to(float_dtype)
-            return v.to(device)
-        return v
-
-    def parts(v: Any) -> tuple[list[Any], Callable[[list[Any]], Any]] | None:
-        if isinstance(v, torch.Tensor):
-            return None
-        if isinstance(v, tuple) and hasattr(v, "_fields"):
-            return list(v), lambda items: type(v)(*items)
-        if isinstance(v, (list, tuple)):
-            return list(v), lambda items: type(v)(items)
-        if isinstance(v, dict):
-            keys = list(v)
-            return [v[k] for k in keys], lambda items: dict(zip(keys, items, strict=True))
-        return None
-
-    return rebuild(value, leaf, parts)
+    return move_tensors(value, device, float_dtype, exact_types=False)
 
 
 def _redraw_like(t: torch.Tensor, batch: int, g: torch.Generator) -> torch.Tensor:
