@@ -22,6 +22,8 @@ import argparse
 import copy
 import importlib
 import json
+import os
+import sys
 from pathlib import Path
 
 import torch
@@ -98,7 +100,21 @@ def main() -> None:
         "output_mean": float(out.detach().mean()),
     }
     Path(args.out_dir, f"rank{rank}.json").write_text(json.dumps(result))
+    finish()
+
+
+def finish() -> None:
+    """Both ranks meet, the group goes, and the process leaves without interpreter teardown.
+
+    Teardown frees DDP's reducer and gloo's threads in no set order, and gloo can then
+    abort with ``terminate called without an active exception`` (seen once in CI, after
+    the results were written). hookcli's own ranks leave the same way (``os._exit``).
+    """
+    dist.barrier()
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
