@@ -11,6 +11,7 @@ branches is still listed twice, like ``(x, x)``.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import types
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -189,17 +190,19 @@ def shapes_of(*objs: Any) -> tuple[tuple[int, ...], ...]:
     return tuple(out)
 
 
-def move_tensors(
-    value: Any, device: torch.device, float_dtype: torch.dtype | None, *, exact_types: bool
-) -> Any:
+def move_tensors(value: Any, device: torch.device, float_dtype: torch.dtype | None) -> Any:
     """Every tensor at any depth moved to ``device`` (floating ones cast to ``float_dtype``),
     the structures around them rebuilt, other objects kept as they are; no recursion, so
     inputs nested 1000 deep move like any others.
 
-    ``exact_types`` (``--input-file``, ``--inputs-from``): plain lists, tuples and dicts,
-    namedtuples and dataclasses are rebuilt; a subclass of list or dict is kept as it is.
-    Otherwise (drawn inputs, ``example_input_array``): any list, tuple or dict, subclasses
-    rebuilt as their own type, and namedtuples; dataclasses are kept as they are.
+    One rule for every source of inputs (drawn, ``example_input_array``, ``--input-file``,
+    ``--inputs-from``): a list, tuple or dict, a subclass of one, a namedtuple or a
+    dataclass comes back as its own type holding the moved items. Lists and dicts
+    (subclasses too) are shallow copies with their items replaced, so a ``defaultdict``
+    keeps its factory and a subclass its attributes, and no constructor of the user's runs;
+    a tuple subclass whose constructor does not take the items becomes a plain tuple; a
+    dataclass goes through ``dataclasses.replace``, or a copy with its fields set where
+    ``replace`` cannot (``init=False`` fields). Other objects are kept as they are.
     """
 
     def leaf(v: Any) -> Any:
@@ -209,27 +212,60 @@ def move_tensors(
             return v.to(device)
         return v
 
-    def parts(v: Any) -> tuple[list[Any], Callable[[list[Any]], Any]] | None:
-        if isinstance(v, torch.Tensor):
-            return None
-        if isinstance(v, tuple) and hasattr(v, "_fields"):
-            return list(v), lambda items: type(v)(*items)
-        sequence = type(v) in (list, tuple) if exact_types else isinstance(v, (list, tuple))
-        if sequence:
-            return list(v), lambda items: type(v)(items)
-        if type(v) is dict if exact_types else isinstance(v, dict):
-            keys = list(v)
-            return [v[k] for k in keys], lambda items: dict(zip(keys, items, strict=True))
-        if exact_types and dataclasses.is_dataclass(v) and not isinstance(v, type):
-            names = [f.name for f in dataclasses.fields(v)]
+    return rebuild(value, leaf, _rebuildable)
 
-            def assemble(items: list[Any]) -> Any:
-                try:
-                    return dataclasses.replace(v, **dict(zip(names, items, strict=True)))
-                except (TypeError, ValueError):
-                    return v
 
-            return [getattr(v, n) for n in names], assemble
+def _rebuildable(v: Any) -> tuple[list[Any], Callable[[list[Any]], Any]] | None:
+    """``rebuild``'s ``parts`` for ``move_tensors``: the items, and how to make the new one."""
+    if isinstance(v, torch.Tensor):
         return None
+    if isinstance(v, tuple):
+        if hasattr(v, "_fields"):
+            return list(v), lambda items: type(v)(*items)
+        if type(v) is tuple:
+            return list(v), tuple
 
-    return rebuild(value, leaf, parts)
+        def tuple_like(items: list[Any]) -> Any:
+            try:
+                return type(v)(items)
+            except Exception:
+                return tuple(items)
+
+        return list(v), tuple_like
+    if isinstance(v, list):
+        if type(v) is list:
+            return list(v), list
+
+        def list_like(items: list[Any]) -> Any:
+            new = copy.copy(v)
+            new[:] = items
+            return new
+
+        return list(v), list_like
+    if isinstance(v, dict):
+        keys = list(v)
+        if type(v) is dict:
+            return [v[k] for k in keys], lambda items: dict(zip(keys, items, strict=True))
+
+        def dict_like(items: list[Any]) -> Any:
+            new = copy.copy(v)
+            new.clear()
+            new.update(zip(keys, items, strict=True))
+            return new
+
+        return [dict.__getitem__(v, k) for k in keys], dict_like
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        names = [f.name for f in dataclasses.fields(v)]
+
+        def assemble(items: list[Any]) -> Any:
+            values = dict(zip(names, items, strict=True))
+            try:
+                return dataclasses.replace(v, **values)
+            except (TypeError, ValueError):
+                new = copy.copy(v)
+                for name, item in values.items():
+                    object.__setattr__(new, name, item)  # frozen dataclasses too
+                return new
+
+        return [getattr(v, n) for n in names], assemble
+    return None

@@ -392,12 +392,11 @@ def infos_of(names: list[str], args: tuple[Any, ...], kwargs: dict[str, Any]) ->
 
 
 def move(value: Any, device: torch.device, float_dtype: torch.dtype | None) -> Any:
-    """Every tensor at any depth moved to ``device`` (floating ones cast to ``float_dtype``);
-    the structures around them rebuilt (tuples, lists, dicts, namedtuples, dataclasses),
-    other objects kept as they are."""
+    """Every tensor at any depth moved to ``device`` (floating ones cast to ``float_dtype``),
+    by ``move_tensors``' one rule for every source of inputs."""
     from hookcli.structures import move_tensors
 
-    return move_tensors(value, device, float_dtype, exact_types=True)
+    return move_tensors(value, device, float_dtype)
 
 
 def real_inputs(

@@ -354,11 +354,11 @@ def resolve_device(device: str) -> torch.device:
 
 
 def _move(value: Any, device: torch.device, float_dtype: torch.dtype | None) -> Any:
-    """Tensors in tuples, lists, namedtuples and dicts moved (floating ones cast), at
-    any depth: no recursion, so a 1000-deep list is no RecursionError."""
+    """Tensors at any depth moved (floating ones cast), by ``move_tensors``' one rule for
+    every source of inputs: no recursion, so a 1000-deep list is no RecursionError."""
     from hookcli.structures import move_tensors
 
-    return move_tensors(value, device, float_dtype, exact_types=False)
+    return move_tensors(value, device, float_dtype)
 
 
 def _redraw_like(t: torch.Tensor, batch: int, g: torch.Generator) -> torch.Tensor:
