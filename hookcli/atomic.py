@@ -11,6 +11,7 @@ No torch import here: ``check_target`` runs before the model is built.
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import signal
 import stat
@@ -112,6 +113,33 @@ def _signals_held() -> Iterator[None]:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, _SIGNALS)
 
 
+# Names of file descriptor 1. While a command runs, fd 1 is routed to stderr (so that
+# what the model prints stays out of the report): opening one of these would land the
+# report on stderr. They mean the stdout the report goes to, like ``-o -``.
+_STDOUT_NAMES = frozenset({"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
+
+
+def _write_report_stdout(write: Callable[[IO[bytes]], object], label: str) -> None:
+    """``write`` into the stdout the report goes to (bytes, through its buffer)."""
+    from hookcli.pipeline import report_stream
+
+    stream = report_stream()
+    try:
+        stream.flush()
+        buffer = getattr(stream, "buffer", None)
+        if buffer is None:  # a text-only stream (tests' StringIO): decode what is written
+            data = io.BytesIO()
+            write(data)
+            stream.write(data.getvalue().decode("utf-8", errors="replace"))
+        else:
+            write(buffer)
+            buffer.flush()
+    except BrokenPipeError:
+        return  # the reader stopped early (| head): not an error
+    except OSError as err:
+        raise UsageError(f"cannot write {label}: {err.strerror or err}") from err
+
+
 def _special(path: Path) -> bool:
     """An existing file that is not a regular file or a folder: a device, a pipe, a socket
     (``/dev/null``, ``/dev/stdout``). A rename would replace the node itself."""
@@ -158,6 +186,9 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], object], option: str =
     temp file behind. An OS error is exit 2 naming the file (``option`` names the flag).
     """
     label = f"{option} {path}" if option else str(path)
+    if str(path) in _STDOUT_NAMES:
+        _write_report_stdout(write, label)
+        return
     if _special(path):  # /dev/null, a pipe: written into, never renamed over
         try:
             with open(path, "wb") as f:

@@ -3,9 +3,27 @@
 No ``from __future__ import annotations``: Typer reads these annotations at runtime.
 """
 
+import math
 from typing import Annotated
 
 import typer
+
+
+def _finite_tolerance(value: float) -> float:
+    """``--desync-tol``: a finite number >= 0 (nan would compare false and pass every
+    check; inf would let any drift through)."""
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{value} is not a finite number >= 0")
+    return value
+
+
+def _positive_seconds(value: float) -> float:
+    """``--dist-timeout``: a finite number of seconds > 0 (torch would take nan, 0 or a
+    negative timeout and fail every collective at once, or never)."""
+    if not math.isfinite(value) or value <= 0:
+        raise typer.BadParameter(f"{value} is not a finite number of seconds > 0")
+    return value
+
 
 DdpOpt = Annotated[
     bool,
@@ -30,6 +48,7 @@ DesyncTolOpt = Annotated[
         "--desync-tol",
         metavar="X",
         min=0.0,
+        callback=_finite_tolerance,
         help="With --ddp: a reduced gradient, parameter or buffer desyncs when "
         "max|x_r - x_0| > X * max|x_0| (0: must be equal exactly).",
     ),
@@ -39,6 +58,7 @@ DistTimeoutOpt = Annotated[
     typer.Option(
         "--dist-timeout",
         metavar="SECONDS",
+        callback=_positive_seconds,
         help="With --ddp: how long a rank waits for the others in any collective.",
     ),
 ]

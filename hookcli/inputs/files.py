@@ -183,6 +183,29 @@ def _read_numpy(path: Path, suffix: str) -> Any:
     return _mapping(arrays, path)
 
 
+def _read_header_3_0(fp: Any, npformat: Any) -> tuple[tuple[int, ...], Any]:
+    """The shape and dtype of a version 3.0 ``.npy`` header (numpy writes it when a
+    structured dtype's field names are not latin-1): a little-endian 4-byte length, then
+    a utf-8 Python literal dict with ``descr``, ``fortran_order`` and ``shape``."""
+    import ast
+    import struct
+
+    raw = fp.read(4)
+    if len(raw) != 4:
+        raise EOFError("truncated header length")
+    (length,) = struct.unpack("<I", raw)
+    text = fp.read(length)
+    if len(text) != length:
+        raise EOFError("truncated header")
+    header = ast.literal_eval(text.decode("utf-8"))
+    if not isinstance(header, dict) or not isinstance(header.get("shape"), tuple):
+        raise ValueError("not an .npy header")
+    shape = header["shape"]
+    if not all(isinstance(d, int) for d in shape):
+        raise ValueError("not an .npy shape")
+    return shape, npformat.descr_to_dtype(header["descr"])
+
+
 def _check_numpy_sizes(path: Path, suffix: str) -> None:
     """Each array's header against the bytes behind it, before anything is allocated:
     a header claiming more data than the file holds is a corrupt file (exit 2), not an
@@ -198,8 +221,10 @@ def _check_numpy_sizes(path: Path, suffix: str) -> None:
                 shape, _, dtype = npformat.read_array_header_1_0(fp)
             elif version == (2, 0):
                 shape, _, dtype = npformat.read_array_header_2_0(fp)
-            else:  # 3.0 (utf-8 field names) has no public reader; np.load checks the rest
-                return
+            elif version == (3, 0):  # 2.0's layout with a utf-8 header: no public reader
+                shape, dtype = _read_header_3_0(fp, npformat)
+            else:
+                return  # np.load says what is wrong with the version
         except (ValueError, OSError, EOFError, SyntaxError, TypeError):
             return  # np.load says what is wrong with the header
         if dtype.hasobject:

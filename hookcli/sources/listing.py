@@ -24,6 +24,12 @@ def cli_command(
     from hookcli.pipeline import emit
     from hookcli.report import Column, Report, Row
 
+    if filter is not None and not filter.strip():
+        # an empty variable in a script ($PATTERN unset): listing every model would hide it
+        raise UsageError(
+            f"--filter {filter!r} is empty: give a glob (resnet*, '*llama*'), or leave "
+            "--filter out to list every model"
+        )
     wanted = tuple(source or SOURCES)
     for s in wanted:
         if s not in SOURCES:
