@@ -66,6 +66,7 @@ class Block:
     mask_columns: list[str] = field(default_factory=list)
     mask_res: list[str] = field(default_factory=list)
     skip: str | None = None
+    fails_with: str | None = None  # the block's feature is missing on this torch
 
     @property
     def id(self) -> str:
@@ -145,6 +146,8 @@ def _parse(page: str, line: int, first: int, body: list[str], before: list[str])
                 block.mask_columns += [c.strip() for c in rest.split(",") if c.strip()]
             elif word == "mask-re":
                 block.mask_res.append(rest)
+            elif word == "fails-with":
+                block.fails_with = rest
             else:
                 raise ValueError(f"{page}:{j + 1}: unknown docs-check directive {word!r}")
     return block
@@ -336,6 +339,9 @@ def _torch_holds(op: str, version: str) -> bool:
 @pytest.mark.docs
 @pytest.mark.parametrize("block", _params())
 def test_example_prints_what_the_page_shows(block: Block, tmp_path: Path) -> None:
+    if block.fails_with is not None:
+        check_refused(block, tmp_path)
+        return
     problems = []
     for cmd, (out, code) in zip(block.commands, run_block(block, tmp_path), strict=True):
         lines = out.splitlines()
@@ -359,6 +365,29 @@ def test_example_prints_what_the_page_shows(block: Block, tmp_path: Path) -> Non
             )
         if cmd.exit_code is not None and code != cmd.exit_code:
             problems.append(f"{where}\n  exit status {code}, the page says {cmd.exit_code}")
+    if problems:
+        pytest.fail("\n\n".join(problems), pytrace=False)
+
+
+def check_refused(block: Block, tmp_path: Path) -> None:
+    """``fails-with TEXT``: on this torch the block's feature is missing, and hookcli must
+    say so: every ``hookcli`` command exits 2 (under torchrun: torchrun fails) with its
+    own one-line error holding TEXT. The page's output is not compared; the block runs."""
+    assert block.fails_with
+    problems = []
+    for cmd, (out, code) in zip(block.commands, run_block(block, tmp_path), strict=True):
+        if not re.search(r"(^|[\s;])hookcli\s", cmd.text):
+            continue
+        errors = [ln for ln in out.splitlines() if ln.startswith("hookcli: error: ")]
+        # torchrun ends with 1 when a rank fails; each rank's own status is hookcli's 2
+        ok_code = code != 0 if cmd.text.startswith("torchrun") else code == 2
+        if not ok_code or not errors or block.fails_with not in errors[-1]:
+            problems.append(
+                f"{block.page}:{cmd.line}: $ {cmd.text}\n  on this torch it should exit 2 "
+                f"with an error holding {block.fails_with!r}; exit {code}, printed:\n{out[-1500:]}"
+            )
+        elif "Traceback" in out and "ChildFailedError" not in out:
+            problems.append(f"{block.page}:{cmd.line}: a traceback besides the error:\n{out}")
     if problems:
         pytest.fail("\n\n".join(problems), pytrace=False)
 
@@ -395,3 +424,25 @@ def test_masking_and_trims() -> None:
     assert not matches(["a", "d"], ["a", "b", "d"])
     assert matches(["x ... y"], ["x 1 2 y"])
     assert not matches(normalise(["1,234"], plain), normalise(["1,235"], plain))
+
+
+def test_fails_with_checks_the_refusal(tmp_path: Path) -> None:
+    """``fails-with`` passes only on hookcli's own exit-2 line holding the text."""
+    refused = Command(1, "hookcli models --filter ''")
+    block = Block("x", 1, [refused], fails_with="is empty")
+    for sub in ("a", "b", "c"):
+        (tmp_path / sub).mkdir()
+    check_refused(block, tmp_path / "a")  # exit 2, and the line says so
+    with pytest.raises(pytest.fail.Exception):
+        check_refused(Block("x", 1, [refused], fails_with="newer torch"), tmp_path / "b")
+    ran = Command(1, "hookcli models --filter 'resnet18'")
+    with pytest.raises(pytest.fail.Exception):
+        check_refused(Block("x", 1, [ran], fails_with="is empty"), tmp_path / "c")  # exit 0
+    parsed = _parse(
+        "p", 3, 4, ["$ hookcli models"], ["<!-- docs-check: torch<99.0: fails-with x -->"]
+    )
+    assert parsed is not None and parsed.fails_with == "x"
+    parsed = _parse(
+        "p", 3, 4, ["$ hookcli models"], ["<!-- docs-check: torch<1.0: fails-with x -->"]
+    )
+    assert parsed is not None and parsed.fails_with is None
