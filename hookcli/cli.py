@@ -514,15 +514,52 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
             if runs_model(name):
                 _started()  # torch in, before any model code
             with blamed(ctx):
-                return fn(**options)
+                return fn(**_kwargs_file(options))
 
         code = execute(body, bool(kwargs.get("debug")))
         if code:
             raise typer.Exit(code)
 
+    _add_kwargs_file(wrapper, fn)
     from hookcli.helpfmt import PanelCommand
 
     app.command(name, help=help_text or fn.__doc__, cls=PanelCommand)(wrapper)
+
+
+def _add_kwargs_file(wrapper: Any, fn: Callable[..., int]) -> None:
+    """Every command with ``-k`` also takes ``--kwargs-file FILE``: its items come before
+    the ``-k`` ones (so the command line wins), each naming the file in messages."""
+    import inspect
+
+    from hookcli.cliopts import KwargsFileOpt
+
+    sig = inspect.signature(fn)
+    if "kwargs" not in sig.parameters or "kwargs_file" in sig.parameters:
+        return
+    params = []
+    for p in sig.parameters.values():
+        params.append(p)
+        if p.name == "kwargs":
+            params.append(
+                inspect.Parameter(
+                    "kwargs_file", p.KEYWORD_ONLY if p.kind is p.KEYWORD_ONLY else p.kind,
+                    default=None, annotation=KwargsFileOpt,
+                )
+            )  # fmt: skip
+    wrapper.__signature__ = sig.replace(parameters=params)
+    wrapper.__annotations__ = {**fn.__annotations__, "kwargs_file": KwargsFileOpt}
+
+
+def _kwargs_file(options: dict[str, Any]) -> dict[str, Any]:
+    """``--kwargs-file FILE`` read into the ``-k`` items (a bad file: exit 2 naming it)."""
+    if "kwargs_file" not in options:
+        return options
+    from hookcli.kwargs import with_file
+
+    options = dict(options)
+    path = options.pop("kwargs_file")
+    options["kwargs"] = with_file(options.get("kwargs"), path)
+    return options
 
 
 def _register() -> None:

@@ -39,8 +39,19 @@ KwargsOpt = Annotated[
         "--kwargs",
         "-k",
         metavar="KEY=VALUE",
-        help="Constructor/factory keyword argument; VALUE is a Python literal, else a string. "
+        help="Constructor/factory keyword argument; VALUE is a Python literal (a string only "
+        "where the parameter takes one). Dotted keys build config objects: -k config.n_layer=2. "
         "Repeatable.",
+        show_default=False,
+    ),
+]
+KwargsFileOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--kwargs-file",
+        metavar="FILE",
+        help="Keyword arguments from a .json, .yaml or .toml table (nested tables build config "
+        "objects); -k wins.",
         show_default=False,
     ),
 ]
@@ -401,6 +412,7 @@ __all__ = [
     "InputOpt",
     "InputsFromOpt",
     "JunitOpt",
+    "KwargsFileOpt",
     "KwargsOpt",
     "LossOpt",
     "ModeOpt",

@@ -122,13 +122,16 @@ def _typed(param: Any, value: Any, where: str) -> None:
 
 def kwargs_items(table: Mapping[str, Any], where: str) -> list[str]:
     """``kwargs = {num_classes = 10, act = "relu"}`` -> ``["num_classes=10", "act='relu'"]``:
-    each value as the Python literal that ``-k`` reads back (``loading.parse_kwargs``),
-    so a TOML string stays a string ("1" included) and a number a number."""
+    each value as the Python literal that ``-k`` reads back (``kwargs.parse_kwargs``),
+    so a TOML string stays a string ("1" included) and a number a number. A table value
+    (``config = {n_layer = 2}``) and a dotted key (``"config.n_layer" = 2``) build a config
+    object as ``-k config.n_layer=2`` does. ``--kwargs-file`` is read the same way."""
     items = []
     for key, value in table.items():
-        if not key.isidentifier():
+        if not isinstance(key, str) or not all(p.isidentifier() for p in key.split(".")):
             raise UsageError(
-                f"{where}: {key!r} is not a Python identifier, so not a keyword argument's name"
+                f"{where}: {key!r} is not a Python identifier (or a dotted path of them), so "
+                "not a keyword argument's name"
             )
         text = repr(value)
         try:
@@ -138,7 +141,7 @@ def kwargs_items(table: Mapping[str, Any], where: str) -> list[str]:
         if not same:
             raise UsageError(
                 f"{where}: {key} = {value}: not a value -k can pass (strings, numbers, "
-                "booleans, arrays and tables of them are)"
+                "booleans, null, arrays and tables of them are)"
             )
         items.append(f"{key}={text}")
     return items

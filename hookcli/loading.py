@@ -9,7 +9,6 @@ parameter memory is ever allocated.
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import difflib
 import importlib
@@ -19,11 +18,14 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import LoadError, ResourceError, UsageError, first_line, is_oom, oom_cause
+from hookcli.kwargs import Offer, Tree, bind, plain, to_json, to_text
+from hookcli.kwargs import parse_kwargs as parse_kwargs  # re-exported: MODEL's -k items
 from hookcli.sources import LoadedModel
 
 if TYPE_CHECKING:
@@ -32,24 +34,6 @@ if TYPE_CHECKING:
 
 # torchvision submodules that name a model family; anything else is classification.
 TORCHVISION_FAMILIES = ("detection", "segmentation", "video", "optical_flow", "quantization")
-
-
-def parse_kwargs(items: tuple[str, ...] | list[str]) -> dict[str, Any]:
-    """``KEY=VALUE`` items -> dict; VALUE is a Python literal, else kept as a string."""
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, raw = item.partition("=")
-        key = key.strip()
-        if not sep or not key.isidentifier():
-            raise UsageError(
-                f"bad --kwargs {item!r}: expected KEY=VALUE with KEY a Python identifier "
-                "(e.g. -k num_classes=10)"
-            )
-        try:
-            out[key] = ast.literal_eval(raw)
-        except (ValueError, SyntaxError, MemoryError, RecursionError):
-            out[key] = raw
-    return out
 
 
 def is_torchvision_name(spec: str) -> bool:
@@ -113,37 +97,141 @@ def _build_torchvision(name: str, kwargs: dict[str, Any], seed: int) -> LoadedMo
     return LoadedModel(module=module, spec=name, family=family, torchvision_name=name)
 
 
+_FILE_MODULES: dict[str, ModuleType] = {}  # resolved path -> the module it was imported as
+
+
+def imported_module(path: Path) -> ModuleType | None:
+    """The module this run imported from ``path`` (the MODEL file), so that
+    ``--inputs-from`` in the same file does not run it twice."""
+    try:
+        mod = _FILE_MODULES.get(str(path.resolve()))
+    except OSError:
+        return None
+    if mod is not None and sys.modules.get(mod.__name__) is mod:
+        return mod
+    return None
+
+
+def _first_on_path(folder: str) -> None:
+    """``folder`` first on sys.path (moved there if it is already on it)."""
+    while folder in sys.path:
+        sys.path.remove(folder)
+    sys.path.insert(0, folder)
+
+
+def package_of(path: Path) -> tuple[Path, str] | None:
+    """A file inside a package -> (the folder above the highest package with an
+    ``__init__.py``, the file's dotted module name there); None for a loose file."""
+    folder = path.resolve().parent
+    parts = [] if path.stem == "__init__" else [path.stem]
+    while (folder / "__init__.py").is_file():
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    if len(parts) < 2 or not all(p.isidentifier() for p in parts):
+        return None
+    return folder, ".".join(parts)
+
+
 def _import_file(path: Path) -> ModuleType:
+    """Import a Python file: inside a package as ``pkg.mod`` from the package root (so its
+    relative imports work), a loose file as its own name where that is free (so a sibling's
+    ``from model import X`` is the same module), with its folder first on sys.path."""
     if not path.is_file():
         raise LoadError(f"model file not found: {path}")
+    package = package_of(path)
+    if package is not None:
+        root, dotted = package
+        top = dotted.partition(".")[0]
+        held = sys.modules.get(top)
+        held_at = [str(Path(p).resolve()) for p in getattr(held, "__path__", None) or []]
+        if held is not None and str((root / top).resolve()) not in held_at:
+            where = held_at[0] if held_at else getattr(held, "__file__", None) or "built in"
+            raise LoadError(
+                f"cannot import {path} as {dotted}: another package named {top!r} is already "
+                f"imported (from {where})"
+            )
+        _first_on_path(str(root))
+        with _argv(str(path)):
+            module = _import_module(dotted, label=str(path))
+        _FILE_MODULES[str(path.resolve())] = module
+        return module
     directory = str(path.resolve().parent)
-    if directory not in sys.path:
-        sys.path.insert(0, directory)
-    mod_name = f"hookcli_user_{path.stem}"
+    _first_on_path(directory)
+    stem = path.stem
+    free = (
+        stem.isidentifier()
+        and stem not in sys.modules
+        and stem not in sys.stdlib_module_names
+        and not stem.startswith("hookcli")
+    )
+    mod_name = stem if free else f"hookcli_user_{stem}"
     spec = importlib.util.spec_from_file_location(mod_name, path)
     if spec is None or spec.loader is None:
         raise LoadError(f"cannot import {path}: not a Python file")
     module = importlib.util.module_from_spec(spec)
     sys.modules[mod_name] = module
     try:
-        spec.loader.exec_module(module)
+        with _argv(str(path)):
+            spec.loader.exec_module(module)
     except (Exception, SystemExit) as err:
         sys.modules.pop(mod_name, None)
         raise LoadError(f"error while importing {path}: {_why(err)}") from err
+    _FILE_MODULES[str(path.resolve())] = module
     return module
 
 
-def _import_module(name: str) -> ModuleType:
+@contextlib.contextmanager
+def _argv(argv0: str) -> Iterator[None]:
+    """``sys.argv`` is ``[argv0]`` while model code imports or builds (a training script's
+    argparse or configurator must not read hookcli's own arguments)."""
+    saved = sys.argv
+    sys.argv = [argv0]
+    try:
+        yield
+    finally:
+        sys.argv = saved
+
+
+@contextlib.contextmanager
+def keep_cwd() -> Iterator[None]:
+    """The working folder as it was, whatever model code does with ``os.chdir``: every
+    other path of the command line (``-o``, ``--inputs-from``, ``--weights``) is read
+    from the folder hookcli was started in."""
+    try:
+        saved = os.getcwd()
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            if os.getcwd() != saved:
+                os.chdir(saved)
+
+
+def _import_module(name: str, label: str | None = None) -> ModuleType:
+    """Import ``name`` with ``sys.argv`` = [its file], as ``python -m`` would have it."""
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())  # like `python -m`: the current folder is importable
+    shown = label or repr(name)
+    if label is None:
+        try:
+            found = importlib.util.find_spec(name)
+        except (ImportError, ValueError):
+            found = None
+        label_argv = (found.origin if found is not None else None) or name
+    else:
+        label_argv = label
     try:
-        return importlib.import_module(name)
+        with _argv(label_argv):
+            return importlib.import_module(name)
     except ModuleNotFoundError as err:
         if err.name and name.startswith(err.name):
             raise LoadError(f"cannot import module {name!r}: no module named {err.name!r}") from err
-        raise LoadError(f"error while importing {name!r}: {first_line(err)}") from err
+        raise LoadError(f"error while importing {shown}: {first_line(err)}") from err
     except (Exception, SystemExit) as err:
-        raise LoadError(f"error while importing {name!r}: {_why(err)}") from err
+        raise LoadError(f"error while importing {shown}: {_why(err)}") from err
 
 
 def _split_dotted(spec: str) -> tuple[ModuleType, str]:
@@ -276,7 +364,9 @@ def _rules_out_module(hint: Any) -> bool:
         return False
 
 
-def _instantiate(obj: Any, kwargs: dict[str, Any], spec: str, seed: int) -> nn.Module:
+def _instantiate(
+    obj: Any, kwargs: dict[str, Any], spec: str, seed: int, offer: Offer | None = None
+) -> nn.Module:
     from torch import nn
 
     if isinstance(obj, nn.Module):
@@ -304,9 +394,11 @@ def _instantiate(obj: Any, kwargs: dict[str, Any], spec: str, seed: int) -> nn.M
             f"{spec} returns {declared} (so its return annotation says), not an nn.Module: "
             "not a model factory, so it was not called"
         )
+    kwargs = bind(obj, kwargs, spec, offer)  # config objects built, non-literals judged
     _seed(seed)
     try:
-        built = obj(**kwargs)
+        with _argv(_argv0(obj, spec)):
+            built = obj(**kwargs)
     except (Exception, SystemExit) as err:
         where = "its constructor" if inspect.isclass(obj) else "the factory"
         if isinstance(err, SystemExit):
@@ -315,6 +407,12 @@ def _instantiate(obj: Any, kwargs: dict[str, Any], spec: str, seed: int) -> nn.M
     if not isinstance(built, nn.Module):
         raise LoadError(f"{spec} returned a {type(built).__name__}, not an nn.Module")
     return built
+
+
+def _argv0(obj: Any, spec: str) -> str:
+    """What ``sys.argv[0]`` is while the factory runs: the file it is defined in."""
+    module = sys.modules.get(getattr(obj, "__module__", "") or "")
+    return str(getattr(module, "__file__", None) or spec)
 
 
 # prefix -> builder(name, kwargs, seed) for the MODEL sources that need an extra
@@ -386,14 +484,26 @@ def build_on(device: torch.device | None) -> Iterator[None]:
         yield
 
 
-def _load(spec: str, kw: dict[str, Any], seed: int) -> LoadedModel:
+def _no_dotted(kw: Tree, source: str) -> None:
+    if kw.dotted:
+        raise UsageError(
+            f"-k {kw.dotted[0]}=...: dotted keys build config objects for a Python class or "
+            f"factory's parameters; {source} takes its keyword arguments by name (-k KEY=VALUE)"
+        )
+
+
+def _load(spec: str, kw: Tree, seed: int, offer: Offer | None = None) -> LoadedModel:
     prefix, sep, rest = spec.partition(":")
     if sep and prefix in ("hf", "timm"):
         if not rest.strip():
             raise UsageError(f"MODEL {spec!r} names no model after '{prefix}:'")
-        return _prefixed(prefix)(rest.strip(), kw, seed)
+        _no_dotted(kw, f"{prefix}:")
+        # hf: config attributes, which transformers checks itself (a text value included)
+        given = {k: to_text(v) for k, v in kw.items()} if prefix == "hf" else plain(kw, spec)
+        return _prefixed(prefix)(rest.strip(), given, seed)
     if is_torchvision_name(spec):
-        return _build_torchvision(spec, kw, seed)
+        _no_dotted(kw, "a torchvision model")
+        return _build_torchvision(spec, plain(kw, spec), seed)
     if ":" in spec:
         left, attr = spec.rsplit(":", 1)
         if not attr:
@@ -415,13 +525,11 @@ def _load(spec: str, kw: dict[str, Any], seed: int) -> LoadedModel:
         module, attr = _split_dotted(spec)
         where = f"module {module.__name__!r}"
     obj = _resolve_attr(module, attr, where)
-    return LoadedModel(module=_instantiate(obj, kw, spec, seed), spec=spec)
+    return LoadedModel(module=_instantiate(obj, kw, spec, seed, offer), spec=spec)
 
 
 def _eager(loaded: LoadedModel) -> LoadedModel:
     """A torch.compile'd model is reported through the eager module it wraps."""
-    from dataclasses import replace
-
     from hookcli.scripted import eager_module
 
     module, note = eager_module(loaded.module)
@@ -445,7 +553,7 @@ def load_model(
     A model whose own construction code needs tensor values cannot be built on
     meta; it is built on the CPU instead and moved (a note on stderr says so).
     """
-    kw = dict(kwargs or {})
+    kw = kwargs if isinstance(kwargs, Tree) else Tree(kwargs or {})
     spec = spec.strip()
     if not spec:
         raise UsageError("MODEL is empty: give a torchvision name, pkg.module:attr or file.py:attr")
@@ -462,16 +570,22 @@ def load_model(
 
 def _load_checked(
     spec: str,
-    kw: dict[str, Any],
+    kw: Tree,
     seed: int,
     weights: Path | None,
     trust_pickle: bool,
     device: torch.device | None,
 ) -> LoadedModel:
     """``load_model`` less the SystemExit and out-of-memory mapping."""
+    offer = None
+    if weights is not None:
+        from hookcli.weights import checkpoint_configs
+
+        path = weights
+        offer = Offer(lambda: checkpoint_configs(path, trust_pickle=trust_pickle), str(weights))
     try:
-        with build_on(device):
-            loaded = _load(spec, kw, seed)
+        with build_on(device), keep_cwd():
+            loaded = _load(spec, kw, seed, offer)
     except LoadError as err:
         cause = err.__cause__
         if cause is None or device is None or device.type != "meta" or "meta" not in str(cause):
@@ -482,10 +596,18 @@ def _load_checked(
             file=sys.stderr,
             flush=True,
         )
-        loaded = _load(spec, kw, seed)
+        with keep_cwd():
+            loaded = _load(spec, kw, seed, offer)
     loaded = _eager(loaded)
+    recorded: dict[str, Any] = {}
+    if kw:
+        recorded["kwargs"] = to_json(kw)
     if weights is not None:
-        from hookcli.weights import apply_weights
+        from hookcli.weights import apply_weights, sha256_of
 
         apply_weights(loaded.module, weights, trust_pickle=trust_pickle)
-    return loaded
+        record = {"path": str(weights), "sha256": sha256_of(weights)}
+        if offer is not None and offer.used:
+            record["config"] = offer.used[0]
+        recorded["weights"] = record
+    return replace(loaded, settings=recorded) if recorded else loaded

@@ -74,7 +74,8 @@ class Prepared:
 
 def build_model(opts: ModelOptions, device: torch.device | None = None) -> LoadedModel:
     """MODEL -> LoadedModel built on ``device`` (exit 3 on failure)."""
-    from hookcli.loading import load_model, parse_kwargs
+    from hookcli.kwargs import parse_kwargs
+    from hookcli.loading import load_model
 
     kwargs = parse_kwargs(opts.kwargs)
     try:
@@ -152,16 +153,18 @@ def prepare(
     inputs = None
     if need_inputs and (run_opts.input_file is not None or run_opts.inputs_from):
         from hookcli.inputs.files import real_inputs
+        from hookcli.loading import keep_cwd
 
-        inputs = real_inputs(
-            model,
-            input_file=run_opts.input_file,
-            inputs_from=run_opts.inputs_from,
-            preloaded=saved_inputs,
-            seed=model_opts.seed,
-            dtype=run_opts.dtype,
-            device=device,
-        )
+        with keep_cwd():  # --inputs-from runs the user's code
+            inputs = real_inputs(
+                model,
+                input_file=run_opts.input_file,
+                inputs_from=run_opts.inputs_from,
+                preloaded=saved_inputs,
+                seed=model_opts.seed,
+                dtype=run_opts.dtype,
+                device=device,
+            )
     elif need_inputs:
         specs = [parse_spec(t) for t in run_opts.inputs]
         check_order(specs)
@@ -189,10 +192,18 @@ def prepare(
         "dtype": run_opts.dtype or _model_dtype(model),
         "mode": run_opts.mode.value,
         "seed": model_opts.seed,
+        **build_settings(loaded),
     }
     if inputs is not None and inputs.source.startswith(("--input-file", "--inputs-from")):
         settings["inputs"] = inputs.source  # --input-file FILE / --inputs-from SPEC
     return Prepared(loaded=loaded, inputs=inputs, settings=settings)
+
+
+def build_settings(loaded: LoadedModel) -> dict[str, Any]:
+    """What ``settings`` records of the build: ``kwargs`` (as given by -k / --kwargs-file)
+    and ``weights`` (path, sha256, the checkpoint key a config came from); absent when
+    none was given. (``loss`` and ``amp`` are the runners': how the model is run.)"""
+    return dict(loaded.settings or {})
 
 
 def _all_on(model: nn.Module, device: torch.device) -> bool:

@@ -293,7 +293,7 @@ def registrations_report(
     return Report(
         command="registrations",
         model={"spec": loaded.spec, "class": type(loaded.module).__name__},
-        settings={"seed": seed},
+        settings={"seed": seed, **dict(loaded.settings or {})},  # kwargs, weights
         totals=totals,
         lists={"registrations": tuple(rows)},
         primary="registrations",

@@ -3,7 +3,9 @@
 A checkpoint is one of:
 
 - a ``torch.save`` file of a state dict (read with ``weights_only=True``; a dict
-  holding it under ``state_dict`` or ``model`` is accepted);
+  holding it under ``state_dict``, ``model`` or ``model_state_dict`` is accepted, and
+  keys that all carry ``torch.compile``'s ``_orig_mod.`` or DDP's ``module.`` prefix,
+  which the model's keys do not, are read without it);
 - a ``.safetensors`` file;
 - a sharded checkpoint: an ``*.index.json`` whose ``weight_map`` names the shard
   of every tensor (``.safetensors`` or ``torch.save`` shards beside it);
@@ -14,6 +16,10 @@ the same shape, and the checkpoint has no other key. A key left out because it
 is tied to one that is there (``lm_head.weight`` sharing ``embed_tokens.weight``,
 which safetensors stores once) is not missing.
 
+Such a dict may also hold the model's config (``model_args``, ``dims``, ``config``,
+``hyper_parameters``): ``checkpoint_configs`` reads them for ``hookcli.kwargs`` to fill
+the parameters ``-k`` leaves. ``sha256_of`` identifies the checkpoint in ``settings``.
+
 On meta the tensors hold no values: the checkpoint's keys and shapes are
 checked just as strictly (safetensors headers are read, never the data), and
 nothing is loaded.
@@ -22,6 +28,7 @@ nothing is loaded.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import pickle
 import struct
@@ -218,7 +225,8 @@ def _read_torch(path: Path, *, trust_pickle: bool, meta: bool) -> dict:
         if state is None:
             raise LoadError(
                 f"{path} holds a {type(obj).__name__}, not a state dict "
-                "(expected a dict of tensors, or one under 'state_dict' or 'model')"
+                "(expected a dict of tensors, or one under 'state_dict', 'model' or "
+                "'model_state_dict')"
             )
         where = "meta" if meta else "cpu"
         return {k: v.to(where) if isinstance(v, torch.Tensor) else v for k, v in state.items()}
@@ -244,9 +252,97 @@ def _read_torch(path: Path, *, trust_pickle: bool, meta: bool) -> dict:
     if state is None:
         raise LoadError(
             f"{path} holds a {type(obj).__name__}, not a state dict "
-            "(expected a dict of tensors, or one under 'state_dict' or 'model')"
+            "(expected a dict of tensors, or one under 'state_dict', 'model' or "
+            "'model_state_dict')"
         )
     return dict(state)
+
+
+def checkpoint_configs(path: Path, *, trust_pickle: bool = False) -> list[tuple[str, dict]]:
+    """The configs a ``torch.save`` checkpoint holds beside its weights, by key
+    (``hookcli.kwargs.CHECKPOINT_CONFIG_KEYS`` order). Read lazily (``mmap``), without
+    the tensors' data; a file that cannot be read gives none here (``apply_weights``
+    says why, after the build)."""
+    import torch
+
+    from hookcli.kwargs import CHECKPOINT_CONFIG_KEYS, as_mapping
+
+    try:
+        path = resolve_checkpoint(path)
+        if path.name.endswith(".index.json") or _is_safetensors(path):
+            return []
+        kind = _sniff(path)
+    except LoadError:
+        return []
+    if kind == "pickle":
+        return []
+    mmap = kind == "zip"
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True, mmap=mmap)
+    except pickle.UnpicklingError:
+        if not trust_pickle:
+            return []
+        try:
+            obj = torch.load(path, map_location="cpu", weights_only=False, mmap=mmap)
+        except Exception:
+            return []
+    except Exception:
+        return []
+    if not isinstance(obj, Mapping):
+        return []
+    out = []
+    for key in CHECKPOINT_CONFIG_KEYS:
+        data = as_mapping(obj.get(key)) if key in obj else None
+        if data is not None:
+            out.append((key, data))
+    return out
+
+
+def sha256_of(path: Path) -> str:
+    """The sha256 of the checkpoint's bytes: the file (a folder's checkpoint file), or for a
+    sharded checkpoint its index followed by every shard in name order."""
+    path = resolve_checkpoint(path)
+    files = [path]
+    if path.name.endswith(".index.json"):
+        try:
+            weight_map = json.loads(path.read_text(encoding="utf-8"))["weight_map"]
+            files += [path.parent / s for s in sorted(set(weight_map.values()))]
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            pass
+    digest = hashlib.sha256()
+    for file in files:
+        try:
+            with file.open("rb") as f:
+                while chunk := f.read(1 << 22):
+                    digest.update(chunk)
+        except OSError as err:
+            raise LoadError(f"cannot read weights {file}: {err.strerror or err}") from err
+    return digest.hexdigest()
+
+
+_WRAPPER_PREFIXES = ("_orig_mod.", "module.")
+
+
+def _without_wrapper_prefix(model: nn.Module, state: dict[str, Any], path: Path) -> dict[str, Any]:
+    """Keys saved from a ``torch.compile``'d (``_orig_mod.``) or DDP (``module.``) model,
+    every one with the prefix the model's own keys lack: read without it (a note says so)."""
+    expected = list(model.state_dict().keys())
+    changed = True
+    while changed and state:
+        changed = False
+        for prefix in _WRAPPER_PREFIXES:
+            if all(k.startswith(prefix) for k in state) and not any(
+                k.startswith(prefix) for k in expected
+            ):
+                state = {k[len(prefix) :]: v for k, v in state.items()}
+                print(
+                    f"hookcli: note: --weights {path}: every key starts with {prefix!r} (a "
+                    "model saved through its wrapper); read without it",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                changed = True
+    return state
 
 
 def _read_plain_pickle(path: Path, *, trust_pickle: bool) -> Any:
@@ -291,7 +387,7 @@ def _extract_state_dict(obj: Any) -> Mapping[str, Any] | None:
     if isinstance(obj, nn.Module):
         return obj.state_dict()
     if isinstance(obj, Mapping):
-        for key in ("state_dict", "model"):
+        for key in ("state_dict", "model", "model_state_dict"):
             inner = obj.get(key)
             if isinstance(inner, nn.Module):
                 return inner.state_dict()
@@ -336,7 +432,9 @@ def apply_weights(model: nn.Module, path: Path, *, trust_pickle: bool = False) -
     A model on meta is only checked (keys and shapes): meta tensors hold no values.
     """
     meta = any(t.is_meta for t in model.state_dict().values())
-    state = read_checkpoint(path, trust_pickle=trust_pickle, meta=meta)
+    state = _without_wrapper_prefix(
+        model, read_checkpoint(path, trust_pickle=trust_pickle, meta=meta), path
+    )
     check_fit(model, state, path)
     if meta:
         print(

@@ -357,11 +357,9 @@ def call_inputs_from(spec: str, seed: int) -> Any:
 
 def _same_file_module(path: Path) -> Any:
     """The module already imported from ``path`` (the MODEL file), so it is not run twice."""
-    mod = sys.modules.get(f"hookcli_user_{path.stem}")
-    file = getattr(mod, "__file__", None)
-    if mod is not None and file and Path(file).resolve() == path.resolve():
-        return mod
-    return None
+    from hookcli.loading import imported_module
+
+    return imported_module(path)
 
 
 def split_args(

@@ -28,3 +28,5 @@ class LoadedModel:
     input_source: str = ""  # where default_inputs came from, for the report
     # name -> CPU tensor: exact values for default inputs of that name (hf multimodal ids)
     input_values: Mapping[str, Any] | None = None
+    # what the report's settings record of the build: kwargs (as given), weights (path, sha256)
+    settings: Mapping[str, Any] | None = None
