@@ -535,6 +535,16 @@ class _Differ:
         pairs: list[tuple[str, str, Any, Any, str]] = []
         for k in _union(old.get("settings") or {}, new.get("settings") or {}):
             a, b = (old.get("settings") or {}).get(k), (new.get("settings") or {}).get(k)
+            if k == "weights" and _same_weights(a, b):
+                if a != b:  # one checkpoint at another path: noted, not a difference
+                    self.uncompared.append(
+                        Difference(SETTING, "settings", "", k, "changed", _path(a), _path(b))
+                    )
+                continue
+            if k in ("kwargs", "weights") and isinstance(a, Mapping) and isinstance(b, Mapping):
+                for key, fa, fb in _flat_pairs(a, b, k):
+                    pairs.append(("settings", key, fa, fb, SETTING))
+                continue
             pairs.append(("settings", k, a, b, SETTING))
         om, nm = old.get("model") or {}, new.get("model") or {}
         pairs.append(("model", "spec", om.get("spec"), nm.get("spec"), SETTING))
@@ -581,6 +591,32 @@ class _Differ:
                             VALUE, "checks", str(name), k, "changed", a[name].get(k), b[name].get(k)
                         )
                     )
+
+
+def _same_weights(a: Any, b: Any) -> bool:
+    """Two ``settings.weights`` of one checkpoint (its sha256) used the same way."""
+    if not isinstance(a, Mapping) or not isinstance(b, Mapping):
+        return False
+    sha = a.get("sha256")
+    return sha is not None and sha == b.get("sha256") and a.get("config") == b.get("config")
+
+
+def _path(weights: Any) -> Any:
+    return weights.get("path") if isinstance(weights, Mapping) else weights
+
+
+def _flat_pairs(a: Mapping[str, Any], b: Mapping[str, Any], prefix: str) -> list[tuple]:
+    """``settings.kwargs`` and ``settings.weights`` compared key by key, dotted
+    (``kwargs.config.n_layer``), so the line names what changed."""
+    out: list[tuple[str, Any, Any]] = []
+    for k in _union(a, b):
+        va, vb = a.get(k), b.get(k)
+        key = f"{prefix}.{k}"
+        if isinstance(va, Mapping) and isinstance(vb, Mapping):
+            out += _flat_pairs(va, vb, key)
+        else:
+            out.append((key, va, vb))
+    return out
 
 
 def _passed(check: Mapping[str, Any]) -> str:

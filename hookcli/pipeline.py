@@ -264,15 +264,20 @@ def run_session(
     error: RunError | None = None
     output: Any = None
     loss_value: float | None = None
-    with HookSession(
-        prepared.model,
-        probes,
-        mode=mode,
-        global_hooks=global_hooks,
-        backward=backward,
-        always_call=always_call,
-        only=only,
-    ) as session:
+    from hookcli.loading import keep_cwd
+
+    with (
+        keep_cwd(),
+        HookSession(  # the working folder as found, whatever forward does
+            prepared.model,
+            probes,
+            mode=mode,
+            global_hooks=global_hooks,
+            backward=backward,
+            always_call=always_call,
+            only=only,
+        ) as session,
+    ):
         try:
             for _ in range(steps):
                 output = session.forward(args, kwargs)
