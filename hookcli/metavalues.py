@@ -23,7 +23,9 @@ synthesis (docs/models.md#values-on-meta), in three parts:
      ``bincount``/``histc`` counts and the grouped-matmul offsets;
    - ``bool``: a data-dependent boolean check (``if mask.all():``) is true;
    - ``mask``: ``nonzero``/``masked_select``/boolean indexing on a mask with no
-     shadow takes the mask as all true.
+     shadow takes the mask as all true;
+   - ``counts``: a floating value with no shadow cast to integers (a duration
+     predictor's ``.long()``) is taken as 1 per element.
 3. ``torch._grouped_mm`` runs group by group as matrix products (its meta kernel
    takes bfloat16 only), so shapes and FLOP counts follow the offsets.
 
@@ -63,6 +65,8 @@ ASSUMPTIONS = {
     "takes the mask as all true",
     "grouped_mm": "torch._grouped_mm runs group by group as matrix products, split at "
     "the routing offsets",
+    "counts": "integers cast from floating values meta does not hold (predicted durations, "
+    "rounded lengths) are taken as 1",
 }
 
 _SCALAR = (aten._local_scalar_dense.default, aten.item.default, aten.is_nonzero.default)
@@ -96,6 +100,14 @@ _OP_WORDS = {
 _NONZERO_NUMPY = getattr(getattr(aten, "nonzero_numpy", None), "default", None)
 # ``torch.where(cond)``, one operand: ``cond.nonzero(as_tuple=True)`` by another name
 _WHERE_ONE = getattr(aten.where, "default", None)
+# dtype casts (under inference mode ``.long()`` reaches dispatch as ``to.dtype``)
+_CASTS = {
+    aten._to_copy.default,
+    aten.to.dtype,
+    aten.to.dtype_layout,
+    aten.to.device,
+    aten.to.other,
+}
 # ops that read their second operand's shape only -> the op taking that shape
 _AS_SHAPE = {
     aten.expand_as.default: aten.expand.default,
@@ -225,6 +237,12 @@ class MetaValues(TorchDispatchMode):
             # here undecomposed): x's values carry over as they do through ``expand``
             return self.__torch_dispatch__(_AS_SHAPE[func], types, (args[0], list(args[1].shape)))
 
+        if func is aten.repeat_interleave.self_Tensor and kwargs.get("output_size") is None:
+            # ``x.repeat_interleave(repeats, dim)`` (undecomposed under inference mode):
+            # with known repeats, the output size is known too
+            size = self._repeated_size(args, kwargs)
+            if size is not None:
+                kwargs = {**kwargs, "output_size": size}
         if func is aten.copy_.default and _is_meta(args[0]) and not _too_big(args[0]):
             return self._copy_in(func, args, kwargs)
         known = all(t in self.shadows for t in metas)
@@ -251,6 +269,8 @@ class MetaValues(TorchDispatchMode):
         if meta_err is None:
             if func in _INDEX_OPS and not known:
                 self._balanced(func, args, kwargs, meta_out)
+            elif func in _CASTS and not known:
+                self._counts(args[0], meta_out)
             return meta_out
         if func in _MASK_OPS:
             return self._all_true(func, args, kwargs)
@@ -398,6 +418,31 @@ class MetaValues(TorchDispatchMode):
         self.shadows[idx] = vals.contiguous()
         self.assumed["routing"] += 1
 
+    def _repeated_size(self, args: Any, kwargs: dict[str, Any]) -> int | None:
+        """The output length of ``repeat_interleave(self, repeats, dim)`` whose repeats
+        have a shadow; None where they have none."""
+        src, repeats = args[0], args[1]
+        dim = args[2] if len(args) > 2 else kwargs.get("dim")
+        values = self.shadows.get(repeats) if _is_meta(repeats) else repeats
+        if not isinstance(values, torch.Tensor) or values.device.type == "meta":
+            return None
+        length = src.numel() if dim is None else src.shape[dim]
+        if values.numel() == 1:
+            return int(values.reshape(())) * length
+        return int(values.sum())
+
+    def _counts(self, src: Any, out: Any) -> None:
+        """A floating value meta does not hold, cast to integers (``durations.long()``):
+        each element is taken as 1, a length that any count or repeat accepts."""
+        if not (_is_meta(src) and _is_meta(out) and src.is_floating_point()):
+            return
+        if out.is_floating_point() or out.is_complex() or out.dtype == torch.bool:
+            return
+        if _too_big(out):
+            return
+        self.shadows[out] = torch.ones(out.shape, dtype=out.dtype)
+        self.assumed["counts"] += 1
+
     def _all_true(self, func: Any, args: Any, kwargs: dict[str, Any]) -> Any:
         mask = args[0]
         self.assumed["mask"] += 1
@@ -473,6 +518,8 @@ _READ_OUT = {
     torch.Tensor.__float__,
     torch.Tensor.__bool__,
     torch.Tensor.__index__,
+    # ``f"expert_{idx}"``: a meta 0-d tensor formats as its repr, a CPU one as its number
+    torch.Tensor.__format__,
 }
 
 

@@ -530,6 +530,7 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
         # forward names its audio otherwise (``hidden_states``): the audio rule, renamed
         _audio(config, params, named, out)
         out.rename(named, main)
+        _latents(module, config, main, out)
         return tuple(out.specs), out.values
     if main == "past_values":
         _series(config, params, out)
@@ -585,6 +586,7 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
         or ("pixel_values" in out.names and getattr(config, "text_config", None) is not None)
     ):
         ids = _text_ids(length, vocab, avoid, 0)
+        ids = _with_codebooks(module, config, ids, vocab)
         image_token = _get(config, "image_token_id", "image_token_index")
         if "pixel_values" in out.names and isinstance(image_token, int):
             count = _image_tokens(module, out)
@@ -617,7 +619,7 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
             ids = _image_positions(module, params, ids, out)
         out.tensor("input_ids", ids)
         if "attention_mask" in params:
-            out.tensor("attention_mask", ids.new_ones(ids.shape))
+            out.tensor("attention_mask", ids.new_ones(ids.shape[:2]))
         if "mm_token_type_ids" in params and isinstance(image_token, int):
             # the processor's modality label per token: 0 text, 1 image, 2 video
             out.tensor("mm_token_type_ids", (ids == image_token).to(ids.dtype))
@@ -664,6 +666,51 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
 
 
 _AUDIO_INPUTS = ("input_features", "input_values", "audio_mel", "input_audio_embeds")
+
+
+def _latents(module: Any, config: Any, main: str, out: _Inputs) -> None:
+    """An audio decoder whose forward names its input otherwise (``hidden_states``) and
+    whose first convolution takes more channels than the audio has
+    (``vibevoice_acoustic_tokenizer_decoder``): it decodes latents, not audio. They are
+    ``1 x in_channels x frames``, one frame per hop of the audio (the product of the
+    config's ``upsampling_ratios``)."""
+    import torch
+
+    conv = next((m for m in module.modules() if isinstance(m, torch.nn.Conv1d)), None)
+    spec = next((s for s in out.specs if s.startswith(f"{main}=")), None)
+    if conv is None or spec is None:
+        return
+    dims = [int(d) for d in spec.split("=", 1)[1].split(":")[-1].split("x") if d.isdigit()]
+    if len(dims) != 3 or dims[1] == conv.in_channels:
+        return
+    hop = 1
+    for ratio in _get(config, "upsampling_ratios") or ():
+        hop *= ratio if isinstance(ratio, int) and ratio > 0 else 1
+    frames = max(1, dims[2] // hop)
+    out.specs.remove(spec)
+    out.values.pop(main, None)
+    out.specs.append(f"{main}=float32:1x{conv.in_channels}x{frames}")
+
+
+def _with_codebooks(module: Any, config: Any, ids: Any, vocab: int) -> Any:
+    """Text and audio codebooks in one id tensor (``kyutai_speech_to_text``): where the
+    config has ``num_codebooks`` and ``codebook_vocab_size`` and the model embeds text and
+    every codebook in one table (``vocab_size + num_codebooks * codebook_vocab_size`` rows,
+    and a padding row), ``batch x steps x (1 + num_codebooks)`` ids: the text's, then a
+    code below ``codebook_vocab_size`` per codebook. Else ``ids`` as they are."""
+    import torch
+
+    books = _get(config, "num_codebooks")
+    codes = _get(config, "codebook_vocab_size")
+    if not all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in (books, codes)):
+        return ids
+    rows = vocab + books * codes
+    tables = (m for m in module.modules() if isinstance(m, torch.nn.Embedding))
+    if not any(t.num_embeddings in (rows, rows + 1) for t in tables):
+        return ids
+    steps = ids.shape[1]
+    audio = _text_ids(steps * books, codes, set(), 3).view(1, steps, books)
+    return torch.cat([ids.unsqueeze(-1), audio], dim=-1)
 
 
 def _image_positions(module: Any, params: list[str], ids: Any, out: _Inputs) -> Any:
@@ -788,6 +835,9 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
     channels = channels if isinstance(channels, int) and 0 < channels <= 16 else 3
     processed = _processed_image(config, height, width, channels, params)
     extras = {k: v for k, v in processed.items() if k in params and k != "pixel_values"}
+    if not _fits_windows(config, processed.get("pixel_values")):
+        processed = {}  # the processor's size does not split into the backbone's windows
+        extras = {}
     if extras and "pixel_values" in processed:
         out.tensor("pixel_values", processed["pixel_values"])
         for key, value in extras.items():
@@ -820,6 +870,25 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
         out.add("pixel_values", f"pixel_values=1x{channels}x{height}x{width}")
     if "pixel_mask" in params:
         out.tensor("pixel_mask", torch.ones((1, height, width), dtype=torch.int64))
+
+
+def _fits_windows(config: Any, pixels: Any) -> bool:
+    """Whether an image splits into the windows of a windowed ViT backbone (``lw_detr``:
+    ``num_windows_side`` windows a side, each a whole number of ``patch_size`` patches);
+    True where the config has no such backbone, or there is no image."""
+    import torch
+
+    if not isinstance(pixels, torch.Tensor) or pixels.dim() < 2:
+        return True
+    height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
+    for cfg in _configs(config):
+        patch = getattr(cfg, "patch_size", None)
+        side = getattr(cfg, "num_windows_side", None)
+        if not (isinstance(patch, int) and isinstance(side, int) and patch > 0 and side > 0):
+            continue
+        if any(n % patch or (n // patch) % side for n in (height, width)):
+            return False
+    return True
 
 
 def _processed_image(

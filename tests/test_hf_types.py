@@ -1,0 +1,182 @@
+"""The transformers types issue 28's coverage run found failing, each on a small config.
+
+Small configs are checked against plain transformers on the CPU (the model itself
+raises on a wrong input) and against an independent count (``sum(p.numel())``); the
+meta stand-ins on small hand-written modules whose CPU results are known.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.conftest import invoke, invoke_json
+from tests.test_hf_rules import _inputs
+
+transformers = pytest.importorskip("transformers")
+
+
+def _plain_params(model_type: str, **overrides: object) -> int:
+    config = transformers.AutoConfig.for_model(model_type, **overrides)
+    with torch.device("meta"):
+        model = transformers.AutoModel.from_config(config)
+    return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+
+
+def _k(**overrides: object) -> list[str]:
+    return [a for k, v in overrides.items() for a in ("-k", f"{k}={json.dumps(v)}")]
+
+
+# -- meta stand-ins -----------------------------------------------------------------------
+def test_format_of_a_meta_index_with_known_values() -> None:
+    """``f"expert_{idx}"`` (switch_transformers picks its expert module by name): a meta
+    0-d tensor whose value is known formats as the number, as on the CPU."""
+    from hookcli.metavalues import MetaValues
+
+    with MetaValues():
+        idx = torch.arange(4, device="meta")[2]
+        assert f"expert_{idx}" == f"expert_{torch.arange(4)[2]}" == "expert_2"
+        assert f"{idx:03d}" == "002"
+
+
+def test_switch_transformers_routes_by_expert_name_on_meta() -> None:
+    """Switch Transformers' experts are looked up as ``self[f"expert_{i}"]`` with ``i``
+    from the routing: exit 0 on meta, every parameter counted, every expert run."""
+    small = {"d_model": 32, "d_ff": 32, "d_kv": 16, "num_heads": 2, "num_experts": 4}
+    small |= {"num_layers": 2, "num_decoder_layers": 2, "vocab_size": 100}
+    # one sparse layer each (block 1): with the defaults' 12, two layers have none
+    small |= {"num_sparse_encoder_layers": 1, "num_sparse_decoder_layers": 1}
+    report = invoke_json("inspect", "hf:switch_transformers", *_k(**small), "--device", "meta")
+    assert report["totals"]["params"] == _plain_params("switch_transformers", **small)
+    assert report["totals"]["params_not_run"] == 0
+    stated = " ".join(report["settings"]["meta_assumptions"])
+    assert "balanced across experts" in stated
+
+
+_DURATIONS = '''
+import torch
+from torch import nn
+
+
+class Durations(nn.Module):
+    """A duration predictor and a length regulator (FastSpeech): each token repeated
+    as many times as its predicted duration, the output as long as their sum."""
+
+    def __init__(self):
+        super().__init__()
+        self.proj = nn.Linear(8, 1)
+
+    def forward(self, x):
+        d = torch.clamp(torch.round(self.proj(x).squeeze(-1).exp() - 1), min=0).long()
+        length = int(d.sum(dim=1).max())
+        out = torch.zeros(x.shape[0], length, x.shape[2], device=x.device)
+        for i in range(x.shape[0]):
+            rep = torch.repeat_interleave(x[i], d[i], dim=0)
+            out[i, : rep.shape[0]] = rep
+        return out
+'''
+
+
+def test_integers_cast_from_unknown_floats_are_one_on_meta(tmp_path: Path) -> None:
+    """Predicted durations (floats meta does not hold, cast to integers) are taken as 1
+    and stated: the output is as long as the text, as on the CPU when every duration is 1."""
+    path = tmp_path / "durations.py"
+    path.write_text(_DURATIONS)
+    report = invoke_json("inspect", f"{path}:Durations", "-i", "2x5x8", "--device", "meta")
+    assert report["layers"][0]["output_shapes"] == [[2, 5, 8]]
+    stated = " ".join(report["settings"]["meta_assumptions"])
+    assert "taken as 1" in stated
+
+
+def test_fastspeech2_with_hifigan_runs_on_meta() -> None:
+    """The length regulator reads its predicted durations (``.item()``): on meta, with
+    the durations taken as 1, the model and its vocoder run; params equal plain."""
+    small = {"hidden_size": 32, "encoder_layers": 1, "decoder_layers": 1, "vocab_size": 100}
+    small |= {"encoder_num_attention_heads": 2, "decoder_num_attention_heads": 2}
+    small |= {"encoder_linear_units": 32, "decoder_linear_units": 32}
+    small |= {"speech_decoder_postnet_units": 32, "duration_predictor_channels": 32}
+    small |= {"pitch_predictor_channels": 32, "energy_predictor_channels": 32}
+    vocoder = {"upsample_initial_channel": 32}
+    args = _k(model_config=small, vocoder_config=vocoder)
+    report = invoke_json(
+        "inspect", "hf:fastspeech2_conformer_with_hifigan", *args, "--device", "meta"
+    )
+    plain = _plain_params(
+        "fastspeech2_conformer_with_hifigan", model_config=small, vocoder_config=vocoder
+    )
+    assert report["totals"]["params"] == plain
+    assert report["totals"]["params_not_run"] == 0
+
+
+# -- input rules --------------------------------------------------------------------------
+def test_text_and_audio_codebooks_in_one_id_tensor() -> None:
+    """Kyutai speech-to-text embeds the text and 32 audio codebooks in one table: ids are
+    ``1 x steps x (1 + num_codebooks)``, codes below ``codebook_vocab_size``; plain
+    transformers runs on them and refuses the plain ``1 x steps`` text."""
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    small |= {"num_key_value_heads": 2, "head_dim": 16, "ffn_dim": 32, "num_codebooks": 3}
+    small |= {"codebook_vocab_size": 20, "vocab_size": 50, "audio_pad_token_id": 110}
+    config, model, kwargs = _inputs("kyutai_speech_to_text", **small)
+    ids = kwargs["input_ids"]
+    assert ids.shape[0] == 1 and ids.shape[2] == 1 + config.num_codebooks
+    assert int(ids[..., 0].max()) < config.vocab_size
+    assert int(ids[..., 1:].max()) < config.codebook_vocab_size
+    assert kwargs["attention_mask"].shape == ids.shape[:2]
+    with torch.no_grad():
+        out = model(**kwargs)
+        assert out.last_hidden_state.shape == (1, ids.shape[1], 32)
+        with pytest.raises(RuntimeError, match=r"size of tensor|broadcast"):
+            model(input_ids=ids[..., 0])
+
+
+def test_detection_image_splits_into_the_backbone_windows() -> None:
+    """LW-DETR's ViT backbone splits the image into ``num_windows_side`` windows a side of
+    whole patches: the default image processor's 800 x 800 does not split (plain
+    transformers raises), the config's ``image_size`` does, and the backbone runs on it."""
+    from hookcli.sources import hf
+
+    backbone = {
+        "model_type": "lw_detr_vit",
+        "hidden_size": 32,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+    }
+    backbone |= {"image_size": 256, "window_block_indices": [0], "out_indices": [1, 2]}
+    config, model, kwargs = _inputs("lw_detr", backbone_config=backbone)
+    pixels = kwargs["pixel_values"]
+    assert pixels.shape[-2:] == (256, 256)
+    assert kwargs["pixel_mask"].shape == (1, 256, 256)
+    assert not hf._fits_windows(config, torch.zeros(1, 3, 800, 800))
+    with torch.no_grad():
+        model.backbone.backbone(pixels)
+        with pytest.raises(RuntimeError, match="invalid for input"):
+            model.backbone.backbone(torch.randn(1, 3, 800, 800))
+
+
+def test_audio_decoder_gets_latents() -> None:
+    """VibeVoice's acoustic decoder takes latents (``hidden_size`` channels, one frame per
+    hop), not audio: plain transformers decodes them, and refuses one audio channel."""
+    small = {"hidden_size": 16, "num_filters": 4, "depths": [1, 1, 1], "kernel_size": 3}
+    small |= {"downsampling_ratios": [2, 2]}
+    config, model, kwargs = _inputs("vibevoice_acoustic_tokenizer_decoder", **small)
+    latents = kwargs["hidden_states"]
+    assert latents.shape[:2] == (1, config.hidden_size) and latents.shape[2] >= 1
+    with torch.no_grad():
+        audio = model(**kwargs).audio
+        assert audio.shape[-1] == latents.shape[2] * 4
+        with pytest.raises(RuntimeError, match="channel"):
+            model(hidden_states=torch.randn(1, 1, 64))
+
+
+def test_kyutai_and_the_decoder_report_on_meta() -> None:
+    """Both through the CLI on meta, small: exit 0, params equal plain transformers."""
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    small |= {"num_key_value_heads": 2, "head_dim": 16, "ffn_dim": 32, "num_codebooks": 3}
+    small |= {"codebook_vocab_size": 20, "vocab_size": 50, "audio_pad_token_id": 110}
+    report = invoke_json("inspect", "hf:kyutai_speech_to_text", *_k(**small), "--device", "meta")
+    assert report["totals"]["params"] == _plain_params("kyutai_speech_to_text", **small)
+    result = invoke("inspect", "hf:vibevoice_acoustic_tokenizer_decoder", "--device", "meta")
+    assert result.exit_code == 0, result.stderr
