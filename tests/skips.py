@@ -63,6 +63,7 @@ LEDGER = (
     Allowed(r"\(private\) moved in this torch", _torch_below(2, 8), "old torch"),
     Allowed(r"No module named 'tomllib'", _module_missing("tomllib"), "Python 3.10"),
     Allowed(r"No module named 'yaml'", _module_missing("yaml"), "PyYAML not installed"),
+    Allowed(r"No module named 'pydantic'", _module_missing("pydantic"), "pydantic not installed"),
     Allowed(r"needs Linux /proc", _always, "a machine without /proc"),
 )
 
