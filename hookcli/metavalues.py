@@ -608,17 +608,112 @@ def _meta_device(dev: Any) -> bool:
         return True  # not a device at all (a dtype passed positionally to .to): leave it
 
 
+# The legacy typed constructors (``torch.FloatTensor(r, c)``, pygcn's parameters) and
+# the dtype each makes.
+_LEGACY_TYPES = {
+    "FloatTensor": torch.float32,
+    "DoubleTensor": torch.float64,
+    "HalfTensor": torch.float16,
+    "BFloat16Tensor": torch.bfloat16,
+    "LongTensor": torch.int64,
+    "IntTensor": torch.int32,
+    "ShortTensor": torch.int16,
+    "CharTensor": torch.int8,
+    "ByteTensor": torch.uint8,
+    "BoolTensor": torch.bool,
+}
+
+
+def _legacy_sizes(args: tuple[Any, ...]) -> tuple[int, ...] | None:
+    """The sizes of a legacy ``Tensor(*sizes)`` / ``Tensor(torch.Size)`` call; None for data."""
+    if len(args) == 1 and isinstance(args[0], torch.Size):
+        return tuple(args[0])
+    if all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        return tuple(args)  # () too: ``torch.Tensor()`` is an empty tensor
+    return None
+
+
+def _legacy_make(dtype: torch.dtype, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """A legacy constructor's tensor on meta (sizes: uninitialized; data: with a shadow);
+    None where the call is neither (``torch.Tensor(other_tensor)``, storages)."""
+    if set(kwargs) - {"device"}:
+        return None
+    sizes = _legacy_sizes(args)
+    if sizes is not None:
+        return torch.empty(sizes if args else (0,), dtype=dtype, device="meta")
+    if len(args) == 1 and isinstance(args[0], (list, tuple)):
+        return torch.tensor(args[0], dtype=dtype, device="meta")  # _MetaData keeps values
+    return None
+
+
+class _LegacyTypeMeta(type):
+    """A stand-in for ``torch.FloatTensor`` and its kin while building on meta: calling it
+    makes the tensor on meta; ``isinstance`` still asks the real type."""
+
+    _real: Any
+    _dtype: torch.dtype
+
+    def __call__(cls, *args: Any, **kwargs: Any) -> Any:
+        made = _legacy_make(cls._dtype, args, kwargs)
+        return made if made is not None else cls._real(*args, **kwargs)
+
+    def __instancecheck__(cls, obj: Any) -> bool:
+        return isinstance(obj, cls._real)
+
+    def __subclasscheck__(cls, sub: Any) -> bool:
+        return issubclass(sub, cls._real)
+
+
+@contextlib.contextmanager
+def _legacy_constructors_on_meta() -> Iterator[None]:
+    """``torch.Tensor(r, c)`` and ``torch.FloatTensor(r, c)`` (fairscale's llama, pygcn) on
+    meta: the legacy constructors ignore the default device and would allocate on the CPU
+    (27 GB for a 7B llama)."""
+    base_new = torch._C.TensorBase.__new__
+    had_own = "__new__" in torch.Tensor.__dict__
+    own = torch.Tensor.__dict__.get("__new__")
+
+    def tensor_new(cls: Any, *args: Any, **kwargs: Any) -> Any:
+        if cls is torch.Tensor:
+            made = _legacy_make(torch.get_default_dtype(), args, kwargs)
+            if made is not None:
+                return made
+        return base_new(cls, *args, **kwargs)
+
+    saved = {name: getattr(torch, name) for name in _LEGACY_TYPES if hasattr(torch, name)}
+    setattr(torch.Tensor, "__new__", staticmethod(tensor_new))  # noqa: B010
+    for name, real in saved.items():
+        stand_in = _LegacyTypeMeta(name, (), {"_real": real, "_dtype": _LEGACY_TYPES[name]})
+        setattr(torch, name, stand_in)
+    try:
+        yield
+    finally:
+        for name, real in saved.items():
+            setattr(torch, name, real)
+        if had_own:
+            setattr(torch.Tensor, "__new__", own)  # noqa: B010
+        else:
+            delattr(torch.Tensor, "__new__")
+
+
 @contextlib.contextmanager
 def building_on_meta() -> Iterator[MetaValues]:
     """Build a model on meta: nothing is allocated, explicit devices included.
 
     Factories default to meta (``torch.device("meta")``), an explicit ``device=``
-    or ``.to(device)`` in ``__init__`` is redirected there, and small tensors keep
-    shadows so construction code that reads them (``linspace(...).tolist()``) works.
+    or ``.to(device)`` in ``__init__`` is redirected there, the legacy constructors
+    (``torch.Tensor(r, c)``, ``torch.FloatTensor(n)``) make meta tensors, and small
+    tensors keep shadows so construction code that reads them
+    (``linspace(...).tolist()``) works.
     """
+    # a dispatch mode's first call imports torch._dynamo, which checks torch.Tensor.__new__
+    # against its own copy (and, on torch 2.6, runs ops): imported before anything is
+    # patched or redirected (the build's modes would import it anyway)
+    import torch._dynamo
+
     values = MetaValues()
     values.building = True
-    with torch.device("meta"), _MetaFactories(), values:
+    with torch.device("meta"), _MetaFactories(), _legacy_constructors_on_meta(), values:
         yield values
 
 

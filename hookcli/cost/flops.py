@@ -376,6 +376,80 @@ def _cudnn_rnn_backward(
     return 2 * _cudnn_rnn(inp, weights)
 
 
+# -- sparse operands ------------------------------------------------------------------
+
+
+def is_sparse(t: Any) -> bool:
+    """A tensor in a sparse layout (COO, CSR, CSC, BSR, BSC)."""
+    return isinstance(t, torch.Tensor) and t.layout is not torch.strided
+
+
+def stored(t: torch.Tensor) -> int:
+    """The elements a sparse tensor stores (its nonzeros; block elements for BSR/BSC)."""
+    try:
+        values = t._values() if t.layout is torch.sparse_coo else t.values()
+        return int(values.numel())
+    except (RuntimeError, NotImplementedError):
+        return 0
+
+
+def _sparse_pair(a: torch.Tensor, b: torch.Tensor) -> int:
+    """Multiply-adds of sparse @ sparse: for each inner index k, the nonzeros of column k
+    of ``a`` times those of row k of ``b`` (2-D, values known); else the smaller of the two
+    one-sided counts."""
+    one_sided = min(stored(a) * int(b.shape[-1]), stored(b) * int(a.shape[-2]))
+    if a.dim() != 2 or b.dim() != 2 or a.is_meta or b.is_meta:
+        return one_sided
+    try:
+        cols = a.to_sparse_coo().coalesce().indices()[1]
+        rows = b.to_sparse_coo().coalesce().indices()[0]
+        k = int(a.shape[1])
+        return int((torch.bincount(cols, minlength=k) * torch.bincount(rows, minlength=k)).sum())
+    except (RuntimeError, NotImplementedError):
+        return one_sided
+
+
+def sparse_matmul_flops(a: Any, b: Any) -> int:
+    """A matrix product with a sparse operand, counted by its nonzeros: sparse [m, k] @
+    dense [k, n] is ``2 * nnz * n``; dense [m, k] @ sparse [k, n] is ``2 * m * nnz``
+    (batched: the nonzeros of every batch)."""
+    if is_sparse(a) and is_sparse(b):
+        return 2 * _sparse_pair(a, b)
+    if is_sparse(a):
+        return 2 * stored(a) * int(b.shape[-1]) if b.dim() > 1 else 2 * stored(a)
+    return 2 * stored(b) * int(a.shape[-2]) if a.dim() > 1 else 2 * stored(b)
+
+
+# matrix products -> the positions of their two operands; a call with a sparse operand is
+# counted by ``sparse_matmul_flops`` and listed as a sparse op
+_SPARSE_OPERANDS: dict[str, tuple[int, int]] = {
+    "mm": (0, 1),
+    "bmm": (0, 1),
+    "mv": (0, 1),
+    "_sparse_mm": (0, 1),
+    "smm": (0, 1),
+    "hspmm": (0, 1),
+    "_sparse_sparse_matmul": (0, 1),
+    "addmm": (1, 2),
+    "_addmm_activation": (1, 2),
+    "_sparse_addmm": (1, 2),
+    "sspaddmm": (1, 2),
+    "addmv": (1, 2),
+}
+SPARSE_OPERANDS: dict[Any, tuple[int, int]] = {
+    getattr(aten, n): pos for n, pos in _SPARSE_OPERANDS.items() if hasattr(aten, n)
+}
+
+
+def sparse_operands(packet: Any, args: Sequence[Any]) -> tuple[Any, Any] | None:
+    """The two operands of a matrix product when one of them is sparse; else None."""
+    pos = SPARSE_OPERANDS.get(packet)
+    if pos is None or len(args) <= pos[1]:
+        return None
+    a, b = args[pos[0]], args[pos[1]]
+    return (a, b) if is_sparse(a) or is_sparse(b) else None
+
+
 # -- the table ------------------------------------------------------------------------
 
 _TABLE: dict[str, Formula] = {
@@ -389,6 +463,13 @@ _TABLE: dict[str, Formula] = {
     "baddbmm": _baddbmm,
     "addbmm": _addbmm,
     "mv": _mv,
+    # products with a sparse operand (the probe counts these by their nonzeros)
+    "_sparse_mm": _mm,
+    "smm": _mm,
+    "hspmm": _mm,
+    "_sparse_sparse_matmul": _mm,
+    "_sparse_addmm": _addmm,
+    "sspaddmm": _addmm,
     "addmv": _addmv,
     "dot": _dot,
     "vdot": _dot,

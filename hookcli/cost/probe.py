@@ -33,7 +33,15 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from hookcli.cost.flops import FORMULAS, ZERO_FLOP_OPS, op_name
+from hookcli.cost.flops import (
+    FORMULAS,
+    SPARSE_OPERANDS,
+    ZERO_FLOP_OPS,
+    op_name,
+    sparse_matmul_flops,
+    sparse_operands,
+    stored,
+)
 from hookcli.session import CallRecord, Frame, Probe
 from hookcli.structures import iter_tensors
 
@@ -50,6 +58,31 @@ class Uncounted:
     calls: int = 0
     output_elements: int = 0
     modules: dict[str, None] | None = None  # labels, in first-seen order
+
+
+@dataclass
+class SparseOp:
+    """A matrix product with a sparse operand: counted by its nonzeros, not its shape."""
+
+    op: str
+    phase: str
+    calls: int = 0
+    nonzeros: int = 0  # the stored elements of its sparse operands, summed over calls
+    flops: int = 0  # counted (by the nonzeros)
+    dense_flops: int = 0  # what the shapes alone would have counted
+    modules: dict[str, None] | None = None
+
+
+@dataclass(frozen=True)
+class AttributeTensor:
+    """A tensor held in a module attribute that is neither a parameter nor a buffer
+    (a KV cache, a rotary table): memory the model holds, no activation of the run."""
+
+    module: str
+    attribute: str
+    shape: tuple[int, ...]
+    dtype: str
+    bytes: int  # its storage's, counted once where tensors share one
 
 
 @dataclass(frozen=True)
@@ -85,6 +118,52 @@ def _storage(t: torch.Tensor) -> Any:
         return None
 
 
+def _parts(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """The strided tensors a sparse tensor is made of (indices and values); () otherwise."""
+    layout = t.layout
+    try:
+        if layout is torch.sparse_coo:
+            return (t._indices(), t._values())
+        if layout in (torch.sparse_csr, torch.sparse_bsr):
+            return (t.crow_indices(), t.col_indices(), t.values())
+        if layout in (torch.sparse_csc, torch.sparse_bsc):
+            return (t.ccol_indices(), t.row_indices(), t.values())
+    except (RuntimeError, NotImplementedError):
+        pass
+    return ()
+
+
+def _storages(t: torch.Tensor) -> list[Any]:
+    """The storages holding ``t``'s data: its own, or a sparse tensor's parts'."""
+    if t.layout is torch.strided:
+        st = _storage(t)
+        return [] if st is None else [st]
+    return [st for p in _parts(t) if (st := _storage(p)) is not None]
+
+
+def attribute_tensors(model: nn.Module) -> list[tuple[str, str, torch.Tensor]]:
+    """(module name, attribute, tensor) for every tensor a module holds in a plain
+    attribute (``self.cache_k``), directly or in a list, tuple or dict one level down;
+    parameters, buffers and ``example_input_array`` (inputs) are not among them."""
+    out: list[tuple[str, str, torch.Tensor]] = []
+    for name, module in model.named_modules():
+        for attr, value in vars(module).items():
+            if attr.startswith("_") or attr == "example_input_array":
+                continue
+            if isinstance(value, torch.Tensor):
+                if not isinstance(value, nn.Parameter):
+                    out.append((name, attr, value))
+            elif isinstance(value, (list, tuple)):
+                for i, v in enumerate(value[:1024]):
+                    if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter):
+                        out.append((name, f"{attr}[{i}]", v))
+            elif isinstance(value, dict) and len(value) <= 1024:
+                for k, v in value.items():
+                    if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter):
+                        out.append((name, f"{attr}[{k!r}]", v))
+    return out
+
+
 class StorageLedger:
     """Storages seen in the measured pass: a serial number each, bytes alive, the peak.
 
@@ -100,17 +179,36 @@ class StorageLedger:
         self.peak_bytes = 0
         self.serial = 0
         self.open = True
+        # +serial when a counted storage appears, -serial when it is freed: replayed to
+        # take storages out of the peak afterwards (those the model kept in attributes)
+        self.events: list[int] = []
+        self.sizes: dict[int, int] = {}  # serial -> bytes, counted storages
+        self._transient: list[Any] = []  # weak references to attribute storages
 
     def add_static(self, t: torch.Tensor) -> None:
         st = _storage(t)
         if st is not None:
             self.static.add(st._cdata)
 
+    def add_transient(self, st: Any) -> None:
+        """A storage that is no activation while it lives (a tensor in a module attribute),
+        but that the model may drop during the run (``self.cache = self.cache.to(x)``):
+        its address may then serve a new storage, which must not pass for it."""
+        key = st._cdata
+        if key not in self.static:
+            self.static.add(key)
+            self._transient.append(weakref.ref(st, functools.partial(self._unstatic, key)))
+
+    def _unstatic(self, key: int, _ref: Any) -> None:
+        self.static.discard(key)
+
     def _forget(self, key: int, serial: int, _ref: Any) -> None:
         entry = self.live.get(key)
         if self.open and entry is not None and entry[0] == serial:
             del self.live[key]
             self.live_bytes -= entry[1]
+            if entry[1]:
+                self.events.append(-serial)
 
     def track(self, st: Any, counted: bool = True) -> tuple[int, int] | None:
         """(serial, bytes) of a storage, registering it when new; None when static."""
@@ -126,8 +224,32 @@ class StorageLedger:
             if counted:
                 self.live_bytes += nbytes
                 self.peak_bytes = max(self.peak_bytes, self.live_bytes)
+                if nbytes:
+                    self.events.append(serial)
+                    self.sizes[serial] = nbytes
             return serial, nbytes
         return entry[0], st.nbytes()
+
+    def live_serial(self, st: Any) -> int | None:
+        """The serial of a storage alive now that the run created (None: static or unseen)."""
+        entry = self.live.get(st._cdata)
+        return None if entry is None else entry[0]
+
+    def exclude(self, serials: set[int]) -> None:
+        """Take these storages out of the peak, as if they had never been activations."""
+        if not serials:
+            return
+        live = peak = 0
+        sizes = self.sizes
+        for e in self.events:
+            if e > 0:
+                if e not in serials:
+                    live += sizes[e]
+                    if live > peak:
+                        peak = live
+            elif -e not in serials:
+                live -= sizes[-e]
+        self.peak_bytes = peak
 
     def close(self) -> None:
         """Stop following frees (the measured pass is over)."""
@@ -362,21 +484,64 @@ class CostProbe(Probe):
         self._nodes: dict[int, tuple[Any, int]] = {}  # id(node) -> (node, frame)
         self._incl: tuple[list[int], list[int], list[dict[int, int]]] | None = None
         self.input_bytes = 0
+        self.sparse: dict[tuple[str, str], SparseOp] = {}
+        # tensors in plain module attributes as the measured pass left them, and the
+        # storages of those the run itself made (kept out of activations and saved bytes)
+        self.attributes: list[AttributeTensor] = []
+        self.attribute_serials: set[int] = set()
 
     # -- the passes -----------------------------------------------------------------
     def _open(self, ledger: StorageLedger, inputs: Sequence[Any]) -> int:
-        """Parameters and buffers static, inputs live: the bytes of the inputs."""
+        """Parameters, buffers and attribute tensors static, inputs live: the bytes of the
+        inputs."""
         for t in (*self.model.parameters(), *self.model.buffers()):
             ledger.add_static(t)
+        for _, _, t in attribute_tensors(self.model):
+            for st in _storages(t):
+                ledger.add_transient(st)
         seen: set[int] = set()
         total = 0
         for t in iter_tensors(list(inputs)):
-            st = _storage(t)
-            if st is not None and st._cdata not in seen:
-                seen.add(st._cdata)
-                tracked = ledger.track(st)
-                total += tracked[1] if tracked else 0
+            for st in _storages(t):
+                if st._cdata not in seen:
+                    seen.add(st._cdata)
+                    tracked = ledger.track(st)
+                    total += tracked[1] if tracked else 0
         return total
+
+    def _settle_attributes(self, ledger: StorageLedger, record: bool) -> None:
+        """After a pass: storages the run made that the model keeps in attributes (a cache
+        made by ``self.cache_k.to(x)``) leave the activation peak; with ``record``, the
+        attribute tensors as the pass left them are the report's."""
+        found = attribute_tensors(self.model)
+        serials: set[int] = set()
+        seen: set[int] = set()
+        rows: list[AttributeTensor] = []
+        for module, attr, t in found:
+            size = 0
+            for st in _storages(t):
+                serial = ledger.live_serial(st)
+                if serial is not None:
+                    serials.add(serial)
+                if st._cdata not in seen:
+                    seen.add(st._cdata)
+                    size += st.nbytes()
+            rows.append(
+                AttributeTensor(
+                    module or "(root)",
+                    attr,
+                    tuple(t.shape),
+                    str(t.dtype).removeprefix("torch."),
+                    size,
+                )
+            )
+        ledger.exclude(serials)
+        if record:
+            self.attributes = rows
+            self.attribute_serials = serials
+            for saved in self.own_saved:
+                for serial in serials & saved.keys():
+                    del saved[serial]
 
     @contextlib.contextmanager
     def measuring(self, inputs: Sequence[Any]) -> Iterator[None]:
@@ -391,6 +556,7 @@ class CostProbe(Probe):
                 yield
         finally:
             self.measured_calls = len(self.parent)
+            self._settle_attributes(self.ledger, record=True)
             self.ledger.close()
 
     @contextlib.contextmanager
@@ -418,6 +584,7 @@ class CostProbe(Probe):
                 yield
         finally:
             self._nodes.clear()
+            self._settle_attributes(self.train_ledger, record=False)
             self.train_ledger.close()
 
     def _attention(self) -> contextlib.AbstractContextManager[Any]:
@@ -493,29 +660,40 @@ class CostProbe(Probe):
 
     def _pack(self, t: torch.Tensor) -> Any:
         frame = self._current()
-        st = _storage(t)
-        if frame >= 0 and st is not None:
-            # a storage no op of the run created (a plain tensor attribute) is saved
-            # memory all the same, but no activation of this run
-            tracked = self.ledger.track(st, counted=False)
-            if tracked is not None:
-                self.own_saved[frame][tracked[0]] = tracked[1]
+        if frame >= 0:
+            if t.layout is torch.strided:
+                storages = _storages(t)
+            else:
+                # saved-tensor hooks run above dispatch: a sparse tensor's parts are read
+                # with the counting mode off, so that reading them is no op of the model's
+                from torch.utils._python_dispatch import _disable_current_modes
+
+                with _disable_current_modes():
+                    storages = _storages(t)
+            for st in storages:
+                # a storage no op of the run created is saved memory all the same, but no
+                # activation of this run (parameters, buffers and attribute tensors are
+                # static: counted on their own lines)
+                tracked = self.ledger.track(st, counted=False)
+                if tracked is not None:
+                    self.own_saved[frame][tracked[0]] = tracked[1]
         return _DROPPED
 
     def _on_op(
         self, packet: Any, formula: Any, args: Any, kwargs: Any, out: Any, phase: str
     ) -> None:
+        ledger = self.ledger if phase == FORWARD else self.train_ledger
+        for t in _outputs(out):
+            if t.layout is torch.strided:
+                st = _storage(t)
+                if st is not None:
+                    ledger.track(st)
+            else:
+                for st in _storages(t):
+                    ledger.track(st)
         if phase == FORWARD:
             frame = self._current()
-            for t in _outputs(out):
-                st = _storage(t)
-                if st is not None:
-                    self.ledger.track(st)
         else:
-            for t in _outputs(out):
-                st = _storage(t)
-                if st is not None:
-                    self.train_ledger.track(st)
             if phase == REPLAY:
                 return
             node = torch._C._current_autograd_node()
@@ -526,7 +704,13 @@ class CostProbe(Probe):
         if frame < 0:
             return
         if formula is not None:
-            flops = int(formula(*args, **kwargs, out_val=out))
+            pair = sparse_operands(packet, args) if packet in SPARSE_OPERANDS else None
+            if pair is None:
+                flops = int(formula(*args, **kwargs, out_val=out))
+            else:
+                flops = sparse_matmul_flops(*pair)
+                dense = int(formula(*args, **kwargs, out_val=out))
+                self._book_sparse(packet, phase, frame, pair, flops, dense)
             if phase == FORWARD:
                 self.own_flops[frame] += flops
             else:
@@ -542,6 +726,28 @@ class CostProbe(Probe):
         entry_u.output_elements += sum(t.numel() for t in _outputs(out))
         assert entry_u.modules is not None
         entry_u.modules[self._label(frame)] = None
+
+    def _book_sparse(
+        self, packet: Any, phase: str, frame: int, pair: tuple[Any, Any], flops: int, dense: int
+    ) -> None:
+        key = (op_name(packet), phase)
+        entry = self.sparse.get(key)
+        if entry is None:
+            entry = self.sparse[key] = SparseOp(key[0], phase, modules={})
+        entry.calls += 1
+        entry.nonzeros += sum(stored(t) for t in pair if t.layout is not torch.strided)
+        entry.flops += flops
+        entry.dense_flops += dense
+        assert entry.modules is not None
+        entry.modules[self._label(frame)] = None
+
+    def sparse_ops(self) -> list[SparseOp]:
+        """Products with a sparse operand, forward first, then by FLOPs (most first)."""
+        return sorted(self.sparse.values(), key=lambda u: (u.phase != FORWARD, -u.flops, u.op))
+
+    def attribute_bytes(self) -> int:
+        """The bytes of the attribute tensors, each storage once."""
+        return sum(a.bytes for a in self.attributes)
 
     def _label(self, frame: int) -> str:
         from hookcli.checks import layer_label

@@ -40,8 +40,10 @@ class Optimizer(str, enum.Enum):
     NONE = "none"
 
 
-# Tensors of state per trainable parameter element, each the parameter's size:
-# Adam/AdamW keep exp_avg and exp_avg_sq, SGD with momentum a momentum buffer.
+# Tensors of state per trainable parameter element, each the parameter's size and dtype:
+# Adam/AdamW keep exp_avg and exp_avg_sq, SGD with momentum a momentum buffer, all made
+# with zeros_like/clone of the parameter, so float16 parameters have float16 state
+# (checked against a real optimizer step in tests/test_cost_real.py).
 # (Adam's per-parameter `step` is a 0-d float32 tensor on the CPU, left out.)
 STATE_COPIES = {
     Optimizer.ADAM: 2,
@@ -145,7 +147,7 @@ def measure(
     return probe, records, error
 
 
-def memory_totals(model: nn.Module, probe: CostProbe, optimizer: Optimizer) -> dict[str, int]:
+def memory_totals(model: nn.Module, probe: CostProbe, optimizer: Optimizer) -> dict[str, Any]:
     """The memory totals in bytes: components, a training step, inference."""
     from hookcli.modelinfo import totals
 
@@ -155,23 +157,31 @@ def memory_totals(model: nn.Module, probe: CostProbe, optimizer: Optimizer) -> d
     state = STATE_COPIES[optimizer] * grad_bytes
     saved = probe.total_saved_bytes()
     peak = probe.ledger.peak_bytes
+    # tensors in plain module attributes (a KV cache): held by the model, not activations
+    held = t["param_bytes"] + t["buffer_bytes"] + probe.attribute_bytes()
     out = {
         "param_bytes": t["param_bytes"],
         "buffer_bytes": t["buffer_bytes"],
+        "attribute_bytes": probe.attribute_bytes(),
         "grad_bytes": grad_bytes,
         "optimizer_state_bytes": state,
+        "optimizer_state_dtypes": sorted(
+            {str(p.dtype).removeprefix("torch.") for p in params if p.requires_grad}
+        )
+        if state
+        else [],
         "saved_bytes": saved,
         "input_bytes": probe.input_bytes,
         "peak_activation_bytes": peak,
-        "train_step_bytes": t["param_bytes"] + t["buffer_bytes"] + grad_bytes + state + saved,
-        "inference_bytes": t["param_bytes"] + t["buffer_bytes"] + peak,
+        "train_step_bytes": held + grad_bytes + state + saved,
+        "inference_bytes": held + peak,
     }
     if probe.backward_ran:
         # measured over the second forward and the backward: activations, saved
         # tensors, activation gradients and parameter grads alive at once
         live = probe.train_ledger.peak_bytes
         out["train_peak_activation_bytes"] = live
-        out["train_peak_bytes"] = t["param_bytes"] + t["buffer_bytes"] + state + live
+        out["train_peak_bytes"] = held + state + live
     return out
 
 
@@ -254,6 +264,75 @@ def _uncounted_rows(probe: CostProbe) -> tuple[Row, ...]:
             }
         )
         for u in probe.uncounted_ops()
+    )
+
+
+def _sparse_rows(probe: CostProbe) -> tuple[Row, ...]:
+    from hookcli.report import Row
+
+    return tuple(
+        Row.of(
+            {
+                "op": u.op,
+                "phase": u.phase,
+                "calls": u.calls,
+                "nonzeros": u.nonzeros,
+                "flops": u.flops,
+                "dense_flops": u.dense_flops,
+                "modules": list(u.modules or {}),
+            }
+        )
+        for u in probe.sparse_ops()
+    )
+
+
+def _attribute_rows(probe: CostProbe) -> tuple[Row, ...]:
+    from hookcli.report import Row
+
+    return tuple(
+        Row.of(
+            {
+                "module": a.module,
+                "attribute": a.attribute,
+                "shape": list(a.shape),
+                "dtype": a.dtype,
+                "bytes": a.bytes,
+            }
+        )
+        for a in probe.attributes
+    )
+
+
+def _sparse_note(probe: CostProbe) -> str | None:
+    from hookcli.render import fmt_count, fmt_int
+
+    ops = [u for u in probe.sparse_ops() if u.phase == "forward"]
+    if not ops:
+        return None
+    shown = ", ".join(
+        f"{u.op.removeprefix('aten.')} x{u.calls} ({fmt_int(u.nonzeros)} nonzeros)" for u in ops[:4]
+    )
+    more = f", +{len(ops) - 4} more" if len(ops) > 4 else ""
+    flops = sum(u.flops for u in ops)
+    dense = sum(u.dense_flops for u in ops)
+    return (
+        f"{shown}{more}: {fmt_count(flops)} FLOPs counted by their nonzeros "
+        f"(the dense shapes would be {fmt_count(dense)}; JSON sparse_ops)"
+    )
+
+
+def _attribute_note(probe: CostProbe) -> str | None:
+    rows = probe.attributes
+    if not rows:
+        return None
+    named = ", ".join(
+        f"{a.module}.{a.attribute}" if a.module != "(root)" else a.attribute for a in rows[:3]
+    )
+    more = f", +{len(rows) - 3} more" if len(rows) > 3 else ""
+    return (
+        f"{_size(probe.attribute_bytes())} in {len(rows)} tensor(s) kept in module attributes, "
+        f"neither parameters nor buffers (caches, tables): {named}{more}; not activations "
+        "(JSON attribute_tensors)"
     )
 
 
@@ -342,7 +421,11 @@ def build_report(
         layers=rows,
         totals=totals,
         checks=checks,
-        lists={"uncounted_ops": _uncounted_rows(probe)},
+        lists={
+            "uncounted_ops": _uncounted_rows(probe),
+            "sparse_ops": _sparse_rows(probe),
+            "attribute_tensors": _attribute_rows(probe),
+        },
         error=error.message if error else None,
         columns=tuple(_table_columns(kinds, probe.backward_ran)),
         table_totals=tuple(_table_totals(totals, probe, optimizer)),
@@ -394,15 +477,27 @@ def _table_totals(
         out.append(
             ("Backward FLOPs", f"{fmt_count(t['backward_flops'])} ({fmt_int(t['backward_flops'])})")
         )
+    sparse = _sparse_note(probe)
+    if sparse is not None:
+        out.append(("Sparse ops", sparse))
     out.append(("Not counted", _uncounted_note(probe)))
     out.append(("Params", f"{fmt_int(t['params'])} ({_size(t['param_bytes'])})"))
     out.append(("Buffers", _size(t["buffer_bytes"])))
+    attrs = _attribute_note(probe)
+    held = "params + buffers"
+    if attrs is not None:
+        out.append(("Attribute tensors", attrs))
+        held = "params + buffers + attribute tensors"
     state = t["optimizer_state_bytes"]
+    dtypes = [d for d in t.get("optimizer_state_dtypes", []) if d != "float32"]
+    in_dtype = (
+        f" (in the params' dtype, {', '.join(dtypes)}, as torch.optim keeps it)" if dtypes else ""
+    )
     out.append(
         (
             "Training step",
-            f"{_size(t['train_step_bytes'])} = params + buffers + grads "
-            f"{_size(t['grad_bytes'])} + {optimizer.value} state {_size(state)} "
+            f"{_size(t['train_step_bytes'])} = {held} + grads "
+            f"{_size(t['grad_bytes'])} + {optimizer.value} state {_size(state)}{in_dtype} "
             f"+ saved activations {_size(t['saved_bytes'])}",
         )
     )
@@ -410,7 +505,7 @@ def _table_totals(
         out.append(
             (
                 "Training peak",
-                f"{_size(t['train_peak_bytes'])} = params + buffers + {optimizer.value} state "
+                f"{_size(t['train_peak_bytes'])} = {held} + {optimizer.value} state "
                 f"+ peak live tensors in forward and backward (activations, saved, grads) "
                 f"{_size(t['train_peak_activation_bytes'])}",
             )
@@ -418,7 +513,7 @@ def _table_totals(
     out.append(
         (
             "Inference",
-            f"{_size(t['inference_bytes'])} = params + buffers + peak live activations "
+            f"{_size(t['inference_bytes'])} = {held} + peak live activations "
             f"{_size(t['peak_activation_bytes'])}",
         )
     )
