@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ParamSpec, TypeVar
 
 from hookcli.errors import UnknownOptionError, UsageError
-from hookcli.options import LossKind, Mode
+from hookcli.options import Loss, Mode
 from hookcli.report import Report
 
 if TYPE_CHECKING:
@@ -270,7 +270,7 @@ def grads(
     *inputs: Any,
     forward_kwargs: Mapping[str, Any] | None = None,
     mode: str | Mode = "train",
-    loss: str | LossKind = "sum",
+    loss: str | Loss | None = None,
     hooks: Hooks = None,
     global_hooks: bool = False,
     depth: int | None = None,
@@ -283,8 +283,9 @@ def grads(
 ) -> Report:
     """Gradient flow per layer and CI checks, like ``hookcli grads``.
 
-    Runs forward and ``loss.backward()`` once (``loss``: ``"sum"`` or ``"mean"`` of
-    every floating-point output element); the parameters' ``.grad`` are restored
+    Runs forward and ``loss.backward()`` once (``loss``: as ``--loss`` takes it: ``"sum"``,
+    the default, of every floating-point output element, ``"mean"``, ``"random"``,
+    ``"output:KEY"``, ``"fn:FILE.py:fn"``); the parameters' ``.grad`` are restored
     after, so the caller's own gradients are untouched.
 
     Args:
@@ -321,7 +322,7 @@ def stats(
     forward_kwargs: Mapping[str, Any] | None = None,
     mode: str | Mode = "eval",
     backward: bool = False,
-    loss: str | LossKind = "sum",
+    loss: str | Loss | None = None,
     hooks: Hooks = None,
     global_hooks: bool = False,
     depth: int | None = None,
@@ -335,7 +336,7 @@ def stats(
     Args:
         model, *inputs, forward_kwargs, mode, hooks, global_hooks, depth, seed: as
             for ``inspect``.
-        backward: also run backward (``loss``: ``"sum"`` or ``"mean"``) and add the
+        backward: also run backward (``loss``: as ``--loss`` takes it) and add the
             statistics of grad_output.
         fail_on: ``"nan"``, ``"inf"``, ``"dead"`` (a string or a list).
         dead_threshold: ``dead`` fails a module when at least this fraction of its

@@ -22,6 +22,7 @@ from typer.core import TyperGroup
 
 from hookcli import __version__
 from hookcli.errors import (
+    EXIT_INTERNAL,
     EXIT_INTERRUPTED,
     EXIT_RESOURCE,
     EXIT_RUN,
@@ -492,8 +493,17 @@ def _outcome(fn: Callable[[], int], debug: bool) -> int:
             traceback.print_exc()
         if is_oom(err):
             return _fail(f"out of memory: {first_line(oom_cause(err))}", EXIT_RESOURCE)
+        from hookcli.failure import raised_at
+
+        at = raised_at(err)
         hint = "" if debug else " (run with --debug for the traceback)"
-        return _fail(f"internal error: {first_line(err)}{hint}", EXIT_RUN)
+        if at is not None and not at.hookcli:  # the model's code, where hookcli did not wrap it
+            return _fail(f"the model raised: {first_line(err)}{at.suffix()}", EXIT_RUN)
+        where = at.suffix() if at is not None else ""
+        return _fail(
+            f"internal error in hookcli (not the model's fault): {first_line(err)}{where}{hint}",
+            EXIT_INTERNAL,
+        )
 
 
 def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> None:

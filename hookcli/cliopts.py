@@ -14,7 +14,6 @@ from hookcli.options import (
     Annotate,
     CIOptions,
     Format,
-    LossKind,
     Mode,
     ModelOptions,
     OutputOptions,
@@ -193,11 +192,16 @@ GlobalHooksOpt = Annotated[
     ),
 ]
 LossOpt = Annotated[
-    LossKind,
+    str | None,
     typer.Option(
         "--loss",
-        help="Reduce the output to a scalar loss for backward: sum (of every floating-point "
-        "element of the output structure) or mean.",
+        metavar="LOSS",
+        help="The scalar loss backward starts from: sum (default: of every floating-point "
+        "element of the output structure), mean, random (a fixed, seeded random projection "
+        "of every floating output), output:KEY (one element of the output: output:loss, "
+        "output:1, output:aux.loss), fn:FILE.py:FUNCTION (your function of the output and "
+        "the inputs).",
+        show_default=False,
     ),
 ]
 FailOnOpt = Annotated[

@@ -6,6 +6,7 @@
      +-- LoadError            exit 3: the model could not be built or its weights loaded
      +-- RunError             exit 4: forward or backward raised inside the model
      +-- ResourceError        exit 5: out of memory, or an estimate over --max-memory
+     +-- InternalError        exit 70: hookcli's own code failed (never the model's fault)
 
     SystemExit
      +-- ModelExit            os._exit called by the model: reported as exit 4
@@ -27,6 +28,7 @@ EXIT_USAGE = 2
 EXIT_LOAD = 3
 EXIT_RUN = 4
 EXIT_RESOURCE = 5
+EXIT_INTERNAL = 70  # sysexits.h EX_SOFTWARE: a bug in hookcli, not in the model
 EXIT_INTERRUPTED = 130
 EXIT_TERMINATED = 143
 
@@ -78,6 +80,13 @@ class ResourceError(HookcliError):
     """Out of memory, or an estimate over ``--max-memory`` (exit 5)."""
 
     exit_code = EXIT_RESOURCE
+
+
+class InternalError(HookcliError):
+    """hookcli's own code raised (a probe's hook, a runner): a bug in hookcli, which the
+    message says, never blaming the model (exit 70)."""
+
+    exit_code = EXIT_INTERNAL
 
 
 def first_line(err: BaseException) -> str:

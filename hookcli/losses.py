@@ -1,39 +1,368 @@
-"""Reduce a model's output structure to a scalar loss (``--loss sum|mean``)."""
+"""The scalar loss backward starts from (``--loss``, docs/grads.md#the-loss).
+
+``sum`` (the default) and ``mean`` reduce every floating-point element of the output
+structure; ``random`` projects every floating output on a fixed, seeded random direction;
+``output:KEY`` takes one element of the output; ``fn:FILE.py:FUNCTION`` calls the user's
+function. A default ``sum`` on an output that holds the model's own loss (a scalar named
+``loss``, or a tuple ending in a scalar) says so once, with the option that would use it.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import torch
 
-from hookcli.errors import UsageError
+from hookcli.errors import RunError, UsageError
+from hookcli.options import Loss, LossKind, check_loss_fn, loss_arg
 from hookcli.structures import iter_tensors
 
+# The random projection's seed: fixed, so two runs (and two machines) project on the
+# same direction whatever --seed drew the inputs with.
+RANDOM_SEED = 0
 
-def reduce_output(output: Any, kind: str = "sum") -> torch.Tensor:
-    """Sum (or mean) of every floating-point element that requires grad in ``output``.
 
-    ``sum`` adds every element of every floating tensor; ``mean`` averages over
-    all those elements together. Tensors that do not require grad are skipped
-    (they cannot carry a gradient back).
-    """
-    tensors = [
+def reduce_output(output: Any, kind: str | Loss | LossFunction = "sum") -> torch.Tensor:
+    """The scalar loss of ``output``: ``kind`` as ``--loss`` takes it (or a LossFunction)."""
+    if isinstance(kind, LossFunction):
+        return kind(output)
+    loss = loss_arg(kind)
+    if loss.kind in (LossKind.SUM, LossKind.MEAN):
+        return _reduce(output, loss.kind)
+    return LossFunction(loss)(output)
+
+
+def _grad_tensors(output: Any) -> list[torch.Tensor]:
+    return [
         t
         for t in iter_tensors(output)
         if (t.is_floating_point() or t.is_complex()) and t.requires_grad
     ]
-    if not tensors:
-        raise UsageError(
-            f"nothing to backpropagate: the model's output is {describe_output(output)}; "
-            "backward needs a floating-point tensor that requires grad in the output"
+
+
+def _nothing(output: Any, what: str = "the model's output") -> UsageError:
+    return UsageError(
+        f"nothing to backpropagate: {what} is {describe_output(output)}; "
+        f"backward needs a floating-point tensor that requires grad in the output{_why(output)}"
+    )
+
+
+def _why(output: Any) -> str:
+    """Why floating outputs carry no grad, where that can be told: made under
+    ``torch.inference_mode()`` (inference tensors), else grad off or detached."""
+    floating = [t for t in iter_tensors(output) if t.is_floating_point() or t.is_complex()]
+    if not floating:
+        return ""
+    if any(t.is_inference() for t in floating):
+        return (
+            " (the output was made under torch.inference_mode(): does forward, or code it "
+            "calls, run in inference mode?)"
         )
+    return (
+        " (no floating output is attached to autograd: does forward run under "
+        "torch.no_grad() or detach its output?)"
+    )
+
+
+def _reduce(output: Any, kind: LossKind, what: str = "the model's output") -> torch.Tensor:
+    """Sum (or mean) of every floating-point element that requires grad in ``output``.
+
+    ``sum`` adds every element of every floating tensor; ``mean`` averages over
+    all those elements together. Tensors that do not require grad are skipped
+    (they cannot carry a gradient back); complex ones count by their real part.
+    """
+    tensors = _grad_tensors(output)
+    if not tensors:
+        raise _nothing(output, what)
     total = tensors[0].real.sum() if tensors[0].is_complex() else tensors[0].sum()
     for t in tensors[1:]:
         total = total + (t.real.sum() if t.is_complex() else t.sum())
-    if kind == "mean":
+    if kind is LossKind.MEAN:
         count = sum(t.numel() for t in tensors)
         return total / max(count, 1)
     return total
+
+
+def random_projection(output: Any) -> torch.Tensor:
+    """sum_i <R_i, out_i> over the floating outputs that require grad, in output order,
+    with R_i ~ N(0, 1) of out_i's shape drawn on the CPU from one generator seeded with
+    ``RANDOM_SEED`` (complex outputs: their real part; sparse ones: densified)."""
+    tensors = _grad_tensors(output)
+    if not tensors:
+        raise _nothing(output)
+    gen = torch.Generator().manual_seed(RANDOM_SEED)
+    total: torch.Tensor | None = None
+    for t in tensors:
+        value = t.real if t.is_complex() else t
+        if value.layout != torch.strided:
+            value = value.to_dense()
+        direction = torch.randn(tuple(value.shape), generator=gen, dtype=torch.float32)
+        term = (value * direction.to(device=value.device, dtype=value.dtype)).sum()
+        total = term if total is None else total + term
+    assert total is not None
+    return total
+
+
+# -- output:KEY ----------------------------------------------------------------------------
+
+
+def _keys(obj: Any) -> list[str]:
+    """What ``output:KEY`` can name in ``obj`` (empty for a leaf)."""
+    if isinstance(obj, Mapping):
+        return [str(k) for k in obj]
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        return [f.name for f in dataclasses.fields(obj)]
+    if isinstance(obj, (tuple, list)):
+        fields = list(getattr(obj, "_fields", ()))  # a namedtuple's names too
+        return [str(i) for i in range(len(obj))] + fields
+    return []
+
+
+def _child(obj: Any, part: str) -> tuple[bool, Any]:
+    """(found, value) of one step of ``output:KEY``."""
+    if isinstance(obj, Mapping):
+        if part in obj:
+            return True, obj[part]
+        for k in obj:
+            if str(k) == part:
+                return True, obj[k]
+        return False, None
+    if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
+        names = {f.name for f in dataclasses.fields(obj)}
+        return (True, getattr(obj, part, None)) if part in names else (False, None)
+    if isinstance(obj, (tuple, list)):
+        if part in getattr(obj, "_fields", ()):
+            return True, getattr(obj, part)
+        try:
+            index = int(part)
+        except ValueError:
+            return False, None
+        if -len(obj) <= index < len(obj):
+            return True, obj[index]
+    return False, None
+
+
+def _kind_of(obj: Any) -> str:
+    if isinstance(obj, torch.Tensor):
+        return "a tensor"
+    name = type(obj).__name__
+    return f"{'an' if name[:1].lower() in 'aeiou' else 'a'} {name}"
+
+
+def select_output(output: Any, key: str) -> Any:
+    """The element ``key`` names: ``loss``, ``1``, ``-1``, ``aux.loss`` (dots go deeper);
+    a missing key is a UsageError that lists the keys there are."""
+    obj = output
+    walked: list[str] = []
+    for part in key.split("."):
+        found, value = _child(obj, part)
+        if not found:
+            where = "the model's output" if not walked else f"output:{'.'.join(walked)}"
+            keys = _keys(obj)
+            has = (
+                f"its keys are {', '.join(keys)}"
+                if keys
+                else f"it is {describe_output(obj)}, which has no keys"
+            )
+            raise UsageError(
+                f"--loss output:{key}: {where} ({_kind_of(obj)}) has no {part!r}; {has}"
+            )
+        walked.append(part)
+        obj = value
+    if obj is None:
+        raise UsageError(
+            f"--loss output:{key}: the model returned None there (a model computes its loss "
+            "when it is given targets or labels: pass them as inputs, -i targets=...)"
+        )
+    return obj
+
+
+def _as_loss(value: Any, what: str) -> torch.Tensor:
+    """A scalar tensor as it is; a larger tensor or a structure: the sum of its floating
+    elements."""
+    if (
+        isinstance(value, torch.Tensor)
+        and value.numel() == 1
+        and value.layout == torch.strided
+        and (value.is_floating_point() or value.is_complex())
+        and value.requires_grad
+    ):
+        scalar = value.reshape(())
+        return scalar.real if scalar.is_complex() else scalar
+    return _reduce(value, LossKind.SUM, what)
+
+
+# -- fn:FILE.py:FUNCTION -------------------------------------------------------------------
+
+
+def load_loss_fn(spec: str) -> Callable[..., Any]:
+    """Import the user's loss function (exit 2 when it cannot be found)."""
+    from hookcli.errors import LoadError
+    from hookcli.inputs.files import _same_file_module
+    from hookcli.loading import _import_file, _import_module, _resolve_attr
+
+    where, attr = check_loss_fn(spec)
+    try:
+        if where.endswith(".py") or "/" in where:
+            module = _same_file_module(Path(where)) or _import_file(Path(where))
+            label = where
+        else:
+            module = _import_module(where)
+            label = f"module {where!r}"
+        fn = _resolve_attr(module, attr, label)
+    except LoadError as err:
+        raise UsageError(f"--loss fn:{spec}: {err.message}") from err
+    if not callable(fn):
+        raise UsageError(f"--loss fn:{spec}: {attr} is a {type(fn).__name__}, not a function")
+    return fn
+
+
+def _call_loss_fn(
+    fn: Callable[..., Any], spec: str, output: Any, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> Any:
+    """``fn(output, *args, **kwargs)`` when its signature takes the model's inputs after the
+    output, else ``fn(output)``."""
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):
+        sig = None
+    call_args: tuple[Any, ...] = (output,)
+    call_kwargs: dict[str, Any] = {}
+    if sig is not None:
+        try:
+            sig.bind(output, *args, **kwargs)
+            call_args, call_kwargs = (output, *args), dict(kwargs)
+        except TypeError:
+            try:
+                sig.bind(output)
+            except TypeError:
+                raise UsageError(
+                    f"--loss fn:{spec}: {getattr(fn, '__name__', spec)}{sig} takes neither "
+                    "(output) nor (output, *the model's inputs)"
+                ) from None
+    try:
+        return fn(*call_args, **call_kwargs)
+    except KeyboardInterrupt:
+        raise
+    except (Exception, SystemExit) as err:
+        from hookcli.errors import is_oom
+
+        if is_oom(err):
+            raise
+        from hookcli.failure import raised_at
+        from hookcli.session import _reason
+
+        at = raised_at(err)
+        raise RunError(
+            f"the loss function fn:{spec} raised: {_reason(err)}{at.suffix() if at else ''}"
+        ) from err
+
+
+# -- the loss of a run ---------------------------------------------------------------------
+
+
+class LossFunction:
+    """``--loss`` bound to a run: called with the output, returns the scalar loss.
+
+    ``natural`` is set after a default ``sum``/``mean`` call on an output that holds the
+    model's own loss: the ``--loss`` that would pick it (``output:loss``, ``output:1``).
+    """
+
+    def __init__(
+        self,
+        loss: str | Loss | None = None,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.loss = loss_arg(loss)
+        self.args = tuple(args)
+        self.kwargs = dict(kwargs or {})
+        self.natural: str | None = None
+        self.natural_value: float | None = None
+        self._looked = False
+        self._fn: Callable[..., Any] | None = None
+        if self.loss.kind is LossKind.FN:
+            assert self.loss.arg is not None
+            self._fn = load_loss_fn(self.loss.arg)
+
+    @property
+    def value(self) -> str:
+        return self.loss.value
+
+    def __call__(self, output: Any) -> torch.Tensor:
+        loss = self.loss
+        if loss.kind in (LossKind.SUM, LossKind.MEAN):
+            total = _reduce(output, loss.kind)
+            if not loss.explicit and not self._looked:
+                self._looked = True
+                self._look_for_natural(output)
+                if self.natural is not None:
+                    from hookcli.pipeline import progress
+
+                    value = None if total.is_meta else float(total.detach())
+                    progress(f"hookcli: {self.note(value)}")
+            return total
+        if loss.kind is LossKind.RANDOM:
+            return random_projection(output)
+        assert loss.arg is not None
+        if loss.kind is LossKind.OUTPUT:
+            return _as_loss(select_output(output, loss.arg), f"output:{loss.arg}")
+        assert self._fn is not None
+        value = _call_loss_fn(self._fn, loss.arg, output, self.args, self.kwargs)
+        if not isinstance(value, torch.Tensor):
+            raise UsageError(
+                f"--loss fn:{loss.arg} returned {describe_output(value)}, not a tensor"
+            )
+        return _as_loss(value, f"what fn:{loss.arg} returned")
+
+    def _look_for_natural(self, output: Any) -> None:
+        found = natural_loss(output)
+        if found is not None:
+            self.natural, tensor = found
+            self.natural_value = None if tensor.is_meta else float(tensor.detach().real.sum())
+
+    def note(self, reduced: float | None = None) -> str | None:
+        """One line naming the model's own loss and how to use it (None when there is none)."""
+        if self.natural is None:
+            return None
+        from hookcli.render import fmt_float
+
+        own = "" if self.natural_value is None else f" ({fmt_float(self.natural_value)})"
+        this = "" if reduced is None else f" ({fmt_float(reduced)})"
+        what = "mean" if self.loss.kind is LossKind.MEAN else "sum"
+        return (
+            f"note: the output holds the model's own loss, {self.natural}{own}; this run "
+            f"backpropagated the {what} of every output{this}: pass --loss {self.natural} "
+            "to use the model's"
+        )
+
+
+def _scalar(value: Any) -> bool:
+    return (
+        isinstance(value, torch.Tensor)
+        and value.numel() == 1
+        and value.dim() <= 1
+        and (value.is_floating_point() or value.is_complex())
+        and value.requires_grad
+    )
+
+
+def natural_loss(output: Any) -> tuple[str, torch.Tensor] | None:
+    """``("output:loss", t)`` when the output holds a scalar named ``loss`` (a dict key,
+    a dataclass or namedtuple field), ``("output:N", t)`` for a tuple or list of two or
+    more whose last element N is a scalar; else None."""
+    if isinstance(output, torch.Tensor) or output is None:
+        return None
+    found, value = _child(output, "loss")
+    if found and _scalar(value):
+        return "output:loss", value
+    if isinstance(output, (tuple, list)) and len(output) >= 2 and _scalar(output[-1]):
+        return f"output:{len(output) - 1}", output[-1]
+    return None
 
 
 def describe_output(output: Any, _depth: int = 0) -> str:
@@ -59,3 +388,32 @@ def describe_output(output: Any, _depth: int = 0) -> str:
         more = ", ..." if len(output) > 3 else ""
         return f"{article} {name} ({inner}{more})"
     return f"{article} {name}"
+
+
+def loss_notes(
+    loss_fn: LossFunction, loss: float | None, totals: dict[str, Any]
+) -> tuple[str, ...]:
+    """The model's own loss, when a default sum ran past it (the loss function said so on
+    stderr): a note in the report and ``totals.natural_loss``, the ``--loss`` that picks it."""
+    note = loss_fn.note(loss)
+    if note is None:
+        return ()
+    totals["natural_loss"] = loss_fn.natural
+    return (note,)
+
+
+def loss_words(loss: Loss) -> str:
+    """The loss in words, for a report's header: 'sum of the outputs', 'output:loss'."""
+    return {
+        LossKind.SUM: "sum of the outputs",
+        LossKind.MEAN: "mean of the outputs",
+        LossKind.RANDOM: f"a random projection of the outputs, seed {RANDOM_SEED}",
+    }.get(loss.kind, loss.value)
+
+
+def make_loss(loss: str | Loss | None, inputs: Any = None) -> LossFunction:
+    """A LossFunction for a run over ``inputs`` (an ``Inputs``: its args and kwargs go to
+    ``fn:`` functions)."""
+    args = getattr(inputs, "args", ()) if inputs is not None else ()
+    kwargs = getattr(inputs, "kwargs", {}) if inputs is not None else {}
+    return LossFunction(loss, args, kwargs)

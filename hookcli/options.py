@@ -54,6 +54,30 @@ class LossKind(str, enum.Enum):
 
     SUM = "sum"
     MEAN = "mean"
+    RANDOM = "random"
+    OUTPUT = "output"  # output:KEY
+    FN = "fn"  # fn:FILE.py:fn
+
+
+@dataclass(frozen=True)
+class Loss:
+    """``--loss`` parsed: the kind, its argument (``KEY``, ``FILE.py:fn``), and whether the
+    user chose it (a default ``sum`` may point at the model's own loss)."""
+
+    kind: LossKind = LossKind.SUM
+    arg: str | None = None
+    explicit: bool = False
+
+    @property
+    def value(self) -> str:
+        """As typed: ``sum``, ``output:loss``, ``fn:loss.py:ce``."""
+        return self.kind.value if self.arg is None else f"{self.kind.value}:{self.arg}"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+DEFAULT_LOSS = Loss()  # the default sum, not typed by the user
 
 
 DTYPES = ("float32", "float16", "bfloat16", "float64", "int64", "long", "int32", "bool")
@@ -124,11 +148,58 @@ def depth_arg(depth: int | None) -> int | None:
     return depth
 
 
-def loss_arg(value: str | LossKind) -> LossKind:
-    """``--loss`` (``loss=``) as a string or a ``LossKind``."""
-    from hookcli.validate import choice
+def check_loss_fn(spec: str) -> tuple[str, str]:
+    """``--loss fn:FILE.py:fn`` / ``fn:pkg.mod:fn`` -> (where, attr); malformed is exit 2.
 
-    return choice(value, LossKind, "loss")
+    Nothing is imported here (that happens once the model is built)."""
+    from hookcli.errors import UsageError
+
+    where, sep, attr = spec.rpartition(":")
+    if not sep or not where or not attr:
+        raise UsageError(
+            f"--loss fn:{spec}: write fn:FILE.py:FUNCTION or fn:package.module:FUNCTION"
+        )
+    if not all(part.isidentifier() for part in attr.split(".")):
+        raise UsageError(f"--loss fn:{spec}: {attr!r} is not a Python name")
+    if (where.endswith(".py") or "/" in where) and not Path(where).is_file():
+        raise UsageError(f"--loss fn:{spec}: no such file {where}")
+    return where, attr
+
+
+LOSS_FORMS = "sum, mean, random, output:KEY or fn:FILE.py:FUNCTION"
+
+
+def loss_arg(value: str | LossKind | Loss | None) -> Loss:
+    """``--loss`` (``loss=``) as typed, a ``LossKind`` or a ``Loss``; None: the default sum."""
+    from hookcli.errors import UsageError
+
+    if value is None:
+        return Loss()
+    if isinstance(value, Loss):
+        return value
+    if isinstance(value, LossKind):
+        value = value.value
+    if not isinstance(value, str):
+        raise UsageError(f"--loss must be {LOSS_FORMS}; got {value!r}")
+    head, sep, arg = value.strip().partition(":")
+    try:
+        kind = LossKind(head)
+    except ValueError:
+        raise UsageError(f"--loss must be {LOSS_FORMS}; got {value!r}") from None
+    if kind in (LossKind.OUTPUT, LossKind.FN):
+        if not arg.strip():
+            form = (
+                "output:KEY (output:loss, output:1)"
+                if kind is LossKind.OUTPUT
+                else ("fn:FILE.py:FUNCTION or fn:package.module:FUNCTION")
+            )
+            raise UsageError(f"--loss {value!r}: write {form}")
+        if kind is LossKind.FN:
+            check_loss_fn(arg.strip())  # malformed or no such file: exit 2 before the build
+        return Loss(kind, arg.strip(), explicit=True)
+    if sep:
+        raise UsageError(f"--loss {head} takes no argument; got {value!r}")
+    return Loss(kind, explicit=True)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,14 @@ from torch import nn
 from torch.nn.modules import module as module_mod
 from torch.utils.hooks import RemovableHandle
 
-from hookcli.errors import ResourceError, RunError, first_line, is_oom, oom_cause
+from hookcli.errors import (
+    HookcliError,
+    ResourceError,
+    RunError,
+    first_line,
+    is_oom,
+    oom_cause,
+)
 from hookcli.metavalues import MetaValues
 from hookcli.modelinfo import depth_of, module_names
 from hookcli.options import HookKind, Mode
@@ -128,6 +135,30 @@ def _reason(err: BaseException) -> str:
     if isinstance(err, SystemExit):
         return f"the model called {getattr(err, 'via', 'sys.exit')}({err.code!r})"
     return first_line(err)
+
+
+def _raised_where(err: BaseException, phase: str, frame: Frame | None) -> str:
+    """`` (raised at model.py:42 in forward)`` for the model's own code; an InternalError
+    when hookcli's code raised (never blamed on the model)."""
+    if isinstance(err, (SystemExit, HookcliError)) or str(err).startswith("hookcli"):
+        return ""  # what hookcli raises on purpose names its own cause
+    from hookcli.failure import internal_error, raised_at
+
+    at = raised_at(err)
+    if at is None:
+        return ""
+    if at.hookcli:
+        module = None if frame is None else f"{frame.name or '(root)'} ({frame.type})"
+        raise internal_error(err, at, phase, module) from err
+    return at.suffix()
+
+
+def _carried_state(err: BaseException, model: nn.Module) -> str:
+    """What names tensors the model keeps from call to call (a KV cache in attributes)
+    when backward reached into an earlier call's graph; '' otherwise."""
+    from hookcli.failure import carried_state_reason
+
+    return carried_state_reason(err, model)
 
 
 def _fmt_shapes(shapes: Sequence[Sequence[int]]) -> str:
@@ -304,6 +335,10 @@ class HookSession:
 
     def __enter__(self) -> HookSession:
         self._check_scripted()
+        if self.backward_needed:
+            from hookcli.failure import refuse_grad_off_root
+
+            refuse_grad_off_root(self.model)  # before any work: no grad can come out
         try:
             self._save_state()
             self.model.train(self.mode is Mode.TRAIN)
@@ -510,10 +545,11 @@ class HookSession:
                     f"out of memory during forward{at}: {first_line(oom_cause(err))}"
                 ) from err
             reason = _reason(err)  # the model's exception first, then hookcli's reading
+            where = self.failure or (self._stack[-1] if self._stack else None)
+            reason += _raised_where(err, "forward", where)
             reading = meta.reading(err) if meta is not None else None
             if reading is not None:
                 reason = f"{reason} (on meta: {reading}; run with --device cpu)"
-            where = self.failure or (self._stack[-1] if self._stack else None)
             if where is not None:
                 where.failed = True
                 self.failure = where
@@ -546,12 +582,14 @@ class HookSession:
                 raise ResourceError(
                     f"out of memory during backward{at}: {first_line(oom_cause(err))}"
                 ) from err
+            state = _carried_state(err, self.model)
+            reason = state or _reason(err) + _raised_where(err, "backward", where)
             if where is not None:
                 self.backward_failure = where
                 label = where.name or "(root)"
-                msg = f"backward failed in {label} ({where.type}): {_reason(err)}"
+                msg = f"backward failed in {label} ({where.type}): {reason}"
                 raise RunError(msg, module=where.name) from err
-            raise RunError(f"backward failed: {_reason(err)}") from err
+            raise RunError(f"backward failed: {reason}") from err
 
     def finish(self) -> None:
         """Let every probe gather its results (call before leaving the ``with``)."""

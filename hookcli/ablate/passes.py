@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from torch import nn
     from torch.utils.hooks import RemovableHandle
 
+    from hookcli.losses import LossFunction
     from hookcli.options import Mode
 
 OP_KINDS = ("zero", "mean", "scale", "noise", "clamp")
@@ -549,7 +550,7 @@ def run_ablations(
     mode: Mode,
     seed: int = 0,
     device: torch.device | None = None,
-    loss: str = "sum",
+    loss: str | LossFunction = "sum",
     on_pass: Callable[[int, int, str], None] | None = None,
     check: Callable[[Basis], None] | None = None,
 ) -> AblationRun:

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hookcli.options import Annotate, Format, LossKind, Mode
+from hookcli.options import Annotate, Format, Loss, Mode
 
 if TYPE_CHECKING:
     from hookcli.ablate.checks import Gate
@@ -30,7 +30,7 @@ def cli_command(
     leaves: bool,
     metric: str | None,
     fail_on: list[str] | None,
-    loss: LossKind,
+    loss: str | Loss | None,
     kwargs: list[str] | None,
     weights: Path | None,
     trust_pickle: bool,
@@ -57,7 +57,9 @@ def cli_command(
     from hookcli.ablate.passes import EFFECT_KEYS, METRICS, parse_grad_op, parse_op
     from hookcli.cliopts import ci_options, model_options, output_options, run_options
     from hookcli.errors import UsageError
+    from hookcli.options import loss_arg
 
+    the_loss = loss_arg(loss)
     the_op = parse_op(op) if op is not None else None
     the_grad_op = parse_grad_op(grad_op) if grad_op is not None else None
     if the_op is None and the_grad_op is None:
@@ -90,7 +92,7 @@ def cli_command(
     from hookcli.pipeline import prepare
 
     prepared = prepare(mopts, ropts)
-    return _run(prepared, layer, the_op, the_grad_op, together, leaves, key, gates, loss, out)
+    return _run(prepared, layer, the_op, the_grad_op, together, leaves, key, gates, the_loss, out)
 
 
 def _stderr_is_tty() -> bool:
@@ -129,7 +131,7 @@ def _run(
     only_leaves: bool,
     key: str,
     gates: tuple[Gate, ...],
-    loss: LossKind,
+    loss: Loss,
     out: Any,
 ) -> int:
     from hookcli.ablate.checks import GateRow, run_gates
@@ -145,6 +147,7 @@ def _run(
     )
     from hookcli.errors import RunError, UsageError
     from hookcli.globs import select_modules
+    from hookcli.losses import loss_notes, make_loss
     from hookcli.pipeline import emit
     from hookcli.report import Report
     from hookcli.scripted import refuse_scripted
@@ -202,7 +205,7 @@ def _run(
             grad_op=grad_op,
             mode=mode,
             seed=int(prepared.settings["seed"]),
-            loss=loss.value,
+            loss=(loss_fn := make_loss(loss, prepared.inputs)),
             on_pass=on_pass,
             check=check,
         )
@@ -241,6 +244,8 @@ def _run(
     }
     failed = [o for o in ranked if o.error is not None]
     notes = [_op_line(op, grad_op, together, len(selected))]
+    if grad_op is not None:
+        notes += loss_notes(loss_fn, run.clean.loss, totals)
     report = Report(
         command="ablate",
         model=prepared.model_info(),

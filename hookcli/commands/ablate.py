@@ -29,7 +29,7 @@ from hookcli.cliopts import (
     UpdateBaselineOpt,
     WeightsOpt,
 )
-from hookcli.options import Format, LossKind
+from hookcli.options import Format
 
 NAME = "ablate"
 
@@ -105,7 +105,7 @@ def command(
     leaves: LeavesOpt = False,
     metric: MetricOpt = None,
     fail_on: AblateFailOnOpt = None,
-    loss: LossOpt = LossKind.SUM,
+    loss: LossOpt = None,
     kwargs: KwargsOpt = None,
     weights: WeightsOpt = None,
     trust_pickle: TrustPickleOpt = False,

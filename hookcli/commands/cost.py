@@ -20,6 +20,7 @@ from hookcli.cliopts import (
     InputsFromOpt,
     JunitOpt,
     KwargsOpt,
+    LossOpt,
     ModelArg,
     ModeOpt,
     OutputOpt,
@@ -40,7 +41,7 @@ BackwardOpt = Annotated[
     bool,
     typer.Option(
         "--backward",
-        help="Also run backward (loss: the sum of the outputs) and count backward_flops.",
+        help="Also run backward (loss from --loss) and count backward_flops.",
     ),
 ]
 OptimizerOpt = Annotated[
@@ -88,6 +89,7 @@ def command(
     dtype: DtypeOpt = None,
     mode: ModeOpt = None,
     backward: BackwardOpt = False,
+    loss: LossOpt = None,
     optimizer: OptimizerOpt = Optimizer.ADAM,
     max_memory: MaxMemoryOpt = None,
     memory_for: MemoryForOpt = MemoryTotal.TRAIN,
@@ -126,6 +128,7 @@ def command(
         dtype=dtype,
         mode=mode,
         backward=backward,
+        loss=loss,
         optimizer=optimizer,
         max_memory=max_memory,
         memory_for=memory_for,

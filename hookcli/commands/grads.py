@@ -41,7 +41,7 @@ from hookcli.distributed.options import (
     FsdpOpt,
     ShardOpt,
 )
-from hookcli.options import Format, LossKind
+from hookcli.options import Format
 
 NAME = "grads"
 
@@ -106,7 +106,7 @@ def command(
     device: DeviceOpt = "cpu",
     dtype: DtypeOpt = None,
     mode: ModeOpt = None,
-    loss: LossOpt = LossKind.SUM,
+    loss: LossOpt = None,
     depth: DepthOpt = None,
     hooks: HooksOpt = None,
     global_hooks: GlobalHooksOpt = False,

@@ -20,6 +20,7 @@ from hookcli.cliopts import (
     InputsFromOpt,
     JunitOpt,
     KwargsOpt,
+    LossOpt,
     ModelArg,
     ModeOpt,
     OutputOpt,
@@ -38,7 +39,7 @@ BackwardOpt = Annotated[
     bool,
     typer.Option(
         "--backward",
-        help="Also time backward (loss: the sum of the outputs) per module, from full "
+        help="Also time backward (loss from --loss) per module, from full "
         "backward-pre and backward hooks.",
     ),
 ]
@@ -109,6 +110,7 @@ def command(
     dtype: DtypeOpt = None,
     mode: ModeOpt = None,
     backward: BackwardOpt = False,
+    loss: LossOpt = None,
     warmup: WarmupOpt = 2,
     repeat: RepeatOpt = 10,
     sync: SyncOpt = False,
@@ -145,6 +147,7 @@ def command(
         dtype=dtype,
         mode=mode,
         backward=backward,
+        loss=loss,
         warmup=warmup,
         repeat=repeat,
         sync=sync,

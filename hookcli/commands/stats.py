@@ -40,7 +40,7 @@ from hookcli.distributed.options import (
     FsdpOpt,
     ShardOpt,
 )
-from hookcli.options import Format, LossKind
+from hookcli.options import Format
 
 NAME = "stats"
 
@@ -87,7 +87,7 @@ def command(
     dtype: DtypeOpt = None,
     mode: ModeOpt = None,
     backward: BackwardOpt = False,
-    loss: LossOpt = LossKind.SUM,
+    loss: LossOpt = None,
     hooks: HooksOpt = None,
     global_hooks: GlobalHooksOpt = False,
     fail_on: FailOnOpt = None,

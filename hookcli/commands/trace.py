@@ -19,6 +19,7 @@ from hookcli.cliopts import (
     InputsFromOpt,
     JunitOpt,
     KwargsOpt,
+    LossOpt,
     ModelArg,
     ModeOpt,
     OutputOpt,
@@ -36,7 +37,7 @@ BackwardOpt = Annotated[
     bool,
     typer.Option(
         "--backward",
-        help="Also run backward (loss: the sum of the outputs) and trace the global "
+        help="Also run backward (loss from --loss) and trace the global "
         "full backward-pre and backward hooks.",
     ),
 ]
@@ -78,6 +79,7 @@ def command(
     mode: ModeOpt = None,
     depth: DepthOpt = None,
     backward: BackwardOpt = False,
+    loss: LossOpt = None,
     limit: LimitOpt = None,
     filter: FilterOpt = None,
     format: FormatOpt = Format.TABLE,
@@ -108,6 +110,7 @@ def command(
         mode=mode,
         depth=depth,
         backward=backward,
+        loss=loss,
         limit=limit,
         filter=filter,
         format=format,

@@ -28,6 +28,7 @@ def cli_command(
     dtype: str | None,
     mode: Mode | None,
     backward: bool,
+    loss: str | None,
     optimizer: Any,
     max_memory: str | None,
     memory_for: Any,
@@ -54,7 +55,9 @@ def cli_command(
     from hookcli.errors import ResourceError, UsageError
     from hookcli.pipeline import emit, prepare
 
-    plan = plan_cost(backward, optimizer, max_memory, memory_for, max_flops, depth, global_hooks)
+    plan = plan_cost(
+        backward, optimizer, max_memory, memory_for, max_flops, depth, global_hooks, loss
+    )
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(

@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookcli.options import Mode
+from hookcli.options import DEFAULT_LOSS, Loss, Mode, loss_arg
 from hookcli.render import fmt_bytes
 
 if TYPE_CHECKING:
@@ -72,6 +72,7 @@ class CostPlan:
     max_flops: int | None = None
     depth: int | None = None
     global_hooks: bool = False
+    loss: Loss = DEFAULT_LOSS  # --loss: where --backward starts
 
 
 def plan_cost(
@@ -82,6 +83,7 @@ def plan_cost(
     max_flops: str | int | None = None,
     depth: int | None = None,
     global_hooks: bool = False,
+    loss: str | Loss | None = None,
 ) -> CostPlan:
     """Check the options of ``cost`` (UsageError): sizes like ``24GiB``, counts like ``4.1G``."""
     from hookcli.cost.sizes import parse_count, parse_size
@@ -93,7 +95,7 @@ def plan_cost(
         raise UsageError(str(err)) from None
     limit = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
     flops = parse_count(max_flops) if isinstance(max_flops, str) else max_flops
-    return CostPlan(backward, opt, limit, total, flops, depth, global_hooks)
+    return CostPlan(backward, opt, limit, total, flops, depth, global_hooks, loss_arg(loss))
 
 
 def _progress(message: str) -> None:
@@ -104,7 +106,12 @@ def _progress(message: str) -> None:
 
 
 def measure(
-    prepared: Prepared, *, mode: Mode, global_hooks: bool = False, backward: bool = False
+    prepared: Prepared,
+    *,
+    mode: Mode,
+    global_hooks: bool = False,
+    backward: bool = False,
+    loss: str | Loss | None = None,
 ) -> tuple[CostProbe, tuple[CallRecord, ...], RunError | None]:
     """The measured pass (and, with ``backward``, a forward and backward that count it).
 
@@ -113,11 +120,15 @@ def measure(
 
     from hookcli.cost.probe import CostProbe
     from hookcli.errors import RunError
-    from hookcli.losses import reduce_output
+    from hookcli.failure import refuse_grad_off_root
+    from hookcli.losses import make_loss
     from hookcli.pipeline import note_meta_assumptions
     from hookcli.session import HookSession
 
     assert prepared.inputs is not None
+    if backward:
+        refuse_grad_off_root(prepared.model)  # before any work
+    loss_fn = make_loss(loss, prepared.inputs)
     args, kwargs = prepared.inputs.args, dict(prepared.inputs.kwargs)
     model = prepared.model
     probe = CostProbe(model, fused_attention=prepared.settings.get("device") == "meta")
@@ -134,10 +145,10 @@ def measure(
                     p.grad = None  # the session puts the user's grads back
                 with probe.mapping_nodes([args, kwargs]):
                     output = session.forward(args, kwargs)
-                loss = reduce_output(output, "sum")
+                loss_t = loss_fn(output)
                 with probe.counting_backward():
-                    session.backward(loss)
-                del output, loss
+                    session.backward(loss_t)
+                del output, loss_t
         except RunError as err:
             error = err
         session.finish()
@@ -413,6 +424,8 @@ def build_report(
     totals["uncounted_op_count"] = len(probe.uncounted)
     checks = () if error is not None else _checks(totals, plan)
     settings = {**prepared.settings, "optimizer": optimizer.value, "backward": backward}
+    if backward:
+        settings["loss"] = plan.loss.value
     return Report(
         command="cost",
         model=prepared.model_info(),
@@ -439,6 +452,7 @@ def run_cost(prepared: Prepared, plan: CostPlan) -> tuple[Report, RunError | Non
         mode=Mode(prepared.settings["mode"]),
         global_hooks=plan.global_hooks,
         backward=plan.backward,
+        loss=plan.loss,
     )
     return build_report(prepared, probe, records, error, plan), error
 

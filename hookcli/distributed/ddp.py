@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import HookcliError, RunError, UsageError, first_line
-from hookcli.options import HookKind, LossKind
+from hookcli.options import HookKind, Loss
 
 if TYPE_CHECKING:
     import torch
@@ -314,7 +314,7 @@ def run_grads(
     out: OutputOptions,
     kinds: tuple[HookKind, ...],
     explicit: bool,
-    loss_kind: LossKind,
+    loss_kind: Loss,
     gates: GradGates,
     desync_tol: float,
     broadcast_buffers: bool = True,
@@ -339,7 +339,7 @@ def run_grads(
         [probe],
         mode=ropts.mode,
         backward=True,
-        loss_fn=lambda output: reduce_output(output, loss_kind.value),
+        loss_fn=lambda output: reduce_output(output, loss_kind),
         compare=True,
         broadcast_buffers=broadcast_buffers,
     )
@@ -414,7 +414,7 @@ def _report_grads(
     out: OutputOptions,
     gates: GradGates,
     desync_tol: float,
-    loss_kind: LossKind,
+    loss_kind: Loss,
     ranks: Sequence[GradsRank],
     resynced: bool = True,
 ) -> int:
@@ -602,7 +602,7 @@ def run_stats(
     ropts: RunOptions,
     out: OutputOptions,
     kinds: tuple[HookKind, ...],
-    loss_kind: LossKind,
+    loss_kind: Loss,
     checks_asked: tuple[str, ...],
     dead_threshold: float | None,
     run_backward: bool,
@@ -627,7 +627,7 @@ def run_stats(
         [probe],
         mode=ropts.mode,
         backward=run_backward,
-        loss_fn=lambda o: reduce_output(o, loss_kind.value),
+        loss_fn=lambda o: reduce_output(o, loss_kind),
         compare=True,
         broadcast_buffers=broadcast_buffers,
     )

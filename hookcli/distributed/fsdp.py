@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import HookcliError, RunError, UsageError, first_line
-from hookcli.options import HookKind, LossKind
+from hookcli.options import HookKind, Loss
 
 if TYPE_CHECKING:
     import torch
@@ -580,7 +580,7 @@ def run_grads(
     ropts: RunOptions,
     out: OutputOptions,
     kinds: tuple[HookKind, ...],
-    loss_kind: LossKind,
+    loss_kind: Loss,
     gates: GradGates,
     desync_tol: float,
     classes: Sequence[str] = (),
@@ -603,7 +603,7 @@ def run_grads(
         [probe],
         mode=ropts.mode,
         backward=True,
-        loss_fn=lambda output: reduce_output(output, loss_kind.value),
+        loss_fn=lambda output: reduce_output(output, loss_kind),
         compare=True,
         classes=classes,
     )
@@ -656,7 +656,7 @@ def _report_grads(
     out: OutputOptions,
     gates: GradGates,
     desync_tol: float,
-    loss_kind: LossKind,
+    loss_kind: Loss,
     ranks: Sequence[FsdpGradsRank],
     classes: Sequence[str],
 ) -> int:
@@ -928,7 +928,7 @@ def run_stats(
     ropts: RunOptions,
     out: OutputOptions,
     kinds: tuple[HookKind, ...],
-    loss_kind: LossKind,
+    loss_kind: Loss,
     checks_asked: tuple[str, ...],
     dead_threshold: float | None,
     run_backward: bool,
@@ -961,7 +961,7 @@ def run_stats(
         [probe],
         mode=ropts.mode,
         backward=run_backward,
-        loss_fn=lambda o: reduce_output(o, loss_kind.value),
+        loss_fn=lambda o: reduce_output(o, loss_kind),
         compare=True,
         classes=classes,
     )

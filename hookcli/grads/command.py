@@ -11,7 +11,7 @@ from pathlib import Path
 
 from hookcli.errors import UsageError
 from hookcli.grads.runner import plan_grads, run_grads
-from hookcli.options import Annotate, Format, LossKind, Mode
+from hookcli.options import Annotate, Format, Mode
 
 
 def cli_command(
@@ -27,7 +27,7 @@ def cli_command(
     device: str,
     dtype: str | None,
     mode: Mode | None,
-    loss: LossKind,
+    loss: str | None,
     depth: int | None,
     hooks: str | None,
     global_hooks: bool,

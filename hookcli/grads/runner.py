@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from hookcli.errors import UsageError
 from hookcli.options import (
     HookKind,
-    LossKind,
+    Loss,
     Mode,
     Names,
     depth_arg,
@@ -44,7 +44,7 @@ class GradsPlan:
 
     kinds: tuple[HookKind, ...]
     explicit: bool
-    loss: LossKind
+    loss: Loss
     per_param: bool
     gates: GradGates
     plot: Path | None = None
@@ -55,7 +55,7 @@ class GradsPlan:
 
 def plan_grads(
     hooks: Hooks = None,
-    loss: str | LossKind = "sum",
+    loss: str | Loss | None = None,
     per_param: bool = False,
     fail_on: Names = None,
     max_grad_norm: float | None = None,
@@ -118,6 +118,7 @@ def plan_grads(
 
 def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
     """Gradient flow per module call, the totals and the checks."""
+    from hookcli.failure import grad_off_forwards
     from hookcli.grads.checks import run_checks
     from hookcli.grads.probe import GradProbe
     from hookcli.layers import (
@@ -127,7 +128,7 @@ def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
         params_not_run,
         shape_columns,
     )
-    from hookcli.losses import reduce_output
+    from hookcli.losses import loss_notes, make_loss
     from hookcli.modelinfo import TensorIndex, totals
     from hookcli.pipeline import progress, run_session, with_train_mode_hint
 
@@ -148,7 +149,7 @@ def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
         mode=mode,
         global_hooks=plan.global_hooks,
         backward=True,
-        loss_fn=lambda output: reduce_output(output, loss_kind.value),
+        loss_fn=(loss_fn := make_loss(loss_kind, prepared.inputs)),
     )
     error = with_train_mode_hint(outcome.error, mode)
     findings = probe.findings
@@ -163,6 +164,8 @@ def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
     model_totals["params_not_run"] = params_not_run(outcome.records, prepared.model, index)
     model_totals["loss"] = outcome.loss
     model_totals.update(probe.totals())
+    notes = loss_notes(loss_fn, outcome.loss, model_totals)
+    notes += grad_off_notes(grad_off_forwards(prepared.model), model_totals)
     settings = {**prepared.settings, "loss": loss_kind.value}
     lists: dict[str, tuple[Row, ...]] = {}
     if plan.per_param:
@@ -177,6 +180,7 @@ def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
         checks=checks,
         lists=lists,
         primary="params" if plan.per_param and plan.wide else "layers",
+        notes=notes,
         error=error.message if error else None,
         columns=(*shape_columns(kinds), *probe.table_columns, PARAM_COLUMNS[0]),
         table_totals=(*param_totals(model_totals, unshown), *_grad_totals(model_totals)),
@@ -189,6 +193,22 @@ def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
         plot_gradflow(_flow_points(findings, outcome.records, prepared), plan.plot, title)
         progress(f"gradient-flow plot written to {plan.plot}")
     return report, error
+
+
+def grad_off_notes(off: Any, totals: dict[str, Any]) -> tuple[str, ...]:
+    """Submodules whose forward runs without autograd: their parameters get no grad."""
+    from hookcli.pipeline import progress
+
+    notes = []
+    for o in off:
+        if o.name:  # the root's is refused before the run
+            note = (
+                f"note: {o.name} ({o.label()}): nothing computed inside it gets a gradient, "
+                "so its parameters stay unused"
+            )
+            progress(f"hookcli: {note}")
+            notes.append(note)
+    return tuple(notes)
 
 
 def _mark(

@@ -28,6 +28,7 @@ def cli_command(
     mode: Mode | None,
     depth: int | None,
     hooks: str | None,
+    loss: str | None,
     global_hooks: bool,
     no_forward: bool,
     columns: str | None,
@@ -51,7 +52,7 @@ def cli_command(
     from hookcli.cliopts import ci_options, model_options, output_options, run_options
     from hookcli.pipeline import emit, prepare
 
-    plan = plan_inspect(hooks, depth, global_hooks, columns)
+    plan = plan_inspect(hooks, depth, global_hooks, columns, loss)
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(

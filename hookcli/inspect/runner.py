@@ -21,11 +21,14 @@ from hookcli.layers import (
 )
 from hookcli.modelinfo import TensorIndex, depth_of
 from hookcli.options import (
+    DEFAULT_LOSS,
     HookKind,
+    Loss,
     Mode,
     Names,
     depth_arg,
     hook_kinds_arg,
+    loss_arg,
     names_arg,
 )
 from hookcli.render import fmt_int
@@ -48,6 +51,7 @@ class InspectPlan:
     depth: int | None = None
     global_hooks: bool = False
     columns: tuple[str, ...] = ()  # --columns: kernel_size, groups, mult_adds, ...
+    loss: Loss = DEFAULT_LOSS  # --loss, with backward kinds in --hooks
 
 
 INSPECT_KINDS = (HookKind.PRE, HookKind.FORWARD)
@@ -58,21 +62,33 @@ def plan_inspect(
     depth: int | None = None,
     global_hooks: bool = False,
     columns: Names = None,
+    loss: str | Loss | None = None,
 ) -> InspectPlan:
     """Check the options of ``inspect`` (UsageError)."""
     cols = parse_columns(names_arg(columns, "columns"))
-    return InspectPlan(hook_kinds_arg(hooks) or INSPECT_KINDS, depth_arg(depth), global_hooks, cols)
+    kinds = hook_kinds_arg(hooks) or INSPECT_KINDS
+    return InspectPlan(kinds, depth_arg(depth), global_hooks, cols, loss_arg(loss))
 
 
 def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
     """Shapes and parameters per module call."""
     from hookcli.grads.probe import backward_probes
+    from hookcli.losses import make_loss
     from hookcli.pipeline import run_session
 
     kinds = plan.kinds
     probes = backward_probes(kinds)
     mode = Mode(prepared.settings["mode"])
-    outcome = run_session(prepared, probes, mode=mode, global_hooks=plan.global_hooks)
+    outcome = run_session(
+        prepared,
+        probes,
+        mode=mode,
+        global_hooks=plan.global_hooks,
+        loss_fn=make_loss(plan.loss, prepared.inputs),
+    )
+    settings = dict(prepared.settings)
+    if any(k.is_backward for k in kinds):
+        settings["loss"] = plan.loss.value
     index = TensorIndex(prepared.model)  # the model's tensors, read once for all three
     rows, unshown = layer_rows(
         outcome.records, prepared.model, depth=plan.depth, kinds=kinds, probes=probes, index=index
@@ -90,7 +106,7 @@ def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
     report = Report(
         command="inspect",
         model=prepared.model_info(),
-        settings=prepared.settings,
+        settings=settings,
         inputs=prepared.input_dicts(),
         layers=rows,
         totals=model_totals,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hookcli.options import Annotate, Format, Mode
+from hookcli.options import DEFAULT_LOSS, Annotate, Format, Loss, Mode
 from hookcli.session import Frame, Probe
 from hookcli.structures import shapes_of
 
@@ -142,10 +142,12 @@ def trace_report(
     filter: str | None = None,
     limit: int | None = None,
     backward: bool = False,
+    loss: Loss = DEFAULT_LOSS,
 ) -> Report:
     """The events kept by --depth, --filter and --limit; totals over every event."""
     from collections import Counter
 
+    from hookcli.losses import loss_words
     from hookcli.render import fmt_float, fmt_shapes
     from hookcli.report import Column, Report, Row, shapes_list
 
@@ -210,11 +212,14 @@ def trace_report(
     if outside:
         table_totals.append(("Outside the model's tree", ", ".join(outside)))
     if outcome.loss is not None:
-        table_totals.append(("Loss (sum of outputs)", fmt_float(outcome.loss)))
+        table_totals.append((f"Loss ({loss_words(loss)})", fmt_float(outcome.loss)))
+    settings = {**prepared.settings, "backward": backward}
+    if backward:
+        settings["loss"] = loss.value
     return Report(
         command="trace",
         model=prepared.model_info(),
-        settings={**prepared.settings, "backward": backward},
+        settings=settings,
         inputs=prepared.input_dicts(),
         totals=totals,
         lists={"events": tuple(rows)},
@@ -250,6 +255,7 @@ def cli_command(
     mode: Mode | None,
     depth: int | None,
     backward: bool,
+    loss: str | None,
     limit: int | None,
     filter: str | None,
     format: Format,
@@ -267,9 +273,12 @@ def cli_command(
     import warnings
 
     from hookcli.cliopts import ci_options, model_options, output_options, run_options
+    from hookcli.losses import make_loss
+    from hookcli.options import loss_arg
     from hookcli.pipeline import emit, prepare, run_session
     from hookcli.warnsummary import summarised_warnings
 
+    the_loss = loss_arg(loss)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)
     ropts = run_options(
         input,
@@ -299,10 +308,18 @@ def cli_command(
                 global_hooks=True,
                 always_call=True,
                 backward=backward,
+                loss_fn=make_loss(the_loss, prepared.inputs),
             )
         warned.keep = outcome.error is None  # on failure the error is the one line to read
     report = trace_report(
-        prepared, probe, outcome, depth=out.depth, filter=filter, limit=limit, backward=backward
+        prepared,
+        probe,
+        outcome,
+        depth=out.depth,
+        filter=filter,
+        limit=limit,
+        backward=backward,
+        loss=the_loss,
     )
     code = emit(report, out)
     if outcome.error is not None:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hookcli.options import DEFAULT_LOSS, Loss
 from hookcli.profile.figures import CallTree, Timings
 
 if TYPE_CHECKING:
@@ -40,6 +41,7 @@ class ProfilePlan:
     plot: Path | None = None
     top: int = 20
     progress: bool = False  # a progress bar on stderr (the CLI, on a terminal)
+    loss: Loss = DEFAULT_LOSS  # --loss: where --backward starts
 
 
 @dataclass

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import RunError, UsageError
-from hookcli.options import Annotate, Format, Mode
+from hookcli.options import Annotate, Format, Loss, Mode, loss_arg
 from hookcli.profile.figures import CallTree, Spread, Timings, spread
 from hookcli.profile.plan import Measured, ProfilePlan, SortKey
 
@@ -75,6 +75,7 @@ def plan_profile(
     plot: str | Path | None = None,
     top: int = 20,
     progress: bool = False,
+    loss: str | Loss | None = None,
 ) -> ProfilePlan:
     """Check the options of ``profile`` (UsageError, before any model is built).
 
@@ -115,7 +116,18 @@ def plan_profile(
         check_plot_path(plot_path)
     check_distinct((("--trace-out", trace_path), ("--plot", plot_path)))
     return ProfilePlan(
-        backward, warmup, repeat, key, gates, sync, depth, trace_path, plot_path, top, progress
+        backward,
+        warmup,
+        repeat,
+        key,
+        gates,
+        sync,
+        depth,
+        trace_path,
+        plot_path,
+        top,
+        progress,
+        loss_arg(loss),
     )
 
 
@@ -188,14 +200,25 @@ def _open_label(hooks: TimingHooks | None, tree: CallTree) -> tuple[str, str] | 
     return (tree.names[i] or "(root)", tree.types[i])
 
 
-def _run_error(err: BaseException, where: tuple[str, str] | None, phase: str) -> Exception:
+def _run_error(
+    err: BaseException, where: tuple[str, str] | None, phase: str, model: Any = None
+) -> Exception:
     from hookcli.errors import ResourceError, first_line, is_oom, oom_cause
+    from hookcli.failure import carried_state_reason, internal_error, raised_at
 
     if is_oom(err):
         return ResourceError(f"out of memory during {phase}: {first_line(oom_cause(err))}")
+    # the state a model keeps across calls, where the model raised, or hookcli's own bug
+    why = carried_state_reason(err, model) if model is not None else ""
+    if not why and not isinstance(err, SystemExit):
+        at = raised_at(err)
+        if at is not None and at.hookcli and not str(err).startswith("hookcli"):
+            return internal_error(err, at, phase, f"{where[0]} ({where[1]})" if where else None)
+        why = at.suffix() if at is not None else ""
+    reason = why if why and not why.startswith(" (") else f"{first_line(err)}{why}"
     if where is None:
-        return RunError(f"{phase} failed: {first_line(err)}")
-    return RunError(f"{phase} failed in {where[0]} ({where[1]}): {first_line(err)}", where[0])
+        return RunError(f"{phase} failed: {reason}")
+    return RunError(f"{phase} failed in {where[0]} ({where[1]}): {reason}", where[0])
 
 
 def time_passes(
@@ -208,7 +231,7 @@ def time_passes(
     """Warmup, the memory pass (cuda), the timed repeats. Raises RunError/ResourceError."""
     import torch
 
-    from hookcli.losses import reduce_output
+    from hookcli.losses import make_loss
     from hookcli.profile.hooks import Diverged, MemoryHooks, TimingHooks
     from hookcli.session import HookSession
 
@@ -298,8 +321,10 @@ def time_passes(
             if with_hooks:
                 hooks.detach()
 
+    loss_fn = make_loss(plan.loss, prepared.inputs)
+
     def backward(out: Any, events: bool, keep: bool) -> None:
-        loss = reduce_output(out, "sum")
+        loss = loss_fn(out)
         for t in params:
             t.grad = None
         for t in leaves:
@@ -318,7 +343,7 @@ def time_passes(
         except KeyboardInterrupt:
             raise
         except (Exception, SystemExit) as err:
-            raise _run_error(err, None, "backward") from err
+            raise _run_error(err, None, "backward", model) from err
         sync()
         t1 = counter()
         if origin is not None:
@@ -503,6 +528,8 @@ def build_report(
         "timer": m.clock.name if m else None,
         "sort": plan.sort.value,
     }
+    if plan.backward:
+        settings["loss"] = plan.loss.value
     if m is None or m.timings is None:
         return Report(
             command="profile",
@@ -574,7 +601,7 @@ def collect(prepared: Prepared, plan: ProfilePlan) -> tuple[Measured | None, Run
     if device == "meta":  # the CLI refuses it before the build; a live model can be on meta
         raise UsageError(META_REFUSED)
     mode = Mode(prepared.settings["mode"])
-    probe, records, error = measure(prepared, mode=mode, backward=plan.backward)
+    probe, records, error = measure(prepared, mode=mode, backward=plan.backward, loss=plan.loss)
     if error is not None:
         return None, error
     if not records:
@@ -622,6 +649,7 @@ def cli_command(
     dtype: str | None,
     mode: Mode | None,
     backward: bool,
+    loss: str | None,
     warmup: int,
     repeat: int,
     sync: bool,
@@ -649,7 +677,7 @@ def cli_command(
 
     plan = plan_profile(
         backward, warmup, repeat, sort, max_ms, sync, depth, trace_out, plot,
-        progress=sys.stderr.isatty(),
+        progress=sys.stderr.isatty(), loss=loss,
     )  # fmt: skip
     if device == "meta":  # before the model is built (parse_device took every other spelling)
         raise UsageError(META_REFUSED)

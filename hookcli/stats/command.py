@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hookcli.options import Annotate, Format, LossKind, Mode
+from hookcli.options import Annotate, Format, Mode
 from hookcli.stats.runner import plan_stats, run_stats
 
 
@@ -27,7 +27,7 @@ def cli_command(
     dtype: str | None,
     mode: Mode | None,
     backward: bool,
-    loss: LossKind,
+    loss: str | None,
     hooks: str | None,
     global_hooks: bool,
     fail_on: str | None,

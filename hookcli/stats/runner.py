@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from hookcli.errors import UsageError
 from hookcli.options import (
     HookKind,
-    LossKind,
+    Loss,
     Mode,
     Names,
     depth_arg,
@@ -38,7 +38,7 @@ class StatsPlan:
     kinds: tuple[HookKind, ...]
     checks: tuple[str, ...]
     backward: bool
-    loss: LossKind
+    loss: Loss
     dead_threshold: float | None = None
     depth: int | None = None
     global_hooks: bool = False
@@ -47,7 +47,7 @@ class StatsPlan:
 def plan_stats(
     hooks: Hooks = None,
     backward: bool = False,
-    loss: str | LossKind = "sum",
+    loss: str | Loss | None = None,
     fail_on: Names = None,
     dead_threshold: float | None = None,
     depth: int | None = None,
@@ -93,11 +93,9 @@ def plan_stats(
 
 def run_stats(prepared: Prepared, plan: StatsPlan) -> Outcome:
     """Activation statistics per module call, the NaN/Inf origin and the checks."""
-    from functools import partial
-
     from hookcli.checks import layer_label
     from hookcli.layers import layer_rows, shape_columns
-    from hookcli.losses import reduce_output
+    from hookcli.losses import loss_notes, make_loss
     from hookcli.pipeline import run_session, with_train_mode_hint
     from hookcli.stats.checks import CallStats, stats_checks
     from hookcli.stats.probe import StatsProbe
@@ -113,7 +111,7 @@ def run_stats(prepared: Prepared, plan: StatsPlan) -> Outcome:
         mode=Mode(prepared.settings["mode"]),
         global_hooks=plan.global_hooks,
         backward=run_backward,
-        loss_fn=partial(reduce_output, kind=plan.loss.value),
+        loss_fn=(loss_fn := make_loss(plan.loss, prepared.inputs)),
     )
     error = with_train_mode_hint(outcome.error, Mode(prepared.settings["mode"]))
     rows, _ = layer_rows(
@@ -136,25 +134,30 @@ def run_stats(prepared: Prepared, plan: StatsPlan) -> Outcome:
         with_grads=run_backward,
     )
     totals = dict(probe.totals())
+    settings = dict(prepared.settings)
     if outcome.loss is not None:
         totals["loss"] = outcome.loss
+    if run_backward:
+        settings["loss"] = plan.loss.value
+    natural = loss_notes(loss_fn, outcome.loss, totals)
     report = Report(
         command="stats",
         model=prepared.model_info(),
-        settings=prepared.settings,
+        settings=settings,
         inputs=prepared.input_dicts(),
         layers=rows,
         totals=totals,
         checks=results,
-        notes=_stats_notes(probe, outcome.loss, plan.loss.value),
+        notes=_stats_notes(probe, outcome.loss, plan.loss) + natural,
         error=error.message if error else None,
         columns=(*shape_columns(kinds), *probe.table_columns),
     )
     return report, error
 
 
-def _stats_notes(probe: Any, loss: float | None, loss_kind: str) -> tuple[str, ...]:
+def _stats_notes(probe: Any, loss: float | None, loss_kind: Loss) -> tuple[str, ...]:
     """Header lines of the table: the NaN/Inf origin and the loss."""
+    from hookcli.losses import loss_words
     from hookcli.render import fmt_float
 
     notes: list[str] = []
@@ -173,5 +176,5 @@ def _stats_notes(probe: Any, loss: float | None, loss_kind: str) -> tuple[str, .
         else:
             notes.append("NaN/Inf origin: none (no module output holds NaN or Inf)")
     if loss is not None:
-        notes.append(f"loss ({loss_kind} of the outputs): {fmt_float(loss)}")
+        notes.append(f"loss ({loss_words(loss_kind)}): {fmt_float(loss)}")
     return tuple(notes)
