@@ -40,7 +40,7 @@ def layer_rows(
     the second value). ``containers=False`` where only some modules were hooked.
     ``index``: the model's tensors, when the caller has read them already.
     """
-    from hookcli.modelinfo import TensorIndex, all_param_counts, totals
+    from hookcli.modelinfo import TensorIndex, all_param_counts
 
     kinds = frozenset(kinds)
     index = index or TensorIndex(model)  # parameters and quantized modules' packed weights
@@ -113,7 +113,8 @@ def layer_rows(
         for probe in probes:
             data.update(probe.columns(rec))
         add(data, modules.get(rec.module_id), rec.depth, "<- failed here" if rec.failed else "")
-    unshown = totals(model, index)["params"] - sum(r.display["shown_params"] for r in rows)
+    # the root's count is every tensor once: totals()'s "params", without its buffer walk
+    unshown = counts[id(model)].params - sum(r.display["shown_params"] for r in rows)
     return tuple(rows), unshown
 
 

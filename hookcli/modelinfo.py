@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy as _torch_is_lazy
 
 
 @dataclass(frozen=True)
@@ -76,9 +77,7 @@ def numel(t: torch.Tensor) -> int:
 
 def is_lazy(t: torch.Tensor) -> bool:
     """An ``UninitializedParameter`` / ``UninitializedBuffer`` (a lazy module before forward)."""
-    from torch.nn.parameter import is_lazy as lazy
-
-    return bool(lazy(t))
+    return bool(_torch_is_lazy(t))
 
 
 def own_tensors(module: nn.Module) -> list[Held]:

@@ -32,7 +32,7 @@ from hookcli.errors import (
     oom_cause,
 )
 from hookcli.metavalues import MetaValues
-from hookcli.modelinfo import depth_of, module_names
+from hookcli.modelinfo import depth_of
 from hookcli.options import HookKind, Mode
 from hookcli.structures import iter_tensors, shapes_of
 
@@ -179,6 +179,43 @@ def _aliasing_hook_forward(ctx: Any, *args: torch.Tensor) -> tuple[torch.Tensor,
     return outs
 
 
+_WALKS = ("parameters", "named_parameters", "_named_members", "named_modules", "modules")
+
+
+def _parameters(model: nn.Module, modules: Sequence[nn.Module]) -> list[nn.Parameter]:
+    """``model.parameters()``, each once, from the modules already listed (the same
+    order); ``model.parameters()`` itself where the model's class walks its own way."""
+    if any(getattr(type(model), n) is not getattr(nn.Module, n) for n in _WALKS):
+        return list({id(p): p for p in model.parameters()}.values())
+    seen: set[int] = set()
+    out: list[nn.Parameter] = []
+    for m in modules:
+        for p in m._parameters.values():
+            if p is not None and id(p) not in seen:
+                seen.add(id(p))
+                out.append(p)
+    return out
+
+
+def _copy_back(originals: list[torch.Tensor], copies: list[torch.Tensor]) -> None:
+    """``original.copy_(copy)`` for each pair: one ``_foreach_copy_`` where every pair
+    still matches in shape, dtype and device, else one by one."""
+    foreach = getattr(torch, "_foreach_copy_", None)
+    if foreach is not None and all(
+        o.layout == torch.strided
+        and not o.is_quantized
+        and o.shape == c.shape
+        and o.dtype == c.dtype
+        and o.device == c.device
+        for o, c in zip(originals, copies, strict=True)
+    ):
+        if originals:
+            foreach(originals, copies)
+        return
+    for o, c in zip(originals, copies, strict=True):
+        o.copy_(c)
+
+
 def _on_meta(model: nn.Module, args: Any, kwargs: Any) -> bool:
     for t in iter_tensors((args, kwargs)):
         return bool(t.is_meta)
@@ -217,7 +254,10 @@ class HookSession:
         self.backward_needed = backward or any(k.is_backward for k in self.kinds)
         # forward records autograd's graph (cost's saved tensors) even with no backward
         self.grad = grad or self.backward_needed
-        self.names = module_names(model)
+        # one walk of the tree: every module once, under its first name (module_names)
+        named = list(model.named_modules())
+        self._modules = [m for _, m in named]
+        self.names = {id(m): name for name, m in named}
         self.frames: list[Frame] = []
         self.failure: Frame | None = None
         self.backward_failure: Frame | None = None
@@ -253,12 +293,13 @@ class HookSession:
 
     def _save_state(self) -> None:
         model = self.model
-        modules = list(model.modules())
+        modules = self._modules
         training = [(m, m.training) for m in modules]
 
         def restore_training() -> None:
             for m, flag in training:
-                m.training = flag  # per module: train() would also reset the children
+                if m.training is not flag:  # per module: train() would also reset the children
+                    m.training = flag
 
         self.on_exit(restore_training)
 
@@ -273,16 +314,19 @@ class HookSession:
 
         def restore_buffers() -> None:
             with torch.no_grad():
-                for m, name, original, copy in saved_buffers:
+                for m, name, original, _ in saved_buffers:
                     m._buffers[name] = original
-                    original.copy_(copy)
+                _copy_back(
+                    [original for _, _, original, _ in saved_buffers],
+                    [copy for _, _, _, copy in saved_buffers],
+                )
                 for m in modules:
                     for extra in set(m._buffers.keys()) - buffer_names.get(id(m), set()):
                         del m._buffers[extra]
 
         self.on_exit(restore_buffers)
 
-        params = list({id(p): p for p in model.parameters()}.values())
+        params = _parameters(model, modules)
         grads = [(p, p.grad) for p in params]
 
         def restore_grads() -> None:
@@ -341,7 +385,7 @@ class HookSession:
             refuse_grad_off_root(self.model)  # before any work: no grad can come out
         try:
             self._save_state()
-            self.model.train(self.mode is Mode.TRAIN)
+            self._set_mode()
             self._attach()
             for p in self.probes:
                 p.attach(self)
@@ -349,6 +393,16 @@ class HookSession:
             self._close()
             raise
         return self
+
+    def _set_mode(self) -> None:
+        """``model.train(mode)``; skipped where it would change nothing: every module
+        already in that mode, none with a ``train`` of its own."""
+        want = self.mode is Mode.TRAIN
+        plain = nn.Module.train
+        for m in self._modules:
+            if m.training is not want or type(m).train is not plain:
+                self.model.train(want)
+                return
 
     def __exit__(self, *exc: object) -> None:
         self._close()
@@ -369,6 +423,10 @@ class HookSession:
         """TorchScript modules take no Python hooks: refuse a scripted root, skip submodules."""
         from hookcli.scripted import check_scripted
 
+        script = torch.jit.ScriptModule
+        if not any(isinstance(m, script) for m in self._modules):
+            self.scripted = set()  # check_scripted's answer, without its walk
+            return
         self.scripted = check_scripted(
             self.model, self.global_hooks, self.backward_needed, self.only
         )

@@ -154,6 +154,20 @@ def _flag_values(t: torch.Tensor) -> torch.Tensor | None:
     return torch.view_as_real(values.resolve_conj())
 
 
+def _view_key(t: torch.Tensor) -> tuple[Any, Any]:
+    """``(key, owner)``: for a dense tensor, its storage's id, offset, shape, strides and
+    dtype, owned by the storage (two tensors with that key read the very same memory);
+    for any other (sparse, nested, quantized, a subclass without a storage), its id,
+    owned by the tensor itself."""
+    if t.layout == torch.strided and not t.is_quantized and not t.is_nested:
+        try:
+            storage = t.untyped_storage()
+        except Exception:  # a tensor subclass without a plain storage
+            return id(t), t
+        return (id(storage), t.storage_offset(), t.shape, t.stride(), t.dtype), storage
+    return id(t), t
+
+
 class _Gather:
     """Device tensors queued during ``finish``, copied to the host together.
 
@@ -325,7 +339,7 @@ class GradProbe(Probe):
         # reference rules out a new tensor at a reused address, the version counter a
         # tensor that autograd has since accumulated into in place.
         self._seen: dict[int, tuple[weakref.ref[torch.Tensor], int, _Stat]] = {}
-        self._fseen: dict[int, tuple[weakref.ref[torch.Tensor], int, torch.Tensor]] = {}
+        self._fseen: dict[Any, tuple[weakref.ref[Any], int, torch.Tensor]] = {}
 
     def _one(self, t: torch.Tensor) -> _Stat | None:
         """The figures of one tensor; None for one with no norm (``norm_values``)."""
@@ -350,18 +364,23 @@ class GradProbe(Probe):
         return stat
 
     def _flags_of(self, t: torch.Tensor) -> torch.Tensor | None:
-        """``_forward_flags`` once per tensor object and version: a block returns its
-        last layer's output, a ``Sequential`` its last child's. None for a tensor that
-        holds no floating values; a sparse one's implicit zeros count as zeros."""
-        cached = self._fseen.get(id(t))
-        if cached is not None and cached[0]() is t and cached[1] == t._version:
+        """``_forward_flags`` once per view of memory and version: a block returns its
+        last layer's output, a ``Sequential`` its last child's, and with backward hooks
+        on each behind a new detached alias (the session's: the same storage, view and
+        version counter, another tensor object). So a dense tensor's figures are kept by
+        its storage (alive: weakly referenced), offset, shape, strides and dtype, with its
+        version; any other tensor's by the object. None for a tensor that holds no
+        floating values; a sparse one's implicit zeros count as zeros."""
+        key, owner = _view_key(t)
+        cached = self._fseen.get(key)
+        if cached is not None and cached[0]() is owner and cached[1] == t._version:
             return cached[2]
         values = _flag_values(t)
         if values is None:
             return None
         flags = _forward_flags(values) if values.numel() else _FINITE_ZERO
         with contextlib.suppress(TypeError):  # a tensor subclass without weak references
-            self._fseen[id(t)] = (weakref.ref(t), t._version, flags)
+            self._fseen[key] = (weakref.ref(owner), t._version, flags)
         return flags
 
     def _stat(self, tensors: Iterable[Any]) -> _Stat | None:
