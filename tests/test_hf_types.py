@@ -180,3 +180,47 @@ def test_kyutai_and_the_decoder_report_on_meta() -> None:
     assert report["totals"]["params"] == _plain_params("kyutai_speech_to_text", **small)
     result = invoke("inspect", "hf:vibevoice_acoustic_tokenizer_decoder", "--device", "meta")
     assert result.exit_code == 0, result.stderr
+
+
+def test_qformer_gets_queries_and_image_features() -> None:
+    """BLIP-2's Q-Former takes query embeddings (``query_embeds``) and, in its
+    cross-attention layers, image features: both of the config's widths; plain
+    transformers runs on them and refuses the queries alone."""
+    small = {"hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 2}
+    small |= {"intermediate_size": 32, "encoder_hidden_size": 24}
+    config, model, kwargs = _inputs("blip_2_qformer", **small)
+    assert kwargs["query_embeds"].shape == (1, 32, config.hidden_size)
+    assert kwargs["encoder_hidden_states"].shape[-1] == config.encoder_hidden_size
+    with torch.no_grad():
+        out = model(**kwargs)
+        assert out.last_hidden_state.shape == (1, 32, config.hidden_size)
+        with pytest.raises(ValueError, match="encoder_hidden_states"):
+            model(query_embeds=kwargs["query_embeds"])
+
+
+def test_character_model_gets_code_points() -> None:
+    """CANINE has no vocabulary (it hashes Unicode code points): ids below its first
+    special code point (0xE000), which plain transformers embeds."""
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    small |= {"intermediate_size": 32, "num_hash_buckets": 256}  # also its position table
+    config, model, kwargs = _inputs("canine", **small)
+    ids = kwargs["input_ids"]
+    assert ids.shape == (1, 128) and int(ids.min()) >= 0 and int(ids.max()) < 0xE000
+    assert config.bos_token_id == 0xE000
+    with torch.no_grad():
+        model(**kwargs)
+
+
+def test_trajectory_model_gets_states_actions_and_returns() -> None:
+    """A Decision Transformer reads a trajectory: states and actions of the config's
+    widths, rewards and returns to go, time steps below ``max_ep_len``; plain
+    transformers predicts actions of ``act_dim`` from them."""
+    small = {"hidden_size": 32, "n_layer": 1, "n_head": 2, "max_ep_len": 50, "n_positions": 60}
+    config, model, kwargs = _inputs("decision_transformer", **small)
+    steps = kwargs["states"].shape[1]
+    assert kwargs["states"].shape == (1, steps, config.state_dim) and 3 * steps <= 60
+    assert kwargs["actions"].shape == (1, steps, config.act_dim)
+    assert int(kwargs["timesteps"].max()) < config.max_ep_len
+    with torch.no_grad():
+        out = model(**kwargs)
+    assert out.action_preds.shape == (1, steps, config.act_dim)

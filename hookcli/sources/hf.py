@@ -547,8 +547,18 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
         # embeddings in (``perceiver`` without a preprocessor): tokens of the model's width
         out.add(main, f"{main}=float32:1x{DEFAULT_TEXT_LENGTH}x{width}")
         return tuple(out.specs), out.values
+    if main == "states" and "actions" in params:
+        _trajectory(config, params, out)
+        return tuple(out.specs), out.values
+    if main == "query_embeds" and isinstance(width, int):
+        _queries(config, params, width, out)
+        return tuple(out.specs), out.values
     vocab = _get(config, "vocab_size")
     avoid = _special_ids(config)
+    if vocab is None and isinstance(_get(config, "num_hash_buckets"), int):
+        # a character model (``canine``): Unicode code points, below its special ones
+        # (private-use code points, 0xE000 and up)
+        vocab = min((i for i in avoid if i > 0), default=0xE000)
     length = DEFAULT_TEXT_LENGTH
     limit = _get(config, "max_position_embeddings", "n_positions", "max_length")
     if isinstance(limit, int) and 0 < limit < length:
@@ -666,6 +676,51 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
 
 
 _AUDIO_INPUTS = ("input_features", "input_values", "audio_mel", "input_audio_embeds")
+
+
+def _trajectory(config: Any, params: list[str], out: _Inputs) -> None:
+    """A trajectory model (``decision_transformer``): states, actions, rewards and returns
+    to go for ``DEFAULT_TEXT_LENGTH`` steps (fewer where three tokens a step would pass
+    ``n_positions``), ``state_dim`` and ``act_dim`` wide, the steps' time indices below
+    ``max_ep_len``, and an all-ones mask."""
+    import torch
+
+    states, actions = _get(config, "state_dim"), _get(config, "act_dim")
+    if not (isinstance(states, int) and isinstance(actions, int)):
+        return
+    steps = DEFAULT_TEXT_LENGTH
+    limit = _get(config, "n_positions", "max_position_embeddings")
+    if isinstance(limit, int) and limit >= 3:
+        steps = min(steps, limit // 3)
+    episode = _get(config, "max_ep_len")
+    if isinstance(episode, int) and episode > 0:
+        steps = min(steps, episode)
+    for name, width in (("states", states), ("actions", actions)):
+        out.add(name, f"{name}=float32:1x{steps}x{width}")
+    for name in ("rewards", "returns_to_go"):
+        if name in params:
+            out.add(name, f"{name}=float32:1x{steps}x1")
+    if "timesteps" in params:
+        out.tensor("timesteps", torch.arange(steps, dtype=torch.int64).unsqueeze(0))
+    if "attention_mask" in params:
+        out.tensor("attention_mask", torch.ones((1, steps), dtype=torch.int64))
+
+
+QUERIES = 32  # query tokens of a Q-Former whose config does not say (BLIP-2's default)
+
+
+def _queries(config: Any, params: list[str], width: int, out: _Inputs) -> None:
+    """A Q-Former (``blip_2_qformer``): ``num_query_tokens`` query embeddings of the
+    model's width, and the image features its cross-attention reads
+    (``encoder_hidden_states``, ``encoder_hidden_size`` wide, ``DEFAULT_TEXT_LENGTH`` of
+    them) where forward takes them."""
+    queries = _get(config, "num_query_tokens")
+    queries = queries if isinstance(queries, int) and queries > 0 else QUERIES
+    out.add("query_embeds", f"query_embeds=float32:1x{queries}x{width}")
+    enc = _get(config, "encoder_hidden_size")
+    if "encoder_hidden_states" in params and isinstance(enc, int) and enc > 0:
+        dims = f"1x{DEFAULT_TEXT_LENGTH}x{enc}"
+        out.add("encoder_hidden_states", f"encoder_hidden_states=float32:{dims}")
 
 
 def _latents(module: Any, config: Any, main: str, out: _Inputs) -> None:
