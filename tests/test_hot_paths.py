@@ -121,3 +121,32 @@ def test_row_param_counts_match_plain_pytorch():
     assert report.totals["params"] == total
     shown = sum(r.display["shown_params"] for r in report.layers)
     assert shown == total  # every tensor once, the tied one at its first row
+
+
+def test_stats_reads_a_chunks_min_and_max_in_one_op(monkeypatch):
+    stats_probe = importlib.import_module("hookcli.stats.probe")
+    x = torch.randn(5000, generator=torch.Generator().manual_seed(0))  # mixed signs, no zero
+    calls: list[str] = []
+    for name in ("amin", "amax"):
+        original = getattr(torch.Tensor, name)
+
+        def counted(self, *a, _name=name, _original=original, **k):  # type: ignore[no-untyped-def]
+            calls.append(_name)
+            return _original(self, *a, **k)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    vec = stats_probe.host_vector(x, stats_probe.Scratch())
+    monkeypatch.undo()
+    # one aminmax for the chunk, not amin then amax; the one amin left is |x|'s
+    assert calls == ["amin"]
+    assert vec[2] == x.min().item() and vec[3] == x.max().item()
+
+
+def test_stats_min_and_max_of_signed_zeros_are_amin_and_amax():
+    stats_probe = importlib.import_module("hookcli.stats.probe")
+    for values in ([0.0, -0.0, 1.0], [-0.0, 0.0, -1.0], [0.0, -0.0]):
+        x = torch.tensor(values)
+        vec = stats_probe.host_vector(x, stats_probe.Scratch())
+        lo, hi = x.amin().item(), x.amax().item()
+        assert (vec[2], str(vec[2])) == (lo, str(lo))
+        assert (vec[3], str(vec[3])) == (hi, str(hi))

@@ -263,7 +263,14 @@ def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
     zeros = 0
     for start in range(0, n, chunk):
         c = f[start : start + chunk]
-        c_lo, c_hi = c.amin().item(), c.amax().item()  # both propagate NaN, show any Inf
+        # one op for both; both propagate NaN and show any Inf. A zero is asked again of
+        # amin/amax, which may pick the other signed zero than aminmax: the same figures.
+        lo_hi = torch.aminmax(c)
+        c_lo, c_hi = lo_hi.min.item(), lo_hi.max.item()
+        if c_lo == 0:
+            c_lo = c.amin().item()
+        if c_hi == 0:
+            c_hi = c.amax().item()
         if not (math.isfinite(c_lo) and math.isfinite(c_hi)):
             return tensor_vector(x).tolist()  # NaN/Inf to count: every exact pass
         lo, hi = min(lo, c_lo), max(hi, c_hi)
