@@ -78,6 +78,56 @@ def _mm(a: Any, b: Any, *_: Any, **__: Any) -> int:
     return mm_flops(_dims(a), _dims(b))
 
 
+def _routed_rows(offs: Any, rows: int) -> int:
+    """The rows a grouped matmul multiplies: up to the last offset where its value is
+    known (a real tensor), else all ``rows`` (on meta, every token is routed)."""
+    if isinstance(offs, torch.Tensor) and offs.numel() and offs.device.type != "meta":
+        try:
+            return min(rows, int(offs[-1]))
+        except (RuntimeError, ValueError):
+            return rows
+    return rows
+
+
+def grouped_mm_flops(a: Shape, b: Shape, offs: Any = None) -> int:
+    """``torch._grouped_mm`` (an MoE's experts, every expert one matrix): each group is one
+    matrix product, so the FLOPs are those of the rows each group multiplies.
+
+    - [s, k] @ [g, k, n] with offsets (the forward, and the input's gradient): row r of
+      ``a`` meets its group's [k, n]: 2*s*k*n, s the routed rows;
+    - [k, s] @ [s, n] with offsets (the weight's gradient): group i contracts its own
+      rows: 2*k*s*n in all;
+    - [g, m, k] @ [g, k, n] (no offsets): a batched product, 2*g*m*k*n;
+    - [g, m, k] @ [k, n] with offsets: each group's [m, k] meets the same [k, n].
+    """
+    if len(a) == 2 and len(b) == 3:
+        return 2 * _routed_rows(offs, int(a[0])) * int(a[1]) * int(b[2])
+    if len(a) == 2 and len(b) == 2:
+        return 2 * int(a[0]) * _routed_rows(offs, int(a[1])) * int(b[1])
+    if len(a) == 3 and len(b) == 3:
+        return 2 * int(a[0]) * int(a[1]) * int(a[2]) * int(b[2])
+    if len(a) == 3 and len(b) == 2:
+        return 2 * int(a[0]) * int(a[1]) * int(a[2]) * int(b[1])
+    return 0
+
+
+def _grouped_mm(a: Any, b: Any, offs: Any = None, *_: Any, **kw: Any) -> int:
+    return grouped_mm_flops(_dims(a), _dims(b), kw.get("offs", offs))
+
+
+def _grouped_mm_fallback(inp: Any, weight: Any, offs: Any = None, *_: Any, **__: Any) -> int:
+    """transformers' ``grouped_mm_fallback`` custom op (its loop of ``torch.mm`` runs inside
+    one opaque op, where torch lacks ``_grouped_mm``): [s, k] @ [g, k, n]."""
+    return grouped_mm_flops(_dims(inp), _dims(weight), offs)
+
+
+def _grouped_mm_fallback_backward(
+    inp: Any, weight: Any, offs: Any = None, grad_out: Any = None, *_: Any, **__: Any
+) -> int:
+    """Its backward: the input's gradient and the weights' gradient, each one forward."""
+    return 2 * grouped_mm_flops(_dims(inp), _dims(weight), offs)
+
+
 def _addmm(_self: Any, a: Any, b: Any, *_: Any, **__: Any) -> int:
     return mm_flops(_dims(a), _dims(b))
 
@@ -520,6 +570,15 @@ _TABLE: dict[str, Formula] = {
     "_cudnn_rnn": _cudnn_rnn,
     "_cudnn_rnn_backward": _cudnn_rnn_backward,
     "miopen_rnn": _cudnn_rnn,
+    # grouped matrix products (MoE experts), torch 2.8 and later
+    "_grouped_mm": _grouped_mm,
+}
+
+# Custom ops of other libraries, by qualified name: they exist once the library has
+# registered them, so they are looked up by name (``formula_for``), not at import.
+NAMED_FORMULAS: dict[str, Formula] = {
+    "transformers.grouped_mm_fallback": _grouped_mm_fallback,
+    "transformers.grouped_mm_fallback_backward": _grouped_mm_fallback_backward,
 }
 
 # Every formula hookcli counts with, keyed by overload packet; ops this torch lacks are
@@ -554,6 +613,23 @@ sym_stride storage_offset sym_storage_offset numel sym_numel dim _fused_sdp_choi
 """
 _ZERO_NAMES = _ZERO_TEXT.split()
 ZERO_FLOP_OPS = frozenset(getattr(aten, n) for n in _ZERO_NAMES if hasattr(aten, n))
+
+
+_BY_PACKET: dict[Any, Formula | None] = {}
+
+
+def formula_for(packet: Any) -> Formula | None:
+    """The formula for an op's overload packet: ``FORMULAS``, else a library's custom op
+    in ``NAMED_FORMULAS`` (cached per packet), else None."""
+    formula = FORMULAS.get(packet)
+    if formula is not None:
+        return formula
+    try:
+        return _BY_PACKET[packet]
+    except KeyError:
+        found = NAMED_FORMULAS.get(op_name(packet))
+        _BY_PACKET[packet] = found
+        return found
 
 
 def op_name(packet: Any) -> str:

@@ -4,7 +4,7 @@ Three instruments run together in one forward pass with grad enabled (the
 *measured pass*):
 
 - a ``TorchDispatchMode`` sees every aten op below autograd, counts its FLOPs
-  with ``hookcli.cost.flops.FORMULAS`` and books them on the innermost module call
+  with ``hookcli.cost.flops.formula_for`` and books them on the innermost module call
   under way (the module stack is kept from the session's forward-pre/forward
   hooks); ops with no formula are tallied as uncounted, with the calls they ran in;
 - ``torch.autograd.graph.saved_tensors_hooks`` sees every tensor autograd saves
@@ -34,9 +34,9 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookcli.cost.flops import (
-    FORMULAS,
     SPARSE_OPERANDS,
     ZERO_FLOP_OPS,
+    formula_for,
     op_name,
     sparse_matmul_flops,
     sparse_operands,
@@ -287,7 +287,7 @@ class _CountingMode(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         packet = func._overloadpacket
-        formula = FORMULAS.get(packet)
+        formula = formula_for(packet)
         if formula is None and packet not in ZERO_FLOP_OPS and _decomposable(func):
             # a CompositeImplicit op reaching here whole (linear, softmax under
             # inference mode): count the ops it is made of, as autograd would run them
