@@ -519,11 +519,14 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
         ctx = get_current_context(silent=True)
 
         def body() -> int:
+            from hookcli.amp import requested
+
             with blamed(ctx):  # an option's value from [tool.hookcli]: the error names it
                 options = preflight(kwargs, name)
+                options, amp = _amp_option(options)
             if runs_model(name):
                 _started()  # torch in, before any model code
-            with blamed(ctx):
+            with blamed(ctx), requested(amp):
                 return fn(**_kwargs_file(options))
 
         code = execute(body, bool(kwargs.get("debug")))
@@ -531,6 +534,7 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
             raise typer.Exit(code)
 
     _add_kwargs_file(wrapper, fn)
+    _add_amp(wrapper, fn, name)
     from hookcli.helpfmt import PanelCommand
 
     app.command(name, help=help_text or fn.__doc__, cls=PanelCommand)(wrapper)
@@ -558,6 +562,50 @@ def _add_kwargs_file(wrapper: Any, fn: Callable[..., int]) -> None:
             )  # fmt: skip
     wrapper.__signature__ = sig.replace(parameters=params)
     wrapper.__annotations__ = {**fn.__annotations__, "kwargs_file": KwargsFileOpt}
+
+
+# The commands that run the model's forward take --amp (params and registrations build
+# it only).
+_AMP_COMMANDS = frozenset(
+    ("inspect", "grads", "buffers", "trace", "stats", "features", "cost", "profile", "ablate")
+)
+
+
+def _add_amp(wrapper: Any, fn: Callable[..., int], name: str) -> None:
+    """``--amp bf16|fp16`` after ``--dtype`` on every command that runs the model; the
+    CLI holds it for the command (``hookcli.amp.requested``), the run applies it."""
+    import inspect
+
+    from hookcli.cliopts import AmpOpt
+
+    sig = inspect.signature(wrapper)
+    if name not in _AMP_COMMANDS or "dtype" not in sig.parameters or "amp" in sig.parameters:
+        return
+    params = []
+    for p in sig.parameters.values():
+        params.append(p)
+        if p.name == "dtype":
+            params.append(
+                inspect.Parameter(
+                    "amp", p.KEYWORD_ONLY if p.kind is p.KEYWORD_ONLY else p.kind,
+                    default=None, annotation=AmpOpt,
+                )
+            )  # fmt: skip
+    wrapper.__signature__ = sig.replace(parameters=params)
+    wrapper.__annotations__ = {**getattr(wrapper, "__annotations__", {}), "amp": AmpOpt}
+
+
+def _amp_option(options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """The options less ``amp``, and ``--amp`` checked (exit 2 before anything loads)."""
+    if "amp" not in options:
+        return options, None
+    from hookcli.amp import CHOICES
+
+    options = dict(options)
+    amp = options.pop("amp")
+    if amp is not None and amp not in CHOICES:
+        raise UsageError(f"--amp must be one of {', '.join(CHOICES)}, got {amp!r}")
+    return options, amp
 
 
 def _kwargs_file(options: dict[str, Any]) -> dict[str, Any]:

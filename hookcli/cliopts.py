@@ -140,6 +140,16 @@ DtypeOpt = Annotated[
         show_default=False,
     ),
 ]
+AmpOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--amp",
+        metavar="bf16|fp16",
+        help="Run the forward under torch.autocast to this dtype on the run's device, as "
+        "mixed-precision training does (parameters keep their dtype).",
+        show_default=False,
+    ),
+]
 ModeOpt = Annotated[
     Mode | None,
     typer.Option(

@@ -121,6 +121,9 @@ def prepare(
     from hookcli.options import FLOAT_DTYPES
 
     device = resolve_device(run_opts.device)  # bad --device is exit 2, before any build
+    from hookcli import amp as autocast
+
+    amp = autocast.check(autocast.current(), device)  # --amp the device cannot run: exit 2
     if run_opts.dtype is not None and run_opts.dtype not in FLOAT_DTYPES:
         raise UsageError(f"--dtype must be one of {', '.join(FLOAT_DTYPES)}, got {run_opts.dtype}")
     for text in run_opts.inputs:
@@ -194,6 +197,8 @@ def prepare(
         "seed": model_opts.seed,
         **build_settings(loaded),
     }
+    if autocast.activate(amp, device) is not None:
+        settings["amp"] = amp  # every forward of the run under torch.autocast
     if inputs is not None and inputs.source.startswith(("--input-file", "--inputs-from")):
         settings["inputs"] = inputs.source  # --input-file FILE / --inputs-from SPEC
     return Prepared(loaded=loaded, inputs=inputs, settings=settings)

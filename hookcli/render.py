@@ -176,7 +176,7 @@ def header_line(report: Report) -> str:
     parts = [title]
     if inputs:
         parts.append(f"inputs {inputs}")
-    for key in ("mode", "device", "dtype"):
+    for key in ("mode", "device", "dtype", "amp"):
         if s.get(key):
             parts.append(f"{key} {s[key]}")
     if "seed" in s:

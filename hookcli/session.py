@@ -23,6 +23,7 @@ from torch import nn
 from torch.nn.modules import module as module_mod
 from torch.utils.hooks import RemovableHandle
 
+from hookcli.amp import autocast
 from hookcli.errors import (
     HookcliError,
     ResourceError,
@@ -584,7 +585,7 @@ class HookSession:
         """Run the model once; a failure raises RunError naming the module."""
         meta = MetaValues() if _on_meta(self.model, args, kwargs) else None
         try:
-            with self._grad_context(), meta or contextlib.nullcontext():
+            with self._grad_context(), meta or contextlib.nullcontext(), autocast():
                 return self.call(*args, **(kwargs or {}))
         except KeyboardInterrupt:
             raise

@@ -231,6 +231,7 @@ def time_passes(
     """Warmup, the memory pass (cuda), the timed repeats. Raises RunError/ResourceError."""
     import torch
 
+    from hookcli.amp import autocast
     from hookcli.losses import make_loss
     from hookcli.profile.hooks import Diverged, MemoryHooks, TimingHooks
     from hookcli.session import HookSession
@@ -291,7 +292,7 @@ def time_passes(
                 origin.record()
             t0 = counter()
             try:
-                with grad_ctx():
+                with grad_ctx(), autocast():
                     out = model(*args, **kwargs)
             except KeyboardInterrupt:
                 raise
@@ -403,6 +404,8 @@ def _memory_pass(
     """One forward with the memory hooks: per module, the largest peak above a call's start."""
     import torch
 
+    from hookcli.amp import autocast
+
     dev = next((p.device for p in model.parameters()), torch.device("cuda"))
     mem = memory_hooks(
         modules,
@@ -413,7 +416,7 @@ def _memory_pass(
     )
     mem.attach()
     try:
-        with grad_ctx():
+        with grad_ctx(), autocast():
             model(*args, **kwargs)
     finally:
         mem.detach()
