@@ -20,7 +20,9 @@ transformers for every type hookcli did not report (``classify``), in another ca
 child: whether ``AutoModel.from_config(AutoConfig.for_model(t))`` builds under
 ``torch.device("meta")``, and whether the built model's forward runs on the CPU, with
 the inputs hookcli derives from the config (at the default config where it holds at
-most ``CPU_PARAMS`` parameters, else with every layer count set to 1, the widths kept).
+most ``CPU_PARAMS`` parameters, else with every layer count set to 1 and per-layer lists
+cut to their first entry, the widths kept; beyond ``CPU_PARAMS_REDUCED`` parameters
+even then, not checked).
 ``OVERRIDES`` holds the few types a program cannot decide, each with why. A type is
 MoE when its config (or a sub-config) has more than one expert (``MOE_KEYS``) or its
 name says ``moe``.
@@ -328,7 +330,7 @@ MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_exp
 # the reference forward runs the default config where it has at most this many
 # parameters, else with every layer count set to 1 (the widths kept)
 CPU_PARAMS = 400_000_000
-CPU_PARAMS_REDUCED = 800_000_000  # beyond this even with one layer: not checked
+CPU_PARAMS_REDUCED = 1_200_000_000  # beyond this even with one layer: not checked
 # config fields holding a layer count (set to 1 for the reduced reference)
 _LAYER_KEY = re.compile(
     r"^(num_hidden_layers|num_layers|n_layers?|encoder_layers|decoder_layers|"
@@ -378,9 +380,15 @@ def _reduced(config: Any) -> Any:
 
     small = copy.deepcopy(config)
     for cfg in hf._configs(small):
+        counts = set()
         for key, value in list(vars(cfg).items()):
             if _LAYER_KEY.match(key) and isinstance(value, int) and value > 1:
                 setattr(cfg, key, 1)
+                counts.add(value)
+        for key, value in list(vars(cfg).items()):
+            # per-layer lists (``layer_types``) as long as a count: their first entry
+            if isinstance(value, list) and len(value) in counts:
+                setattr(cfg, key, value[:1])
     return small
 
 
@@ -492,8 +500,12 @@ def reference(name: str) -> dict[str, Any]:
         config.use_cache = False  # as hookcli builds it
     if out["params"] > CPU_PARAMS:
         config = _reduced(config)
-        with torch.device("meta"):
-            params = _count(tf.AutoModel.from_config(config))
+        try:
+            with torch.device("meta"):
+                params = _count(tf.AutoModel.from_config(config))
+        except BaseException as err:
+            out["forward"] = f"not checked: the one-layer build failed: {_error(err)}"
+            return out
         out["reduced"] = params
         if params > CPU_PARAMS_REDUCED:
             out["forward"] = f"not checked: {params:,} parameters with one layer"

@@ -224,3 +224,62 @@ def test_trajectory_model_gets_states_actions_and_returns() -> None:
     with torch.no_grad():
         out = model(**kwargs)
     assert out.action_preds.shape == (1, steps, config.act_dim)
+
+
+def test_draft_model_gets_noise_and_target_context() -> None:
+    """A block-diffusion draft model denoises ``block_size`` embeddings against the target
+    model's hidden states, which its encoder projects from their own width: plain
+    transformers runs on the derived inputs and refuses a context of the model's width."""
+    small = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1}
+    small |= {"num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 16}
+    config, model, kwargs = _inputs("muse_glimmer_assistant", **small)
+    noise, context = kwargs["noise_embeds"], kwargs["context_hidden_states"]
+    assert noise.shape == (1, config.block_size, config.hidden_size)
+    assert context.shape[-1] == model.encoder.fc.in_features != config.hidden_size
+    with torch.no_grad():
+        out = model(**kwargs)
+        assert out.last_hidden_state.shape == noise.shape
+        with pytest.raises(RuntimeError):
+            model(noise_embeds=noise, context_hidden_states=noise)
+
+
+def test_audio_features_from_an_extractor_of_batches() -> None:
+    """Gemma 4's audio feature extractor takes a batch of waveforms only (and its mask):
+    the features it makes of one second, which plain transformers encodes."""
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    small |= {"output_proj_dims": 16}
+    _, model, kwargs = _inputs("gemma4_audio", **small)
+    features = kwargs["input_features"]
+    assert features.dim() == 3 and features.shape[0] == 1 and features.shape[-1] == 128
+    with torch.no_grad():
+        model(**kwargs)
+
+
+class _AudioText(torch.nn.Module):
+    """A text model with audio: ``get_audio_features`` gives 7 features per clip, and
+    forward pads them to the config's ``audio_soft_tokens_per_image`` (as gemma3n's does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 4)
+
+    def get_audio_features(self, input_features: torch.Tensor) -> torch.Tensor:
+        return self.proj(input_features.transpose(1, 2))[:, :7]
+
+    def forward(self, input_ids, input_features=None, attention_mask=None):
+        return input_ids
+
+
+def test_audio_tokens_are_as_many_as_forward_pads_the_features_to() -> None:
+    """gemma3n pads its audio features to ``audio_soft_tokens_per_image`` (188) before
+    scattering them into the text: the text carries that many audio tokens, not the 7
+    ``get_audio_features`` returns for one second."""
+    from hookcli.sources import hf
+
+    audio = transformers.PretrainedConfig(num_mel_bins=8, max_source_positions=10)
+    config = transformers.PretrainedConfig(
+        vocab_size=50, audio_token_id=49, audio_soft_tokens_per_image=12, audio_config=audio
+    )
+    specs, values = hf.default_inputs(_AudioText(), config)
+    assert int((values["input_ids"] == 49).sum()) == 12
+    assert any(s.startswith("input_features=") for s in specs)

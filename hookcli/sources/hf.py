@@ -550,6 +550,9 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
     if main == "states" and "actions" in params:
         _trajectory(config, params, out)
         return tuple(out.specs), out.values
+    if main == "noise_embeds" and "context_hidden_states" in params and isinstance(width, int):
+        _draft(module, config, width, out)
+        return tuple(out.specs), out.values
     if main == "query_embeds" and isinstance(width, int):
         _queries(config, params, width, out)
         return tuple(out.specs), out.values
@@ -615,6 +618,9 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
         if audio_key is not None and isinstance(audio_token, int):
             # the same for audio: as many audio tokens as get_audio_features returns
             count = _image_tokens(module, out, "get_audio_features", audio_key)
+            fixed = _get(config, "audio_soft_tokens_per_image")
+            if count is not None and isinstance(fixed, int) and fixed > count:
+                count = fixed  # forward pads the features to this many (``gemma3n``)
             if count is None:  # the audio part cannot say: without audio
                 for key in audio_names:
                     out.names.discard(key)
@@ -704,6 +710,28 @@ def _trajectory(config: Any, params: list[str], out: _Inputs) -> None:
         out.tensor("timesteps", torch.arange(steps, dtype=torch.int64).unsqueeze(0))
     if "attention_mask" in params:
         out.tensor("attention_mask", torch.ones((1, steps), dtype=torch.int64))
+
+
+def _draft(module: Any, config: Any, width: int, out: _Inputs) -> None:
+    """A block-diffusion draft model (``muse_glimmer_assistant``): ``block_size`` noise
+    embeddings of the model's width, and the target model's hidden states as context,
+    ``DEFAULT_TEXT_LENGTH`` of them, as wide as the context projection takes (the first
+    ``Linear`` of its ``encoder``)."""
+    import torch
+
+    block = _get(config, "block_size")
+    block = block if isinstance(block, int) and block > 0 else DEFAULT_TEXT_LENGTH
+    encoder = getattr(module, "encoder", None)
+    proj = (
+        next((m for m in encoder.modules() if isinstance(m, torch.nn.Linear)), None)
+        if isinstance(encoder, torch.nn.Module)
+        else None
+    )
+    if proj is None:
+        return
+    out.add("noise_embeds", f"noise_embeds=float32:1x{block}x{width}")
+    dims = f"1x{DEFAULT_TEXT_LENGTH}x{proj.in_features}"
+    out.add("context_hidden_states", f"context_hidden_states=float32:{dims}")
 
 
 QUERIES = 32  # query tokens of a Q-Former whose config does not say (BLIP-2's default)
@@ -1023,9 +1051,9 @@ def _audio(config: Any, params: list[str], main: str, out: _Inputs, second: bool
             with _quiet():
                 options = {"sampling_rate": rate, "return_tensors": "pt"}
                 try:
-                    got = dict(fe(wave, **options, return_attention_mask=mask))
-                except TypeError:  # an extractor without that option
-                    got = dict(fe(wave, **options))
+                    got = _extract(fe, wave, options, mask)
+                except Exception:  # an extractor of batches only, with its mask (gemma4's)
+                    got = _extract(fe, [wave], options, True)
             names = list(getattr(fe, "model_input_names", []) or got)
         except Exception:  # also a class whose backend is missing (torchaudio)
             got, names = {}, []
@@ -1054,6 +1082,14 @@ def _audio(config: Any, params: list[str], main: str, out: _Inputs, second: bool
     frames = _get(config, "max_source_positions")
     if isinstance(bins, int) and isinstance(frames, int):
         out.add(main, f"{main}=1x{bins}x{2 * frames}")
+
+
+def _extract(fe: Any, wave: Any, options: dict[str, Any], mask: bool) -> dict[str, Any]:
+    """The feature extractor's output for ``wave``, with its attention mask where asked."""
+    try:
+        return dict(fe(wave, **options, return_attention_mask=mask))
+    except TypeError:  # an extractor without that option
+        return dict(fe(wave, **options))
 
 
 def _image_tokens(
