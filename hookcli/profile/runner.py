@@ -204,15 +204,15 @@ def _run_error(
     err: BaseException, where: tuple[str, str] | None, phase: str, model: Any = None
 ) -> Exception:
     from hookcli.errors import ResourceError, first_line, is_oom, oom_cause
-    from hookcli.failure import carried_state_reason, internal_error, raised_at
+    from hookcli.failure import carried_state_reason, deliberate, internal_error, raised_at
 
     if is_oom(err):
         return ResourceError(f"out of memory during {phase}: {first_line(oom_cause(err))}")
     # the state a model keeps across calls, where the model raised, or hookcli's own bug
     why = carried_state_reason(err, model) if model is not None else ""
-    if not why and not isinstance(err, SystemExit):
+    if not why and not deliberate(err):
         at = raised_at(err)
-        if at is not None and at.hookcli and not str(err).startswith("hookcli"):
+        if at is not None and at.hookcli:
             return internal_error(err, at, phase, f"{where[0]} ({where[1]})" if where else None)
         why = at.suffix() if at is not None else ""
     reason = why if why and not why.startswith(" (") else f"{first_line(err)}{why}"
