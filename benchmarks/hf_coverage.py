@@ -345,6 +345,10 @@ _PACKAGE = re.compile(
 )
 
 
+# a plain forward refusing hookcli's inputs for want of an argument: hookcli's to give
+_MISSING = re.compile(r"missing \d+ required (positional|keyword)")
+
+
 def is_moe(name: str) -> bool:
     """MoE: ``moe`` in the type's name, or more than one expert in its config."""
     if "moe" in name.lower():
@@ -599,6 +603,9 @@ def classify(row: dict[str, Any], ref: dict[str, Any] | None) -> tuple[str, str]
         return "inputs", ref["inputs"]
     if "package_inputs" in ref:
         return "package", f"its default processor: {ref['package_inputs']}"
+    if ref.get("forward_failed") and _MISSING.search(str(ref.get("forward"))):
+        # forward wants an argument hookcli's inputs leave out: hookcli's rule is short
+        return "hookcli", f"{hookcli_cause} (plain forward: {ref['forward']})"
     if ref.get("forward_failed"):
         where = "one layer, " if "reduced" in ref else ""
         return "cannot-run", f"plain forward on the CPU ({where}hookcli's inputs): {ref['forward']}"

@@ -283,3 +283,16 @@ def test_audio_tokens_are_as_many_as_forward_pads_the_features_to() -> None:
     specs, values = hf.default_inputs(_AudioText(), config)
     assert int((values["input_ids"] == 49).sum()) == 12
     assert any(s.startswith("input_features=") for s in specs)
+
+
+def test_processor_outputs_under_forwards_pixel_names() -> None:
+    """Gemma 4's vision tower takes ``pixel_position_ids``, which its image processor
+    makes as ``image_position_ids``: passed under forward's name, and plain transformers
+    encodes the patches with them."""
+    small = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1}
+    small |= {"num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 16}
+    _, model, kwargs = _inputs("gemma4_vision", **small)
+    pixels, positions = kwargs["pixel_values"], kwargs["pixel_position_ids"]
+    assert positions.shape == (*pixels.shape[:2], 2)
+    with torch.no_grad():
+        model(**kwargs)

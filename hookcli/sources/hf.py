@@ -917,6 +917,7 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
     channels = _get(config, "num_channels", "in_channels", "in_chans")
     channels = channels if isinstance(channels, int) and 0 < channels <= 16 else 3
     processed = _processed_image(config, height, width, channels, params)
+    processed = _renamed(processed, params)
     extras = {k: v for k, v in processed.items() if k in params and k != "pixel_values"}
     if not _fits_windows(config, processed.get("pixel_values")):
         processed = {}  # the processor's size does not split into the backbone's windows
@@ -953,6 +954,17 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
         out.add("pixel_values", f"pixel_values=1x{channels}x{height}x{width}")
     if "pixel_mask" in params:
         out.tensor("pixel_mask", torch.ones((1, height, width), dtype=torch.int64))
+
+
+def _renamed(processed: dict[str, Any], params: list[str]) -> dict[str, Any]:
+    """The processor's ``image_*`` outputs under forward's ``pixel_*`` names, where forward
+    takes only those (gemma4's ``image_position_ids`` is forward's ``pixel_position_ids``)."""
+    out = dict(processed)
+    for key in processed:
+        alias = "pixel_" + key.removeprefix("image_")
+        if key.startswith("image_") and key not in params and alias in params:
+            out[alias] = out.pop(key)
+    return out
 
 
 def _fits_windows(config: Any, pixels: Any) -> bool:
