@@ -20,8 +20,9 @@ transformers for every type hookcli did not report (``classify``), in another ca
 child: whether ``AutoModel.from_config(AutoConfig.for_model(t))`` builds under
 ``torch.device("meta")``, and whether the built model's forward runs on the CPU, with
 the inputs hookcli derives from the config (at the default config where it holds at
-most ``CPU_PARAMS`` parameters, else with every layer count set to 1 and per-layer lists
-cut to their first entry, the widths kept; beyond ``CPU_PARAMS_REDUCED`` parameters
+most ``CPU_PARAMS`` parameters, else with every layer count set to 1, per-layer lists
+cut to their first entry and as many experts as a token picks (at least 2), the widths
+kept; beyond ``CPU_PARAMS_REDUCED`` parameters
 even then, not checked).
 ``OVERRIDES`` holds the few types a program cannot decide, each with why. A type is
 MoE when its config (or a sub-config) has more than one expert (``MOE_KEYS``) or its
@@ -385,10 +386,14 @@ def _reduced(config: Any) -> Any:
     small = copy.deepcopy(config)
     for cfg in hf._configs(small):
         counts = set()
+        top_k = getattr(cfg, "num_experts_per_tok", None)
+        few = max(2, top_k if isinstance(top_k, int) else 2)
         for key, value in list(vars(cfg).items()):
             if _LAYER_KEY.match(key) and isinstance(value, int) and value > 1:
                 setattr(cfg, key, 1)
                 counts.add(value)
+            elif key in MOE_KEYS and isinstance(value, int) and value > few:
+                setattr(cfg, key, few)  # as many experts as a token picks (at least 2)
         for key, value in list(vars(cfg).items()):
             # per-layer lists (``layer_types``) as long as a count: their first entry
             if isinstance(value, list) and len(value) in counts:

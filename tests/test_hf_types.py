@@ -296,3 +296,50 @@ def test_processor_outputs_under_forwards_pixel_names() -> None:
     assert positions.shape == (*pixels.shape[:2], 2)
     with torch.no_grad():
         model(**kwargs)
+
+
+def test_images_per_text_with_their_attention_mask() -> None:
+    """IDEFICS takes ``batch x images x C x H x W`` and an ``image_attention_mask`` saying
+    which image each text token sees (required: forward reads its size): one image, seen
+    by every token; plain transformers runs on them."""
+    vision = {"embed_dim": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    vision |= {"intermediate_size": 32, "image_size": 28, "patch_size": 14}
+    perceiver = {"resampler_n_latents": 4, "resampler_depth": 1, "resampler_n_heads": 2}
+    perceiver |= {"resampler_head_dim": 8}
+    small = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1}
+    small |= {"num_attention_heads": 2, "vocab_size": 100, "cross_layer_interval": 1}
+    _, model, kwargs = _inputs("idefics", vision_config=vision, perceiver_config=perceiver, **small)
+    pixels, mask = kwargs["pixel_values"], kwargs["image_attention_mask"]
+    assert pixels.shape == (1, 1, 3, 28, 28)
+    assert mask.shape == (*kwargs["input_ids"].shape, 1) and bool(mask.all())
+    with torch.no_grad():
+        model(**kwargs)
+
+
+def test_patches_whole_for_a_2d_patch_convolution() -> None:
+    """Kimi-K2.5's vision tower embeds each patch with a 2-D convolution as wide as the
+    patch: patches as ``N x C x p x p`` (plain transformers refuses them flat), with
+    their grid."""
+    small = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1}
+    small |= {"num_attention_heads": 2}
+    config, model, kwargs = _inputs("kimi_k25_vision", **small)
+    pixels, grid = kwargs["pixel_values"], kwargs["grid_thw"]
+    p = config.patch_size
+    assert pixels.shape[1:] == (3, p, p) and int(grid.prod(-1).sum()) == pixels.shape[0]
+    with torch.no_grad():
+        model(**kwargs)
+        with pytest.raises(RuntimeError, match="conv2d"):
+            model(pixel_values=pixels.flatten(1), grid_thw=grid)
+
+
+def test_video_model_without_a_frame_count_gets_frames() -> None:
+    """InstructBLIP-Video reads ``batch x frames x C x H x W`` and its config names no
+    frame count: frames of the config's size (a 4-D image fails to unpack there)."""
+    from hookcli.sources import hf
+
+    config = transformers.AutoConfig.for_model("instructblipvideo")
+    with torch.device("meta"):
+        model = transformers.AutoModel.from_config(config)
+    specs, _ = hf.default_inputs(model, config)
+    pixels = next(s for s in specs if s.startswith("pixel_values="))
+    assert pixels.endswith(f"=1x{hf.DEFAULT_FRAMES}x3x224x224")

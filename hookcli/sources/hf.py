@@ -569,7 +569,7 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
 
     vision = "pixel_values" in params and (main == "pixel_values" or _has_vision(config))
     if "grid_thw" in params and params[0] != "input_ids":
-        _patch_grid(config, params, out)
+        _patch_grid(module, config, params, out)
     elif vision:
         _vision(module, config, params, out)
     if main in _AUDIO_INPUTS:
@@ -641,6 +641,12 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
             out.tensor("mm_token_type_ids", (ids == image_token).to(ids.dtype))
     if "input_ids" in out.names:
         _text_extras(config, params, out)
+        ids = out.values["input_ids"]
+        if "image_attention_mask" in params and "pixel_values" in out.names:
+            import torch
+
+            # every text token sees the one image
+            out.tensor("image_attention_mask", torch.ones((*ids.shape[:2], 1), dtype=torch.int64))
     if "decoder_input_ids" in params and (
         getattr(config, "is_encoder_decoder", False) or main != "input_ids"
     ):
@@ -856,7 +862,7 @@ def _token_arguments(
             out.tensor(f"{prefix}_attention_mask", torch.ones_like(ids))
 
 
-def _patch_grid(config: Any, params: list[str], out: _Inputs) -> None:
+def _patch_grid(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
     """A vision tower that takes its image as flat patches plus their grid (``grid_thw``:
     frames, rows, columns in patches), as the image processor's ``pixel_values`` and
     ``image_grid_thw``: one config-sized image cut into ``patch_size`` patches,
@@ -887,13 +893,35 @@ def _patch_grid(config: Any, params: list[str], out: _Inputs) -> None:
         and grid.shape[-1] == 3
         and int(grid.prod(-1).sum()) == pixels.shape[0]
     ):
+        if _patch_conv(module, patch, frames):
+            pixels = pixels.reshape(-1, channels, patch, patch)
         out.add(first, _spec(first, pixels))
         out.tensor("grid_thw", grid.to(torch.int64))
         return
     rows = max(merge, height_px // patch // merge * merge)
     cols = max(merge, width_px // patch // merge * merge)
-    out.add(first, f"{first}=float32:{rows * cols}x{width}")
+    dims = f"{rows * cols}x{width}"
+    if _patch_conv(module, patch, frames):
+        dims = f"{rows * cols}x{channels}x{patch}x{patch}"
+    out.add(first, f"{first}=float32:{dims}")
     out.tensor("grid_thw", torch.tensor([[1, rows, cols]], dtype=torch.int64))
+
+
+def _patch_conv(module: Any, patch: int, frames: int) -> bool:
+    """Whether the tower's first convolution is a 2-D one that takes a patch whole
+    (``kimi_k25_vision``: ``proj(pixel_values)`` on ``patches x channels x patch x patch``),
+    rather than flat patches it reshapes itself (qwen2-vl's 3-D one)."""
+    import torch
+
+    conv = next(
+        (m for m in module.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))), None
+    )
+    return (
+        frames == 1
+        and isinstance(conv, torch.nn.Conv2d)
+        and tuple(conv.kernel_size) == (patch, patch)
+        and tuple(conv.stride) == (patch, patch)
+    )
 
 
 def _channels(config: Any) -> int:
@@ -941,15 +969,18 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
     ):  # no size in the config: the size the default image processor resizes to
         height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
     frames = _get(config, "num_frames")
+    video = "video" in type(module).__name__.lower() + str(getattr(config, "model_type", ""))
+    if frames is None and video and getattr(module, "main_input_name", None) == "pixel_values":
+        frames = DEFAULT_FRAMES  # a video model whose config says no count (instructblipvideo)
     if (
         isinstance(frames, int)
         and frames > 0
-        and (
-            "video" in type(module).__name__.lower() + str(getattr(config, "model_type", ""))
-            or getattr(config, "num_frames", None) == frames  # a video model's own config
-        )
+        and (video or getattr(config, "num_frames", None) == frames)  # its own config's
     ):
         out.add("pixel_values", f"pixel_values=1x{frames}x{channels}x{height}x{width}")
+    elif "image_attention_mask" in params:
+        # images per text, each text token told which it sees (idefics): one image
+        out.add("pixel_values", f"pixel_values=1x1x{channels}x{height}x{width}")
     else:
         out.add("pixel_values", f"pixel_values=1x{channels}x{height}x{width}")
     if "pixel_mask" in params:
