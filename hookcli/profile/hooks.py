@@ -15,10 +15,10 @@ Modules whose calls PyTorch's full backward hooks cannot time (their tensors are
 keyword arguments, or sit inside tuples, dicts or dataclasses: diffusers' down blocks
 called with ``hidden_states=...`` returning ``(h, (skip, skip))``; an embedding whose
 input is integer) are timed with tensor hooks instead (``survey`` finds them in one
-untimed forward): the backward starts when the gradients of all the call's output
-tensors have arrived (as PyTorch's module backward pre-hook) and ends when the gradients
-of all its input tensors are complete (or, for a module called once whose inputs need
-none, of its own parameters). Where neither
+untimed forward): the backward starts when the gradient of the first of the call's
+output tensors is complete (an output the module also uses inside completes only after
+the module's own backward) and ends when the gradients of all its input tensors are
+complete (or, for a module called once whose inputs need none, of its own parameters). Where neither
 can be had, ``why_not`` says why.
 
 Three clocks (``clocks.py``): ``now()`` read in the hook (perf_counter_ns, or a
@@ -246,18 +246,20 @@ class TimingHooks:
         st = self
         thandles = self._thandles
 
-        def all_in(i: int) -> Callable[[Any], None]:
-            # the last output gradient to arrive starts the span, as PyTorch's module
-            # backward pre-hook fires once every output's gradient is there
+        def first_in(i: int) -> Callable[[Any], None]:
+            # the first output whose gradient is complete starts the span: an output the
+            # module also uses inside (a skip tensor of a UNet down block) completes only
+            # after the module's own backward, so the last one would start too late
             def hook(grad: Any) -> None:
                 k = st._base + i
-                if ev is not None:
-                    ev[2][i].record()
-                    bstarts[k] = 1  # a flag until the events are read
-                else:
-                    assert now is not None
-                    bstarts[k] = now()
-                tids[k] = native_id()
+                if bstarts[k] == 0:
+                    if ev is not None:
+                        ev[2][i].record()
+                        bstarts[k] = 1  # a flag until the events are read
+                    else:
+                        assert now is not None
+                        bstarts[k] = now()
+                    tids[k] = native_id()
 
             return hook
 
@@ -286,7 +288,7 @@ class TimingHooks:
             i = stack[st._top]  # the call the timing hook just closed
             for t in iter_tensors(output):
                 if t.requires_grad:
-                    thandles.append(t.register_hook(all_in(i)))
+                    thandles.append(t.register_hook(first_in(i)))
 
         self._handles.append(m.register_forward_pre_hook(tpre, with_kwargs=True))
         self._handles.append(m.register_forward_hook(tpost))
