@@ -343,3 +343,32 @@ def test_video_model_without_a_frame_count_gets_frames() -> None:
     specs, _ = hf.default_inputs(model, config)
     pixels = next(s for s in specs if s.startswith("pixel_values="))
     assert pixels.endswith(f"=1x{hf.DEFAULT_FRAMES}x3x224x224")
+
+
+def test_codec_decoder_gets_latents_at_its_frame_rate() -> None:
+    """Mimi's decoder takes continuous latents, ``hidden_size`` channels at its frame rate
+    (12.5 Hz): one second of them, which plain transformers decodes to audio."""
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    small |= {"num_key_value_heads": 2, "head_dim": 16, "intermediate_size": 32}
+    small |= {"num_filters": 4, "upsample_groups": 32}
+    config, model, kwargs = _inputs("mimi_decoder", **small)
+    latents = kwargs["latents"]
+    assert latents.shape == (1, config.hidden_size, round(config.frame_rate))
+    with torch.no_grad():
+        audio = model(**kwargs).audio_values
+    assert audio.shape[-1] >= config.sampling_rate * latents.shape[-1] / config.frame_rate
+
+
+def test_images_left_out_where_the_config_names_no_image_token() -> None:
+    """MiniCPM-V 4.7 places images by ``mm_token_type_ids``, and its default config names
+    no image token to carry them (plain transformers refuses the image without them): the
+    text alone, and the type reports on meta."""
+    from hookcli.sources import hf
+
+    config = transformers.AutoConfig.for_model("minicpmv4_7")
+    with torch.device("meta"):
+        model = transformers.AutoModel.from_config(config)
+    specs, _ = hf.default_inputs(model, config)
+    assert [s.split("=")[0] for s in specs] == ["input_ids", "attention_mask"]
+    result = invoke("inspect", "hf:minicpmv4_7", "--device", "meta", "-d", "0")
+    assert result.exit_code == 0, result.stderr

@@ -547,6 +547,13 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
         # embeddings in (``perceiver`` without a preprocessor): tokens of the model's width
         out.add(main, f"{main}=float32:1x{DEFAULT_TEXT_LENGTH}x{width}")
         return tuple(out.specs), out.values
+    if main == "latents" and isinstance(width, int):
+        # an audio codec's decoder (``mimi_decoder``): ``hidden_size`` channels of
+        # continuous latents, one second of frames at the config's frame rate
+        rate = _get(config, "frame_rate")
+        frames = max(1, round(rate)) if isinstance(rate, (int, float)) and rate > 0 else 16
+        out.add(main, f"{main}=float32:1x{width}x{frames}")
+        return tuple(out.specs), out.values
     if main == "states" and "actions" in params:
         _trajectory(config, params, out)
         return tuple(out.specs), out.values
@@ -631,6 +638,14 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
 
                 audio = torch.full((1, count), audio_token, dtype=torch.int64)
                 ids = torch.cat([ids[:, :1], audio, ids[:, 1:]], dim=1)
+        if "pixel_values" in out.names and image_token is None and "mm_token_type_ids" in params:
+            # forward places images by their tokens' type (``mm_token_type_ids``), and the
+            # config names no image token to carry them (``minicpmv4_7``): text alone
+            keep = set(audio_names)
+            for key in [k for k in out.names if k not in keep]:
+                out.names.discard(key)
+                out.values.pop(key, None)
+            out.specs = [s for s in out.specs if s.split("=", 1)[0] in keep]
         if "pixel_values" in out.names and not isinstance(image_token, int):
             ids = _image_positions(module, params, ids, out)
         out.tensor("input_ids", ids)
