@@ -23,6 +23,7 @@ for _panel, _flags in {
     "Run": (
         "--device",
         "--dtype",
+        "--amp",
         "--mode",
         "--hooks",
         "--global-hooks",
