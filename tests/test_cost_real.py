@@ -225,3 +225,26 @@ def test_legacy_llama_on_meta_under_memory_limit() -> None:
 def test_legacy_params_counted_as_on_cpu() -> None:
     meta = report("params", f"{FIX}:SparseGCN", "--device", "meta")["totals"]
     assert meta["params"] == sum(p.numel() for p in cost_real.SparseGCN().parameters())
+
+
+class _TiedView(torch.nn.Module):
+    """A view of a parameter kept in an attribute, and a real cache."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 8)
+        self.w_t = self.proj.weight.T  # the parameter's memory: not an attribute tensor
+        self.cache = torch.zeros(4, 8)
+        self.example_input_array = torch.randn(2, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        self.cache[: x.shape[0]] = x.detach()
+        return self.proj(x) @ self.w_t
+
+
+def test_attribute_view_of_a_parameter_not_counted_twice() -> None:
+    from hookcli.api import cost
+
+    rep = cost(_TiedView())
+    assert rep.totals["attribute_bytes"] == 4 * 8 * 4  # the cache alone
+    assert [a["attribute"] for a in rep.lists["attribute_tensors"]] == ["cache"]

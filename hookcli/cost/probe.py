@@ -515,11 +515,21 @@ class CostProbe(Probe):
         attribute tensors as the pass left them are the report's."""
         found = attribute_tensors(self.model)
         serials: set[int] = set()
+        # a view of a parameter or buffer kept in an attribute (``self.w_t = w.T``) is
+        # that tensor's memory, already counted: not listed
+        owned = {
+            st._cdata
+            for t in (*self.model.parameters(), *self.model.buffers())
+            for st in _storages(t)
+        }
         seen: set[int] = set()
         rows: list[AttributeTensor] = []
         for module, attr, t in found:
+            parts = _storages(t)
+            if parts and all(st._cdata in owned for st in parts):
+                continue
             size = 0
-            for st in _storages(t):
+            for st in parts:
                 serial = ledger.live_serial(st)
                 if serial is not None:
                     serials.add(serial)
