@@ -159,3 +159,11 @@ def test_amp_off_after_the_command() -> None:
     assert amp.current() is None
     with amp.autocast():
         assert not torch.is_autocast_enabled("cpu")
+
+
+def test_profile_backward_under_amp() -> None:
+    """Autocast and the tensor-hooked backward together: every module still has a time."""
+    rep = report("profile", f"{FIX}:UNetLike", "--amp", "bf16", "--backward",
+                 "--warmup", "0", "--repeat", "1")  # fmt: skip
+    assert rep["settings"]["amp"] == "bf16"
+    assert all(r["backward_ms"] is not None for r in rep["modules"])

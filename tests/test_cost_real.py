@@ -248,3 +248,25 @@ def test_attribute_view_of_a_parameter_not_counted_twice() -> None:
     rep = cost(_TiedView())
     assert rep.totals["attribute_bytes"] == 4 * 8 * 4  # the cache alone
     assert [a["attribute"] for a in rep.lists["attribute_tensors"]] == ["cache"]
+
+
+@pytest.mark.parametrize("name", ["LlamaLike", "WhisperLike", "UNetLike"])
+def test_flops_match_flop_counter_mode(name: str) -> None:
+    """Forward and backward FLOPs of the dense models against torch's FlopCounterMode
+    (cost's backward, as a training step's: no gradient for the inputs)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    rep = report("cost", f"{FIX}:{name}", "--backward")
+    torch.manual_seed(0)
+    model = getattr(cost_real, name)().eval()
+    args = model.example_input_array
+    args = args if isinstance(args, tuple) else (args,)
+    with FlopCounterMode(display=False) as fc:
+        out = model(*args)
+    forward = fc.get_total_flops()
+    with FlopCounterMode(display=False) as fc:
+        out = model(*args)
+        loss = sum(t.float().sum() for t in [getattr(out, "sample", out)])
+        loss.backward()
+    assert rep["totals"]["flops"] == forward
+    assert rep["totals"]["backward_flops"] == fc.get_total_flops() - forward
