@@ -194,6 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--from-json", type=Path, help="no run: classify and publish these rows")
     ap.add_argument("--page", type=Path, help="write the coverage page here (hf, the full list)")
     ap.add_argument(
+        "--merge",
+        type=Path,
+        action="append",
+        help="with --from-json: a re-run's rows replace these",
+    )
+    ap.add_argument("--note", help="with --from-json: a sentence the page gives about the rows")
+    ap.add_argument(
         "--summary", type=Path, default=ROOT / "docs" / "models.md", help="page with the block"
     )
     ap.add_argument("names", nargs="*", help="only these names")
@@ -256,20 +263,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         save(args.json, rows)
     if args.page:
-        write_page(args, rows, versions())
+        write_page(args, rows, {"versions": versions()})
     return 0
 
 
-def save(path: Path, rows: list[dict[str, Any]]) -> None:
-    path.write_text(json.dumps({"versions": versions(), "rows": rows}, indent=1) + "\n")
+def save(path: Path, rows: list[dict[str, Any]], meta: dict[str, Any] | None = None) -> None:
+    data = {"versions": versions(), **(meta or {}), "rows": rows}
+    path.write_text(json.dumps(data, indent=1) + "\n")
 
 
-def load(path: Path) -> tuple[list[dict[str, Any]], str | None]:
-    """Rows from ``--json`` (an older run's file is a bare list)."""
+def load(path: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows from ``--json`` and what the file says of them (``versions``, ``note``); an
+    older run's file is a bare list."""
     data = json.loads(path.read_text())
     if isinstance(data, list):
-        return data, None
-    return list(data["rows"]), data.get("versions")
+        return data, {}
+    return list(data["rows"]), {k: v for k, v in data.items() if k != "rows"}
 
 
 def report(rows: list[dict[str, Any]]) -> None:
@@ -279,8 +288,8 @@ def report(rows: list[dict[str, Any]]) -> None:
         print(f"#   {f['by_class'].get(key, 0):3d}  {label}")
 
 
-def write_page(args: argparse.Namespace, rows: list[dict[str, Any]], names: str) -> None:
-    args.page.write_text(page(rows, names))
+def write_page(args: argparse.Namespace, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    args.page.write_text(page(rows, meta))
     write_summary(args.summary, summary(figures(rows)))
     print(f"# wrote {args.page} and the summary block of {args.summary}")
 
@@ -294,14 +303,24 @@ def publish(args: argparse.Namespace, mem: int) -> int:
 
     import hookcli.sources.hf  # noqa: F401
 
-    rows, names = load(args.from_json)
+    rows, meta = load(args.from_json)
+    changed = False
+    for extra in args.merge or ():  # a second run's rows replace the first's, by name
+        again = {r["name"]: r for r in load(extra)[0]}
+        rows = [{**again[r["name"]], "rerun": True} if r["name"] in again else r for r in rows]
+        changed = True
+    if args.note is not None:
+        meta["note"] = args.note
+        changed = True
     if any("class" not in r for r in rows):
         classify_rows(rows, args.timeout, mem)
-        save(args.from_json, rows)
-        names = versions()
+        meta["versions"] = versions()
+        changed = True
+    if changed:
+        save(args.from_json, rows, meta)
     report(rows)
     if args.page:
-        write_page(args, rows, names or versions())
+        write_page(args, rows, {"versions": versions(), **meta})
     return 0
 
 
@@ -538,13 +557,13 @@ def reference(name: str) -> dict[str, Any]:
         out["forward_failed"] = True
         return out
     specs, values = hf.default_inputs(model, config)
+    package = _processor_error(config)
+    if package is not None:  # the inputs its processor would make need a package
+        out["package_inputs"] = package
     if not specs:
         held = _object_input(model)
-        package = _processor_error(config)
         if held is not None:
             out["inputs"] = f"forward takes {held}, an object no default can give"
-        elif package is not None:
-            out["package_inputs"] = package
         out["forward"] = "not checked: no input"
         return out
     args, kwargs = _materialize(specs, values)
@@ -614,7 +633,7 @@ def classify(row: dict[str, Any], ref: dict[str, Any] | None) -> tuple[str, str]
         return kind, f"AutoModel.from_config on meta: {ref['build']}"
     if "inputs" in ref:
         return "inputs", ref["inputs"]
-    if "package_inputs" in ref:
+    if "package_inputs" in ref and ref.get("forward") != "ok":
         return "package", f"its default processor: {ref['package_inputs']}"
     if ref.get("forward_failed") and _MISSING.search(str(ref.get("forward"))):
         # forward wants an argument hookcli's inputs leave out: hookcli's rule is short
@@ -636,8 +655,9 @@ def classify_rows(
             row["moe"] = is_moe(row["name"])
         if "class" in row:
             continue
-        ref = None if row["ok"] else run_reference(row["name"], timeout, mem_bytes)
-        if ref is not None:
+        ref = None
+        if not row["ok"]:  # a reference the row keeps is used again
+            ref = row.get("reference") or run_reference(row["name"], timeout, mem_bytes)
             row["reference"] = ref
         row["class"], row["class_cause"] = classify(row, ref)
         if log and not row["ok"]:
@@ -681,9 +701,10 @@ def summary(f: dict[str, Any]) -> str:
     )
 
 
-def page(rows: list[dict[str, Any]], versions: str) -> str:
+def page(rows: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     """docs/hf-coverage.md: the figures, the classes, and every failure with its cause."""
     f = figures(rows)
+    versions = meta.get("versions") or "the installed transformers"
     lines = [
         "# transformers coverage on meta: the full list",
         "",
@@ -694,6 +715,7 @@ def page(rows: list[dict[str, Any]], versions: str) -> str:
         "at full default size, one forked child per type (300 s, 8 GiB address space). "
         "How it is run and how each type is classed: "
         "[models](models.md#coverage-on-meta).",
+        *(["", str(meta["note"])] if meta.get("note") else []),
         "",
         summary(f),
         "",

@@ -372,3 +372,26 @@ def test_images_left_out_where_the_config_names_no_image_token() -> None:
     assert [s.split("=")[0] for s in specs] == ["input_ids", "attention_mask"]
     result = invoke("inspect", "hf:minicpmv4_7", "--device", "meta", "-d", "0")
     assert result.exit_code == 0, result.stderr
+
+
+def test_video_beside_the_text() -> None:
+    """PE-Video scores text against a video, both required: ids and frames at the size of
+    the video config's timm tower (a sub-config of a sub-config); plain transformers
+    runs on them."""
+    import timm
+
+    tower = {"model_type": "timm_wrapper", "architecture": "vit_tiny_patch16_384"}
+    tower |= {"num_classes": 32, "do_pooling": True, "global_pool": "map"}
+    layers = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1}
+    layers |= {"num_attention_heads": 2}
+    video = {"vision_config": tower, "num_key_value_heads": 2, **layers}
+    text = {"model_type": "modernbert", "vocab_size": 100, **layers}
+    text |= {"pad_token_id": 0, "bos_token_id": 1, "eos_token_id": 2, "cls_token_id": 1}
+    text |= {"sep_token_id": 2}
+    _, model, kwargs = _inputs("pe_video", video_config=video, text_config=text)
+    size = timm.get_pretrained_cfg("vit_tiny_patch16_384").input_size
+    frames = kwargs["pixel_values_videos"]
+    assert frames.dim() == 5 and tuple(frames.shape[2:]) == size
+    assert int(kwargs["input_ids"].max()) < 100
+    with torch.no_grad():
+        model(**kwargs)

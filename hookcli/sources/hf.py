@@ -275,6 +275,7 @@ _SUBCONFIGS = (
     "encoder_config",
     "decoder_config",
     "model_config",
+    "video_config",
 )
 
 
@@ -285,6 +286,10 @@ def _configs(config: Any) -> list[Any]:
         value = getattr(config, sub, None)
         if value is not None and not isinstance(value, (dict, str, bool, int)):
             subs.append(value)
+    # then a video config's own sub-configs (``pe_video``'s timm tower), after all others
+    video = getattr(config, "video_config", None)
+    if video is not None and not isinstance(video, (dict, str, bool, int)):
+        subs += [s for s in _configs(video)[1:] if all(s is not t for t in subs)]
     return subs
 
 
@@ -654,6 +659,17 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
         if "mm_token_type_ids" in params and isinstance(image_token, int):
             # the processor's modality label per token: 0 text, 1 image, 2 video
             out.tensor("mm_token_type_ids", (ids == image_token).to(ids.dtype))
+    if "pixel_values_videos" in params and "pixel_values_videos" not in out.names:
+        video = getattr(config, "video_config", None)
+        if _required(module, "pixel_values_videos") or (
+            video is not None and not isinstance(video, (dict, str, bool, int))
+        ):
+            # a video beside the text or the audio (``pe_video``, ``pe_audio_video``)
+            frames = _get(config, "num_frames")
+            frames = frames if isinstance(frames, int) and frames > 0 else DEFAULT_FRAMES
+            height, width = _image_size(config)
+            dims = f"1x{frames}x{_channels(config)}x{height}x{width}"
+            out.add("pixel_values_videos", f"pixel_values_videos=float32:{dims}")
     if "input_ids" in out.names:
         _text_extras(config, params, out)
         ids = out.values["input_ids"]
