@@ -181,25 +181,9 @@ class Ddp(Ranks):
         super().__init__(ctx, desync_tol)
         self.broadcast_buffers = broadcast_buffers
 
-    def session(
-        self,
-        prepared: Prepared,
-        probes: Sequence[Probe],
-        *,
-        mode: Mode,
-        backward: bool,
-        loss_fn: Callable[[Any], torch.Tensor],
-        compare: bool = False,
-    ) -> DdpRun:
+    def session(self, prepared: Prepared, probes: Sequence[Probe], **how: Any) -> DdpRun:
         return run_ddp_session(
-            self.ctx,
-            prepared,
-            probes,
-            mode=mode,
-            backward=backward,
-            loss_fn=loss_fn,
-            compare=compare,
-            broadcast_buffers=self.broadcast_buffers,
+            self.ctx, prepared, probes, broadcast_buffers=self.broadcast_buffers, **how
         )
 
     def desync_check(
@@ -216,18 +200,11 @@ class Ddp(Ranks):
     def desync_totals(self, divergences: Sequence[Divergence], run: DdpRun) -> dict[str, Any]:
         return desync_totals(divergences, self.desync_tol, run.buffers_resynced)
 
-    def settings(
-        self,
-        prepared: Prepared,
-        run: DdpRun,
-        extra: Mapping[str, Any] | None = None,
-        desync: bool = False,
-    ) -> dict[str, Any]:
-        settings = {**prepared.settings, **(extra or {})}
-        if desync:
-            settings["desync_tolerance"] = self.desync_tol
-            settings["broadcast_buffers"] = run.buffers_resynced
-        return settings
+    def base_settings(self, prepared: Prepared, run: DdpRun) -> dict[str, Any]:
+        return dict(prepared.settings)
+
+    def desync_settings(self, run: DdpRun) -> dict[str, Any]:
+        return {"broadcast_buffers": run.buffers_resynced}
 
     def notes(self, run: DdpRun, totals: Mapping[str, Any]) -> tuple[str, ...]:
         resynced = run.buffers_resynced

@@ -524,26 +524,8 @@ class Fsdp(Ranks):
         super().__init__(ctx, desync_tol)
         self.classes = tuple(classes)
 
-    def session(
-        self,
-        prepared: Prepared,
-        probes: Sequence[Probe],
-        *,
-        mode: Mode,
-        backward: bool,
-        loss_fn: Callable[[Any], torch.Tensor],
-        compare: bool = False,
-    ) -> FsdpRun:
-        return run_fsdp_session(
-            self.ctx,
-            prepared,
-            probes,
-            mode=mode,
-            backward=backward,
-            loss_fn=loss_fn,
-            compare=compare,
-            classes=self.classes,
-        )
+    def session(self, prepared: Prepared, probes: Sequence[Probe], **how: Any) -> FsdpRun:
+        return run_fsdp_session(self.ctx, prepared, probes, classes=self.classes, **how)
 
     def row_fix(self, run: FsdpRun) -> Callable[[Row], dict[str, Any]]:
         """A row names its module's own class (not FSDP's subclass) and whether it is a unit."""
@@ -619,17 +601,8 @@ class Fsdp(Ranks):
             "desync": [d.to_dict() for d in divergences if d.relative > self.desync_tol],
         }
 
-    def settings(
-        self,
-        prepared: Prepared,
-        run: FsdpRun,
-        extra: Mapping[str, Any] | None = None,
-        desync: bool = False,
-    ) -> dict[str, Any]:
-        settings = {**self.unit_settings(prepared.settings, run.units), **(extra or {})}
-        if desync:
-            settings["desync_tolerance"] = self.desync_tol
-        return settings
+    def base_settings(self, prepared: Prepared, run: FsdpRun) -> dict[str, Any]:
+        return self.unit_settings(prepared.settings, run.units)
 
     def unit_settings(self, settings: Mapping[str, Any], units: Sequence[str]) -> dict[str, Any]:
         return fsdp_settings(settings, units, self.classes)

@@ -19,11 +19,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from hookcli.errors import UsageError
 
 if TYPE_CHECKING:
-    import torch
-
     from hookcli.distributed.launch import DistContext
     from hookcli.distributed.ranks import Divergence, RankRows
-    from hookcli.options import Mode, ModelOptions, OutputOptions, RunOptions
+    from hookcli.options import ModelOptions, OutputOptions, RunOptions
     from hookcli.pipeline import Outcome, Prepared
     from hookcli.report import CheckResult, Column, Report, Row
     from hookcli.session import CallRecord, Probe
@@ -72,17 +70,13 @@ class Launch:
 
         return lambda output: reduce_output(output, loss)
 
-    def session(
-        self,
-        prepared: Prepared,
-        probes: Sequence[Probe],
-        *,
-        mode: Mode,
-        backward: bool,
-        loss_fn: Callable[[Any], torch.Tensor],
-        compare: bool = False,
-    ) -> Any:
-        """One forward (and backward) with the probes' hooks on the model as launched."""
+    def session(self, prepared: Prepared, probes: Sequence[Probe], **how: Any) -> Any:
+        """One forward (and backward) with the probes' hooks on the model as launched.
+
+        ``how``: ``mode``, ``backward``, ``loss_fn`` and ``compare`` (check the ranks'
+        tensors against rank 0's). The run has ``records``, ``loss``, ``error``,
+        ``divergences`` and ``skipped`` (why a backward did not run).
+        """
         raise NotImplementedError
 
     def step(self, stage: str, fn: Callable[[], T]) -> T:
@@ -156,26 +150,11 @@ class Local(Launch):
 
         return make_loss(loss, inputs)
 
-    def session(
-        self,
-        prepared: Prepared,
-        probes: Sequence[Probe],
-        *,
-        mode: Mode,
-        backward: bool,
-        loss_fn: Callable[[Any], torch.Tensor],
-        compare: bool = False,
-    ) -> LocalRun:
+    def session(self, prepared: Prepared, probes: Sequence[Probe], **how: Any) -> LocalRun:
         from hookcli.pipeline import run_session
 
-        outcome = run_session(
-            prepared,
-            probes,
-            mode=mode,
-            global_hooks=self.global_hooks,
-            backward=backward,
-            loss_fn=loss_fn,
-        )
+        how.pop("compare", None)  # one process: nothing to compare with
+        outcome = run_session(prepared, probes, global_hooks=self.global_hooks, **how)
         return LocalRun(outcome.records, outcome.loss, outcome.error)
 
 
@@ -196,6 +175,27 @@ class Ranks(Launch):
         return self.ctx.step(
             "building the model", lambda: prepare_rank(self.ctx, mopts, ropts, allow_meta)
         )
+
+    def settings(
+        self,
+        prepared: Prepared,
+        run: Any,
+        extra: Mapping[str, Any] | None = None,
+        desync: bool = False,
+    ) -> dict[str, Any]:
+        """The report's settings: the launch's, the command's ``extra``, then (``desync``)
+        the tolerance of the desync check and what the launch says with it."""
+        settings = {**self.base_settings(prepared, run), **(extra or {})}
+        if desync:
+            settings["desync_tolerance"] = self.desync_tol
+            settings.update(self.desync_settings(run))
+        return settings
+
+    def base_settings(self, prepared: Prepared, run: Any) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def desync_settings(self, run: Any) -> dict[str, Any]:
+        return {}
 
     def step(self, stage: str, fn: Callable[[], T]) -> T:
         result: T = self.ctx.step(stage, fn)

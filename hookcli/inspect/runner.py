@@ -91,8 +91,9 @@ def run_inspect(
     probes = backward_probes(kinds)
     mode = Mode(prepared.settings["mode"])
     loss: Loss | str = "sum" if launch.distributed else plan.loss  # as --ddp always summed
+    loss_fn = launch.loss_fn(loss, prepared.inputs)
     run = launch.session(
-        prepared, probes, mode=mode, backward=False, loss_fn=launch.loss_fn(loss, prepared.inputs)
+        prepared, probes, mode=mode, backward=False, loss_fn=loss_fn, compare=False
     )
     if launch.distributed:
         return _merged_inspect(prepared, plan, launch, run, probes)
