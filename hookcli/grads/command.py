@@ -1,8 +1,7 @@
 """``hookcli grads``: the command's run, from the parsed options to the exit status.
 
 On one process it calls ``hookcli.grads.runner``, as ``hookcli.grads`` does; under
-torchrun it goes through ``hookcli.distributed`` (which imports the runner, so this
-module sits above both).
+torchrun it calls the same runner with a launch strategy from ``hookcli.distributed``.
 """
 
 from __future__ import annotations
