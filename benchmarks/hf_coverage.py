@@ -20,7 +20,10 @@ transformers for every type hookcli did not report (``classify``), in another ca
 child: whether ``AutoModel.from_config(AutoConfig.for_model(t))`` builds under
 ``torch.device("meta")``, and whether the built model's forward runs on the CPU, with
 the inputs hookcli derives from the config (at the default config where it holds at
-most ``CPU_PARAMS`` parameters, else with every layer count set to 1, the widths kept).
+most ``CPU_PARAMS`` parameters, else with every layer count set to 1, per-layer lists
+cut to their first entry and as many experts as a token picks (at least 2), the widths
+kept; beyond ``CPU_PARAMS_REDUCED`` parameters
+even then, not checked).
 ``OVERRIDES`` holds the few types a program cannot decide, each with why. A type is
 MoE when its config (or a sub-config) has more than one expert (``MOE_KEYS``) or its
 name says ``moe``.
@@ -328,7 +331,7 @@ MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_num_exp
 # the reference forward runs the default config where it has at most this many
 # parameters, else with every layer count set to 1 (the widths kept)
 CPU_PARAMS = 400_000_000
-CPU_PARAMS_REDUCED = 800_000_000  # beyond this even with one layer: not checked
+CPU_PARAMS_REDUCED = 1_200_000_000  # beyond this even with one layer: not checked
 # config fields holding a layer count (set to 1 for the reduced reference)
 _LAYER_KEY = re.compile(
     r"^(num_hidden_layers|num_layers|n_layers?|encoder_layers|decoder_layers|"
@@ -341,6 +344,10 @@ _PACKAGE = re.compile(
     r"could not be found in your environment|requires? .{0,40}(torchaudio|detectron2|natten)",
     re.IGNORECASE,
 )
+
+
+# a plain forward refusing hookcli's inputs for want of an argument: hookcli's to give
+_MISSING = re.compile(r"missing \d+ required (positional|keyword)")
 
 
 def is_moe(name: str) -> bool:
@@ -378,9 +385,19 @@ def _reduced(config: Any) -> Any:
 
     small = copy.deepcopy(config)
     for cfg in hf._configs(small):
+        counts = set()
+        top_k = getattr(cfg, "num_experts_per_tok", None)
+        few = max(2, top_k if isinstance(top_k, int) else 2)
         for key, value in list(vars(cfg).items()):
             if _LAYER_KEY.match(key) and isinstance(value, int) and value > 1:
                 setattr(cfg, key, 1)
+                counts.add(value)
+            elif key in MOE_KEYS and isinstance(value, int) and value > few:
+                setattr(cfg, key, few)  # as many experts as a token picks (at least 2)
+        for key, value in list(vars(cfg).items()):
+            # per-layer lists (``layer_types``) as long as a count: their first entry
+            if isinstance(value, list) and len(value) in counts:
+                setattr(cfg, key, value[:1])
     return small
 
 
@@ -492,8 +509,12 @@ def reference(name: str) -> dict[str, Any]:
         config.use_cache = False  # as hookcli builds it
     if out["params"] > CPU_PARAMS:
         config = _reduced(config)
-        with torch.device("meta"):
-            params = _count(tf.AutoModel.from_config(config))
+        try:
+            with torch.device("meta"):
+                params = _count(tf.AutoModel.from_config(config))
+        except BaseException as err:
+            out["forward"] = f"not checked: the one-layer build failed: {_error(err)}"
+            return out
         out["reduced"] = params
         if params > CPU_PARAMS_REDUCED:
             out["forward"] = f"not checked: {params:,} parameters with one layer"
@@ -587,6 +608,9 @@ def classify(row: dict[str, Any], ref: dict[str, Any] | None) -> tuple[str, str]
         return "inputs", ref["inputs"]
     if "package_inputs" in ref:
         return "package", f"its default processor: {ref['package_inputs']}"
+    if ref.get("forward_failed") and _MISSING.search(str(ref.get("forward"))):
+        # forward wants an argument hookcli's inputs leave out: hookcli's rule is short
+        return "hookcli", f"{hookcli_cause} (plain forward: {ref['forward']})"
     if ref.get("forward_failed"):
         where = "one layer, " if "reduced" in ref else ""
         return "cannot-run", f"plain forward on the CPU ({where}hookcli's inputs): {ref['forward']}"

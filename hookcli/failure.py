@@ -89,30 +89,67 @@ class RaisedAt:
 def _roots() -> tuple[tuple[str, ...], str]:
     """(folders whose frames are skipped: torch's and the standard library's, hookcli's)."""
     import os
-    import sysconfig
 
     import torch
 
     import hookcli
 
-    skip = [os.path.dirname(os.path.realpath(torch.__file__))]
-    for key in ("stdlib", "platstdlib"):
-        path = sysconfig.get_paths().get(key)
-        if path:
-            skip.append(os.path.realpath(path))
+    skip = [
+        os.path.dirname(os.path.realpath(torch.__file__)),
+        os.path.dirname(os.path.realpath(os.__file__)),  # the standard library
+    ]
     own = os.path.dirname(os.path.realpath(hookcli.__file__))
     return tuple(p + os.sep for p in skip), own + os.sep
 
 
-def _shown(path: str) -> str:
-    """A path relative to the current folder when under it, else as it is."""
-    import os
+def _skipped(real: str, skip: tuple[str, ...]) -> bool:
+    """torch's or the standard library's (a package installed under the latter's folder,
+    in site-packages, is not)."""
+    return real.startswith(skip) and (
+        real.startswith(skip[0]) or not ("site-packages" in real or "dist-packages" in real)
+    )
 
-    try:
-        rel = os.path.relpath(path)
-    except ValueError:  # another drive (Windows)
-        return path
-    return path if rel.startswith(os.pardir) else rel
+
+def _shown(path: str, module: str | None = None) -> str:
+    """A path as the user knows it: an installed package's as its module names it
+    (``torchvision/models/resnet.py``), else relative to the current folder when under it,
+    else as its module names it (``sample_models.basic`` -> ``sample_models/basic.py``),
+    else relative to the ``sys.path`` entry holding it, else as it is."""
+    import os
+    import sys
+
+    def under(root: str) -> str | None:
+        try:
+            rel = os.path.relpath(path, root)
+        except ValueError:  # another drive (Windows)
+            return None
+        return None if rel.startswith(os.pardir) else rel
+
+    by_module = None
+    if module and module != "__main__":
+        parts = module.split(".")
+        tail = path.split(os.sep)
+        if tail and tail[-1] == "__init__.py":
+            parts.append("__init__")
+        if (
+            len(tail) >= len(parts)
+            and [t.removesuffix(".py") for t in tail[-len(parts) :]] == parts
+        ):
+            by_module = "/".join(tail[-len(parts) :])
+    installed = "site-packages" in path or "dist-packages" in path
+    here = None if installed and by_module else under(os.getcwd())
+    if here is not None:
+        return here
+    if by_module is not None:
+        return by_module
+    roots = sorted(
+        (os.path.realpath(p) for p in sys.path if p and os.path.isdir(p)), key=len, reverse=True
+    )
+    for root in roots:
+        rel = under(root)
+        if rel is not None:
+            return rel
+    return path
 
 
 # torch frames through which hookcli hands control to the model: a module call, backward
@@ -131,28 +168,30 @@ def raised_at(err: BaseException) -> RaisedAt | None:
     import os
 
     skip, own = _roots()
-    frames: list[tuple[str, int, str, bool, bool]] = []  # path, line, name, skipped, ours
+    frames: list[tuple[str, int, str, bool, bool, str | None]] = []
+    # path, line, function, skipped, hookcli's, module name
     tb = err.__traceback__
     while tb is not None:
         code = tb.tb_frame.f_code
         path = code.co_filename
         real = os.path.realpath(path) if not path.startswith("<") else path
         ours = real.startswith(own)
-        skipped = path.startswith("<") or real.startswith(skip)
+        skipped = path.startswith("<") or _skipped(real, skip)
         if ours and code.co_name in _PASS_THROUGH and tb.tb_next is not None:
             skipped = True
-        frames.append((real, tb.tb_lineno, code.co_name, skipped, ours))
+        module = tb.tb_frame.f_globals.get("__name__")
+        frames.append((real, tb.tb_lineno, code.co_name, skipped, ours, module))
         tb = tb.tb_next
     inner = max((i for i, f in enumerate(frames) if not f[3]), default=None)
     if inner is None:
         return None
-    path, line, name, _, ours = frames[inner]
+    path, line, name, _, ours, module = frames[inner]
     if ours and any(f[2] in _INTO_MODEL for f in frames[inner + 1 :]):
         last = frames[-1]
         if last[2] in _INTO_MODEL or last[2] == "backward":
             return None
-        return RaisedAt(_shown(last[0]), last[1], last[2], False)
-    shown = f"hookcli/{path[len(own) :]}" if ours else _shown(path)
+        return RaisedAt(_shown(last[0], last[5]), last[1], last[2], False)
+    shown = f"hookcli/{path[len(own) :]}" if ours else _shown(path, module)
     return RaisedAt(shown, line, name, ours)
 
 
@@ -236,6 +275,18 @@ def refuse_grad_off_root(model: nn.Module, why: str = "backward") -> None:
 
 
 # -- hookcli's own failures, state kept across calls ---------------------------------------
+
+
+def deliberate(err: BaseException) -> bool:
+    """What hookcli raises on purpose, naming its own cause (a usage error, a stated limit,
+    meta's NeedsValues, cost's "hookcli cost: ..."): never called an internal error."""
+    from hookcli.errors import HookcliError
+
+    return (
+        isinstance(err, (SystemExit, HookcliError))
+        or type(err).__module__.split(".")[0] == "hookcli"
+        or str(err).startswith("hookcli")
+    )
 
 
 def internal_error(

@@ -25,7 +25,6 @@ from torch.utils.hooks import RemovableHandle
 
 from hookcli.amp import autocast
 from hookcli.errors import (
-    HookcliError,
     ResourceError,
     RunError,
     first_line,
@@ -141,9 +140,10 @@ def _reason(err: BaseException) -> str:
 def _raised_where(err: BaseException, phase: str, frame: Frame | None) -> str:
     """`` (raised at model.py:42 in forward)`` for the model's own code; an InternalError
     when hookcli's code raised (never blamed on the model)."""
-    if isinstance(err, (SystemExit, HookcliError)) or str(err).startswith("hookcli"):
+    from hookcli.failure import deliberate, internal_error, raised_at
+
+    if deliberate(err):
         return ""  # what hookcli raises on purpose names its own cause
-    from hookcli.failure import internal_error, raised_at
 
     at = raised_at(err)
     if at is None:

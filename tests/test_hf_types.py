@@ -224,3 +224,122 @@ def test_trajectory_model_gets_states_actions_and_returns() -> None:
     with torch.no_grad():
         out = model(**kwargs)
     assert out.action_preds.shape == (1, steps, config.act_dim)
+
+
+def test_draft_model_gets_noise_and_target_context() -> None:
+    """A block-diffusion draft model denoises ``block_size`` embeddings against the target
+    model's hidden states, which its encoder projects from their own width: plain
+    transformers runs on the derived inputs and refuses a context of the model's width."""
+    small = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1}
+    small |= {"num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 16}
+    config, model, kwargs = _inputs("muse_glimmer_assistant", **small)
+    noise, context = kwargs["noise_embeds"], kwargs["context_hidden_states"]
+    assert noise.shape == (1, config.block_size, config.hidden_size)
+    assert context.shape[-1] == model.encoder.fc.in_features != config.hidden_size
+    with torch.no_grad():
+        out = model(**kwargs)
+        assert out.last_hidden_state.shape == noise.shape
+        with pytest.raises(RuntimeError):
+            model(noise_embeds=noise, context_hidden_states=noise)
+
+
+def test_audio_features_from_an_extractor_of_batches() -> None:
+    """Gemma 4's audio feature extractor takes a batch of waveforms only (and its mask):
+    the features it makes of one second, which plain transformers encodes."""
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    small |= {"output_proj_dims": 16}
+    _, model, kwargs = _inputs("gemma4_audio", **small)
+    features = kwargs["input_features"]
+    assert features.dim() == 3 and features.shape[0] == 1 and features.shape[-1] == 128
+    with torch.no_grad():
+        model(**kwargs)
+
+
+class _AudioText(torch.nn.Module):
+    """A text model with audio: ``get_audio_features`` gives 7 features per clip, and
+    forward pads them to the config's ``audio_soft_tokens_per_image`` (as gemma3n's does)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = torch.nn.Linear(8, 4)
+
+    def get_audio_features(self, input_features: torch.Tensor) -> torch.Tensor:
+        return self.proj(input_features.transpose(1, 2))[:, :7]
+
+    def forward(self, input_ids, input_features=None, attention_mask=None):
+        return input_ids
+
+
+def test_audio_tokens_are_as_many_as_forward_pads_the_features_to() -> None:
+    """gemma3n pads its audio features to ``audio_soft_tokens_per_image`` (188) before
+    scattering them into the text: the text carries that many audio tokens, not the 7
+    ``get_audio_features`` returns for one second."""
+    from hookcli.sources import hf
+
+    audio = transformers.PretrainedConfig(num_mel_bins=8, max_source_positions=10)
+    config = transformers.PretrainedConfig(
+        vocab_size=50, audio_token_id=49, audio_soft_tokens_per_image=12, audio_config=audio
+    )
+    specs, values = hf.default_inputs(_AudioText(), config)
+    assert int((values["input_ids"] == 49).sum()) == 12
+    assert any(s.startswith("input_features=") for s in specs)
+
+
+def test_processor_outputs_under_forwards_pixel_names() -> None:
+    """Gemma 4's vision tower takes ``pixel_position_ids``, which its image processor
+    makes as ``image_position_ids``: passed under forward's name, and plain transformers
+    encodes the patches with them."""
+    small = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1}
+    small |= {"num_attention_heads": 2, "num_key_value_heads": 2, "head_dim": 16}
+    _, model, kwargs = _inputs("gemma4_vision", **small)
+    pixels, positions = kwargs["pixel_values"], kwargs["pixel_position_ids"]
+    assert positions.shape == (*pixels.shape[:2], 2)
+    with torch.no_grad():
+        model(**kwargs)
+
+
+def test_images_per_text_with_their_attention_mask() -> None:
+    """IDEFICS takes ``batch x images x C x H x W`` and an ``image_attention_mask`` saying
+    which image each text token sees (required: forward reads its size): one image, seen
+    by every token; plain transformers runs on them."""
+    vision = {"embed_dim": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    vision |= {"intermediate_size": 32, "image_size": 28, "patch_size": 14}
+    perceiver = {"resampler_n_latents": 4, "resampler_depth": 1, "resampler_n_heads": 2}
+    perceiver |= {"resampler_head_dim": 8}
+    small = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1}
+    small |= {"num_attention_heads": 2, "vocab_size": 100, "cross_layer_interval": 1}
+    _, model, kwargs = _inputs("idefics", vision_config=vision, perceiver_config=perceiver, **small)
+    pixels, mask = kwargs["pixel_values"], kwargs["image_attention_mask"]
+    assert pixels.shape == (1, 1, 3, 28, 28)
+    assert mask.shape == (*kwargs["input_ids"].shape, 1) and bool(mask.all())
+    with torch.no_grad():
+        model(**kwargs)
+
+
+def test_patches_whole_for_a_2d_patch_convolution() -> None:
+    """Kimi-K2.5's vision tower embeds each patch with a 2-D convolution as wide as the
+    patch: patches as ``N x C x p x p`` (plain transformers refuses them flat), with
+    their grid."""
+    small = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1}
+    small |= {"num_attention_heads": 2}
+    config, model, kwargs = _inputs("kimi_k25_vision", **small)
+    pixels, grid = kwargs["pixel_values"], kwargs["grid_thw"]
+    p = config.patch_size
+    assert pixels.shape[1:] == (3, p, p) and int(grid.prod(-1).sum()) == pixels.shape[0]
+    with torch.no_grad():
+        model(**kwargs)
+        with pytest.raises(RuntimeError, match="conv2d"):
+            model(pixel_values=pixels.flatten(1), grid_thw=grid)
+
+
+def test_video_model_without_a_frame_count_gets_frames() -> None:
+    """InstructBLIP-Video reads ``batch x frames x C x H x W`` and its config names no
+    frame count: frames of the config's size (a 4-D image fails to unpack there)."""
+    from hookcli.sources import hf
+
+    config = transformers.AutoConfig.for_model("instructblipvideo")
+    with torch.device("meta"):
+        model = transformers.AutoModel.from_config(config)
+    specs, _ = hf.default_inputs(model, config)
+    pixels = next(s for s in specs if s.startswith("pixel_values="))
+    assert pixels.endswith(f"=1x{hf.DEFAULT_FRAMES}x3x224x224")

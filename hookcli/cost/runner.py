@@ -614,15 +614,11 @@ def _table_totals(
         out.append(("Attribute tensors", attrs))
         held = "params + buffers + attribute tensors"
     state = t["optimizer_state_bytes"]
-    dtypes = [d for d in t.get("optimizer_state_dtypes", []) if d != "float32"]
-    in_dtype = (
-        f" (in the params' dtype, {', '.join(dtypes)}, as torch.optim keeps it)" if dtypes else ""
-    )
     out.append(
         (
             "Training step",
             f"{_size(t['train_step_bytes'])} = {held} + grads "
-            f"{_size(t['grad_bytes'])} + {optimizer.value} state {_size(state)}{in_dtype} "
+            f"{_size(t['grad_bytes'])} + {optimizer.value} state {_size(state)} "
             f"+ saved activations {_size(t['saved_bytes'])}",
         )
     )

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hookcli.options import DEFAULT_LOSS, Annotate, Format, Loss, Mode
+from hookcli.options import DEFAULT_LOSS, Annotate, Format, Loss, LossKind, Mode
 from hookcli.session import Frame, Probe
 from hookcli.structures import shapes_of
 
@@ -212,7 +212,8 @@ def trace_report(
     if outside:
         table_totals.append(("Outside the model's tree", ", ".join(outside)))
     if outcome.loss is not None:
-        table_totals.append((f"Loss ({loss_words(loss)})", fmt_float(outcome.loss)))
+        words = "sum of outputs" if loss.kind is LossKind.SUM else loss_words(loss)
+        table_totals.append((f"Loss ({words})", fmt_float(outcome.loss)))
     settings = {**prepared.settings, "backward": backward}
     if backward:
         settings["loss"] = loss.value

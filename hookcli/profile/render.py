@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,8 +64,8 @@ def columns(backward: bool, memory: bool) -> list[Column]:
     return cols
 
 
-def notes(plan: ProfilePlan, timer: str) -> list[str]:
-    """Header lines: how the figures were taken."""
+def notes(plan: ProfilePlan, timer: str, rows: Sequence[dict[str, Any]] = ()) -> list[str]:
+    """Header lines: how the figures were taken (and, with rows, what has no backward)."""
     from hookcli.profile.clocks import PERF_COUNTER
 
     out = [
@@ -72,6 +73,25 @@ def notes(plan: ProfilePlan, timer: str) -> list[str]:
         f"percentile; timer {timer}; sorted by {plan.sort.value}",
         "Fwd ms: inclusive (the call and everything inside it); Self: less its child calls",
     ]
+    if any(not r.get("called", True) for r in rows):
+        out.append(
+            "Calls 0: a container never called itself (ModuleList, ModuleDict): the time "
+            "of the calls inside it"
+        )
+    if plan.depth is not None and any(r.get("folded") for r in rows):
+        out.append(
+            f"--depth {plan.depth}: Self of a row at depth {plan.depth} includes every "
+            "hidden call below it (folded), so Self adds up to the root"
+        )
+    if plan.backward:
+        missing = [r for r in rows if r.get("backward_why")]
+        for r in missing[:5]:
+            out.append(f"no backward time for {r['name'] or '(root)'}: {r['backward_why']}")
+        if len(missing) > 5:
+            out.append(f"no backward time for {len(missing) - 5} more (JSON backward_why)")
+        for r in [r for r in rows if r.get("backward_self_why")][:3]:
+            name = r["name"] or "(root)"
+            out.append(f"no backward self time for {name}: {r['backward_self_why']}")
     if plan.sync and timer == PERF_COUNTER:
         out.append(
             "--sync changes nothing here: it is for cuda, where kernels run after the hook "

@@ -204,15 +204,15 @@ def _run_error(
     err: BaseException, where: tuple[str, str] | None, phase: str, model: Any = None
 ) -> Exception:
     from hookcli.errors import ResourceError, first_line, is_oom, oom_cause
-    from hookcli.failure import carried_state_reason, internal_error, raised_at
+    from hookcli.failure import carried_state_reason, deliberate, internal_error, raised_at
 
     if is_oom(err):
         return ResourceError(f"out of memory during {phase}: {first_line(oom_cause(err))}")
     # the state a model keeps across calls, where the model raised, or hookcli's own bug
     why = carried_state_reason(err, model) if model is not None else ""
-    if not why and not isinstance(err, SystemExit):
+    if not why and not deliberate(err):
         at = raised_at(err)
-        if at is not None and at.hookcli and not str(err).startswith("hookcli"):
+        if at is not None and at.hookcli:
             return internal_error(err, at, phase, f"{where[0]} ({where[1]})" if where else None)
         why = at.suffix() if at is not None else ""
     reason = why if why and not why.startswith(" (") else f"{first_line(err)}{why}"
@@ -353,10 +353,21 @@ def time_passes(
             bwd.append(t1 - t0)
             bstarts.append(t0)
 
+    def survey_forward() -> None:
+        try:
+            with grad_ctx(), autocast():
+                model(*args, **kwargs)
+        except KeyboardInterrupt:
+            raise
+        except (Exception, SystemExit) as err:
+            raise _run_error(err, None, "forward") from err
+
     bar = _Progress(plan.progress, plan.repeat)
     with HookSession(model, [], mode=Mode(prepared.settings["mode"]), backward=plan.backward,
                      only=(), grad=plan.backward):  # fmt: skip
         try:
+            if plan.backward:
+                hooks.survey(lambda: survey_forward())  # which modules need tensor hooks
             for _ in range(plan.warmup):
                 forward(0, False, keep=False)
                 forward(0, True, keep=False)
@@ -465,6 +476,10 @@ def module_rows(m: Measured, backward: bool) -> list[tuple[int, dict[str, Any]]]
             bsp = spread(b) if b is not None else None
             bflops = sum(flops_of[i].backward_flops or 0 for i in calls)
             row["backward_ms"] = round(bsp.median, 6) if bsp else None
+            if bsp is None and m.hooks is not None:
+                row["backward_why"] = m.hooks.why_not(slot)  # never a bare "-"
+            elif bsp is not None and bs is None:
+                row["backward_self_why"] = "a call inside it has no backward time"
             row["backward_iqr_ms"] = round(bsp.iqr, 6) if bsp else None
             row["backward_self_ms"] = round(spread(bs).median, 6) if bs is not None else None
             row["backward_flops"] = bflops
@@ -544,8 +559,14 @@ def build_report(
             error=error.message if error else None,
             columns=tuple(prender.columns(plan.backward, False)),
         )
+    from hookcli.profile.rows import table_rows
+
     pairs = module_rows(m, plan.backward)
-    all_rows = [r for _, r in pairs]
+    types = {name: type(mod).__name__ for name, mod in prepared.model.named_modules()}
+    # container rows (ModuleList, ...) and, under --depth, self time folded into the cut
+    all_rows = table_rows(
+        m, [r for _, r in pairs], backward=plan.backward, depth=plan.depth, types=types
+    )
     shown = [r for r in all_rows if plan.depth is None or r["depth"] <= plan.depth]
     key = _SORT_KEYS[plan.sort]
     order = sorted(range(len(shown)), key=lambda k: (-key(shown[k]), k))
@@ -561,7 +582,7 @@ def build_report(
         checks=checks,
         lists={"modules": rows},
         primary="modules",
-        notes=tuple(prender.notes(plan, m.clock.name)),
+        notes=tuple(prender.notes(plan, m.clock.name, all_rows)),
         error=error.message if error else None,
         columns=tuple(prender.columns(plan.backward, m.memory is not None)),
         table_totals=tuple(prender.totals_lines(totals)),

@@ -550,6 +550,9 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
     if main == "states" and "actions" in params:
         _trajectory(config, params, out)
         return tuple(out.specs), out.values
+    if main == "noise_embeds" and "context_hidden_states" in params and isinstance(width, int):
+        _draft(module, config, width, out)
+        return tuple(out.specs), out.values
     if main == "query_embeds" and isinstance(width, int):
         _queries(config, params, width, out)
         return tuple(out.specs), out.values
@@ -566,7 +569,7 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
 
     vision = "pixel_values" in params and (main == "pixel_values" or _has_vision(config))
     if "grid_thw" in params and params[0] != "input_ids":
-        _patch_grid(config, params, out)
+        _patch_grid(module, config, params, out)
     elif vision:
         _vision(module, config, params, out)
     if main in _AUDIO_INPUTS:
@@ -615,6 +618,9 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
         if audio_key is not None and isinstance(audio_token, int):
             # the same for audio: as many audio tokens as get_audio_features returns
             count = _image_tokens(module, out, "get_audio_features", audio_key)
+            fixed = _get(config, "audio_soft_tokens_per_image")
+            if count is not None and isinstance(fixed, int) and fixed > count:
+                count = fixed  # forward pads the features to this many (``gemma3n``)
             if count is None:  # the audio part cannot say: without audio
                 for key in audio_names:
                     out.names.discard(key)
@@ -635,6 +641,12 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
             out.tensor("mm_token_type_ids", (ids == image_token).to(ids.dtype))
     if "input_ids" in out.names:
         _text_extras(config, params, out)
+        ids = out.values["input_ids"]
+        if "image_attention_mask" in params and "pixel_values" in out.names:
+            import torch
+
+            # every text token sees the one image
+            out.tensor("image_attention_mask", torch.ones((*ids.shape[:2], 1), dtype=torch.int64))
     if "decoder_input_ids" in params and (
         getattr(config, "is_encoder_decoder", False) or main != "input_ids"
     ):
@@ -704,6 +716,28 @@ def _trajectory(config: Any, params: list[str], out: _Inputs) -> None:
         out.tensor("timesteps", torch.arange(steps, dtype=torch.int64).unsqueeze(0))
     if "attention_mask" in params:
         out.tensor("attention_mask", torch.ones((1, steps), dtype=torch.int64))
+
+
+def _draft(module: Any, config: Any, width: int, out: _Inputs) -> None:
+    """A block-diffusion draft model (``muse_glimmer_assistant``): ``block_size`` noise
+    embeddings of the model's width, and the target model's hidden states as context,
+    ``DEFAULT_TEXT_LENGTH`` of them, as wide as the context projection takes (the first
+    ``Linear`` of its ``encoder``)."""
+    import torch
+
+    block = _get(config, "block_size")
+    block = block if isinstance(block, int) and block > 0 else DEFAULT_TEXT_LENGTH
+    encoder = getattr(module, "encoder", None)
+    proj = (
+        next((m for m in encoder.modules() if isinstance(m, torch.nn.Linear)), None)
+        if isinstance(encoder, torch.nn.Module)
+        else None
+    )
+    if proj is None:
+        return
+    out.add("noise_embeds", f"noise_embeds=float32:1x{block}x{width}")
+    dims = f"1x{DEFAULT_TEXT_LENGTH}x{proj.in_features}"
+    out.add("context_hidden_states", f"context_hidden_states=float32:{dims}")
 
 
 QUERIES = 32  # query tokens of a Q-Former whose config does not say (BLIP-2's default)
@@ -828,7 +862,7 @@ def _token_arguments(
             out.tensor(f"{prefix}_attention_mask", torch.ones_like(ids))
 
 
-def _patch_grid(config: Any, params: list[str], out: _Inputs) -> None:
+def _patch_grid(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
     """A vision tower that takes its image as flat patches plus their grid (``grid_thw``:
     frames, rows, columns in patches), as the image processor's ``pixel_values`` and
     ``image_grid_thw``: one config-sized image cut into ``patch_size`` patches,
@@ -859,13 +893,35 @@ def _patch_grid(config: Any, params: list[str], out: _Inputs) -> None:
         and grid.shape[-1] == 3
         and int(grid.prod(-1).sum()) == pixels.shape[0]
     ):
+        if _patch_conv(module, patch, frames):
+            pixels = pixels.reshape(-1, channels, patch, patch)
         out.add(first, _spec(first, pixels))
         out.tensor("grid_thw", grid.to(torch.int64))
         return
     rows = max(merge, height_px // patch // merge * merge)
     cols = max(merge, width_px // patch // merge * merge)
-    out.add(first, f"{first}=float32:{rows * cols}x{width}")
+    dims = f"{rows * cols}x{width}"
+    if _patch_conv(module, patch, frames):
+        dims = f"{rows * cols}x{channels}x{patch}x{patch}"
+    out.add(first, f"{first}=float32:{dims}")
     out.tensor("grid_thw", torch.tensor([[1, rows, cols]], dtype=torch.int64))
+
+
+def _patch_conv(module: Any, patch: int, frames: int) -> bool:
+    """Whether the tower's first convolution is a 2-D one that takes a patch whole
+    (``kimi_k25_vision``: ``proj(pixel_values)`` on ``patches x channels x patch x patch``),
+    rather than flat patches it reshapes itself (qwen2-vl's 3-D one)."""
+    import torch
+
+    conv = next(
+        (m for m in module.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))), None
+    )
+    return (
+        frames == 1
+        and isinstance(conv, torch.nn.Conv2d)
+        and tuple(conv.kernel_size) == (patch, patch)
+        and tuple(conv.stride) == (patch, patch)
+    )
 
 
 def _channels(config: Any) -> int:
@@ -889,6 +945,7 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
     channels = _get(config, "num_channels", "in_channels", "in_chans")
     channels = channels if isinstance(channels, int) and 0 < channels <= 16 else 3
     processed = _processed_image(config, height, width, channels, params)
+    processed = _renamed(processed, params)
     extras = {k: v for k, v in processed.items() if k in params and k != "pixel_values"}
     if not _fits_windows(config, processed.get("pixel_values")):
         processed = {}  # the processor's size does not split into the backbone's windows
@@ -912,19 +969,33 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
     ):  # no size in the config: the size the default image processor resizes to
         height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
     frames = _get(config, "num_frames")
+    video = "video" in type(module).__name__.lower() + str(getattr(config, "model_type", ""))
+    if frames is None and video and getattr(module, "main_input_name", None) == "pixel_values":
+        frames = DEFAULT_FRAMES  # a video model whose config says no count (instructblipvideo)
     if (
         isinstance(frames, int)
         and frames > 0
-        and (
-            "video" in type(module).__name__.lower() + str(getattr(config, "model_type", ""))
-            or getattr(config, "num_frames", None) == frames  # a video model's own config
-        )
+        and (video or getattr(config, "num_frames", None) == frames)  # its own config's
     ):
         out.add("pixel_values", f"pixel_values=1x{frames}x{channels}x{height}x{width}")
+    elif "image_attention_mask" in params:
+        # images per text, each text token told which it sees (idefics): one image
+        out.add("pixel_values", f"pixel_values=1x1x{channels}x{height}x{width}")
     else:
         out.add("pixel_values", f"pixel_values=1x{channels}x{height}x{width}")
     if "pixel_mask" in params:
         out.tensor("pixel_mask", torch.ones((1, height, width), dtype=torch.int64))
+
+
+def _renamed(processed: dict[str, Any], params: list[str]) -> dict[str, Any]:
+    """The processor's ``image_*`` outputs under forward's ``pixel_*`` names, where forward
+    takes only those (gemma4's ``image_position_ids`` is forward's ``pixel_position_ids``)."""
+    out = dict(processed)
+    for key in processed:
+        alias = "pixel_" + key.removeprefix("image_")
+        if key.startswith("image_") and key not in params and alias in params:
+            out[alias] = out.pop(key)
+    return out
 
 
 def _fits_windows(config: Any, pixels: Any) -> bool:
@@ -1023,9 +1094,9 @@ def _audio(config: Any, params: list[str], main: str, out: _Inputs, second: bool
             with _quiet():
                 options = {"sampling_rate": rate, "return_tensors": "pt"}
                 try:
-                    got = dict(fe(wave, **options, return_attention_mask=mask))
-                except TypeError:  # an extractor without that option
-                    got = dict(fe(wave, **options))
+                    got = _extract(fe, wave, options, mask)
+                except Exception:  # an extractor of batches only, with its mask (gemma4's)
+                    got = _extract(fe, [wave], options, True)
             names = list(getattr(fe, "model_input_names", []) or got)
         except Exception:  # also a class whose backend is missing (torchaudio)
             got, names = {}, []
@@ -1054,6 +1125,14 @@ def _audio(config: Any, params: list[str], main: str, out: _Inputs, second: bool
     frames = _get(config, "max_source_positions")
     if isinstance(bins, int) and isinstance(frames, int):
         out.add(main, f"{main}=1x{bins}x{2 * frames}")
+
+
+def _extract(fe: Any, wave: Any, options: dict[str, Any], mask: bool) -> dict[str, Any]:
+    """The feature extractor's output for ``wave``, with its attention mask where asked."""
+    try:
+        return dict(fe(wave, **options, return_attention_mask=mask))
+    except TypeError:  # an extractor without that option
+        return dict(fe(wave, **options))
 
 
 def _image_tokens(
