@@ -2,7 +2,8 @@
 
 - no import circles between hookcli's modules (lazy and type-checking imports included);
 - the shared core imports no capability package (a capability imports the core);
-- a command module is its Typer signature plus one call: at most 200 lines.
+- a command module is its Typer signature plus one call: at most 200 lines;
+- a runner takes a launch strategy (``hookcli.distributed``) and uses its public names only.
 """
 
 from __future__ import annotations
@@ -186,3 +187,53 @@ def test_api_holds_no_runner() -> None:
     assert [f for f in functions if f.startswith(("plan_", "run_"))] == []
     public = {f for f in functions if not f.startswith("_")}
     assert public - set(exported) <= {"live", "on_live", "untouched"}  # the live-model helpers
+
+
+# Where the launch strategies live (Local, Ddp, Fsdp): a runner may use their public names.
+STRATEGIES = (
+    "hookcli.distributed.strategy",
+    "hookcli.distributed.ddp",
+    "hookcli.distributed.fsdp",
+    "hookcli.distributed.launch",
+)
+
+
+def _private_names(tree: ast.AST, modules: tuple[str, ...]) -> list[str]:
+    """``from M import _name`` (or ``M._name``) anywhere in the file, for M in ``modules``."""
+    found = []
+    aliases = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module in modules:
+            found += [f"{node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+        elif isinstance(node, ast.Import):
+            aliases.update({a.asname or a.name: a.name for a in node.names if a.name in modules})
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and node.attr.startswith("_"):
+            base = ast.unparse(node.value)
+            if aliases.get(base, base) in modules:
+                found.append(f"{aliases.get(base, base)}.{node.attr}")
+    return found
+
+
+def test_the_private_names_reader_sees_both_forms() -> None:
+    tree = ast.parse(
+        "def f():\n    from hookcli.distributed.fsdp import Fsdp, _norm\n"
+        "import hookcli.distributed.ddp as d\nd._unique_params\n"
+    )
+    assert _private_names(tree, STRATEGIES) == [
+        "hookcli.distributed.fsdp._norm",
+        "hookcli.distributed.ddp._unique_params",
+    ]
+
+
+def test_runners_use_only_a_strategys_public_names() -> None:
+    """A command's runner takes the launch as a strategy object and merges what the ranks
+    found itself; it never reaches into a strategy's internals (``_`` names)."""
+    outside = [p for p in sorted(ROOT.rglob("*.py")) if "distributed" not in p.parts]
+    assert any(p.name == "runner.py" for p in outside)  # the runners were read
+    wrong = {
+        str(p.relative_to(ROOT)): names
+        for p in outside
+        if (names := _private_names(ast.parse(p.read_text(), str(p)), STRATEGIES))
+    }
+    assert wrong == {}

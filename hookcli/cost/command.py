@@ -1,8 +1,7 @@
 """``hookcli cost``: the command's run, from the parsed options to the exit status.
 
 On one process it calls ``hookcli.cost.runner``, as ``hookcli.cost`` does; under
-torchrun it goes through ``hookcli.distributed`` (which imports the runner, so this
-module sits above both).
+torchrun it calls the same runner with a launch strategy from ``hookcli.distributed``.
 """
 
 from __future__ import annotations
@@ -72,14 +71,22 @@ def cli_command(
         inputs_from=inputs_from,
     )
     out = output_options(format, output, depth, debug, ci)
+
+    def over(report: Any) -> None:
+        """After the report is written: --max-memory's verdict (exit 3)."""
+        found = over_memory(report)
+        if found is not None:
+            raise ResourceError(f"over --max-memory: {found.detail}")
+
     if fsdp or shard or backend is not None:
-        from hookcli.distributed.fsdp import launch_fsdp
-        from hookcli.distributed.fsdp import run_cost as run_cost_fsdp
+        from hookcli.distributed.fsdp import Fsdp, launch_fsdp
 
         if backend is not None and not fsdp:
             raise UsageError("--backend needs --fsdp on cost (under torchrun or srun)")
         return launch_fsdp(
-            lambda ctx: run_cost_fsdp(ctx, mopts, ropts, out, plan, tuple(shard or ())),
+            lambda ctx: Fsdp(ctx, 0.0, tuple(shard or ())).run(
+                mopts, ropts, out, lambda p, launch: run_cost(p, plan, launch), over, True
+            ),
             fsdp=fsdp,
             ddp=False,
             device=device,
@@ -92,7 +99,5 @@ def cli_command(
     code = emit(report, out)
     if error is not None:
         raise error
-    over = over_memory(report)
-    if over is not None:
-        raise ResourceError(f"over --max-memory: {over.detail}")
+    over(report)
     return code

@@ -11,17 +11,20 @@ import enum
 import functools
 import sys
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from hookcli.options import DEFAULT_LOSS, Loss, Mode, loss_arg
 from hookcli.render import fmt_bytes
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from torch import nn
 
     from hookcli.cost.probe import CallCost, CostProbe
+    from hookcli.distributed.strategy import Launch
     from hookcli.errors import RunError
-    from hookcli.pipeline import Prepared
+    from hookcli.pipeline import Outcome, Prepared
     from hookcli.report import CheckResult, Column, Report, Row
     from hookcli.session import CallRecord
 
@@ -445,16 +448,124 @@ def build_report(
     )
 
 
-def run_cost(prepared: Prepared, plan: CostPlan) -> tuple[Report, RunError | None]:
-    """Measure the model (and its backward, with ``plan.backward``) and build the report."""
-    probe, records, error = measure(
-        prepared,
-        mode=Mode(prepared.settings["mode"]),
-        global_hooks=plan.global_hooks,
-        backward=plan.backward,
-        loss=plan.loss,
+@overload
+def run_cost(prepared: Prepared, plan: CostPlan, launch: None = None) -> Outcome: ...
+@overload
+def run_cost(prepared: Prepared, plan: CostPlan, launch: Launch) -> Outcome | None: ...
+def run_cost(prepared: Prepared, plan: CostPlan, launch: Launch | None = None) -> Outcome | None:
+    """Measure the model (and its backward, with ``plan.backward``) and build the report.
+
+    ``launch``: one process (the default), or every rank of ``--fsdp``: each rank adds its
+    memory under FSDP2's shard plan, and rank 0 sets it beside DDP's (None on the others).
+    """
+
+    def once() -> Outcome:
+        probe, records, error = measure(
+            prepared,
+            mode=Mode(prepared.settings["mode"]),
+            global_hooks=plan.global_hooks,
+            backward=plan.backward,
+            loss=plan.loss,
+        )
+        return build_report(prepared, probe, records, error, plan), error
+
+    if launch is None or not launch.distributed:
+        return once()
+    return _memory_per_rank(prepared, plan, launch, once)
+
+
+def _memory_per_rank(
+    prepared: Prepared, plan: CostPlan, launch: Any, once: Callable[[], Outcome]
+) -> Outcome | None:
+    """The cost report, plus memory per rank under FSDP2 and under DDP (rank 0)."""
+    import dataclasses
+
+    from hookcli.report import Row
+
+    model = prepared.model
+    units = launch.plan_units(model)
+
+    def measure_rank() -> tuple[Report, RunError | None, dict[str, Any]]:
+        report, error = once()
+        seen: list[str] = []
+        for row in report.layers:
+            name = str(row.data["name"])
+            if name in units and name not in seen:
+                seen.append(name)
+        return report, error, launch.memory(model, units, seen, STATE_COPIES[plan.optimizer])
+
+    report, error, mem = launch.step("measuring", measure_rank)
+    gathered = launch.gather(mem)
+    if gathered is None:
+        return None
+    t = dict(report.totals)
+    buffers, saved = int(t["buffer_bytes"]), int(t["saved_bytes"])
+    ddp = {
+        "param_bytes": int(t["param_bytes"]),
+        "grad_bytes": int(t["grad_bytes"]),
+        "optimizer_state_bytes": int(t["optimizer_state_bytes"]),
+        "all_gather_peak_bytes": 0,
+    }
+    parts = [
+        ("params", "param_bytes"),
+        ("grads", "grad_bytes"),
+        (f"{plan.optimizer.value} state", "optimizer_state_bytes"),
+        ("all-gather peak (unsharded)", "all_gather_peak_bytes"),
+    ]
+    rows = [
+        Row.of(
+            {
+                "component": label,
+                "ddp_bytes": ddp[key],
+                "fsdp_bytes_per_rank": [int(g[key]) for g in gathered],
+            }
+        )
+        for label, key in parts
+    ]
+    rows.append(
+        Row.of(
+            {
+                "component": "buffers + saved activations",
+                "ddp_bytes": buffers + saved,
+                "fsdp_bytes_per_rank": [buffers + saved] * len(gathered),
+            }
+        )
     )
-    return build_report(prepared, probe, records, error, plan), error
+    ddp_total = sum(ddp.values()) + buffers + saved
+    fsdp_totals = [sum(int(g[k]) for _, k in parts) + buffers + saved for g in gathered]
+    rows.append(
+        Row.of(
+            {
+                "component": "training step",
+                "ddp_bytes": ddp_total,
+                "fsdp_bytes_per_rank": fsdp_totals,
+            }
+        )
+    )
+    totals = {
+        **t,
+        "ddp_train_step_bytes_per_rank": ddp_total,
+        "fsdp_train_step_bytes_per_rank": fsdp_totals,
+        "all_gather_peak_units": gathered[0]["all_gather_peak_units"],
+    }
+    lines = list(report.table_totals)
+    lines.append(("Memory per rank", f"DDP | FSDP2 on {len(gathered)} ranks (rank 0, 1, ...)"))
+    for row in rows:
+        d = row.data
+        fsdp = ", ".join(fmt_bytes(v, binary=True) for v in d["fsdp_bytes_per_rank"])
+        lines.append((f"  {d['component']}", f"{fmt_bytes(d['ddp_bytes'], binary=True)} | {fsdp}"))
+    peak_units = " + ".join(gathered[0]["all_gather_peak_units"])
+    lines.append(("  all-gather peak is", f"{peak_units}, unsharded"))
+    final = dataclasses.replace(
+        report,
+        model={**report.model, "class": type(model).__name__},
+        settings=launch.unit_settings(report.settings, units),
+        totals=totals,
+        lists={**report.lists, "memory_per_rank": tuple(rows)},
+        notes=(launch.memory_note(units),),
+        table_totals=tuple(lines),
+    )
+    return final, error
 
 
 def over_memory(report: Report) -> CheckResult | None:

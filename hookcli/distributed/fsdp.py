@@ -1,4 +1,4 @@
-"""``--fsdp``: grads, inspect and stats on every rank through FSDP2 (``fully_shard``).
+"""``--fsdp``: the ``Fsdp`` strategy, a command on every rank through FSDP2 (``fully_shard``).
 
 Each rank builds the model with ``--seed`` (the same weights everywhere), draws its
 inputs with ``seed + rank`` (as ``--ddp`` does), applies ``fully_shard`` to every
@@ -27,7 +27,6 @@ then names the parameters per rank and skips the backward on every rank.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import math
 import os
@@ -35,8 +34,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from hookcli.distributed.strategy import DESYNC, Ranks
 from hookcli.errors import HookcliError, RunError, UsageError, first_line
-from hookcli.options import HookKind, Loss
+from hookcli.options import HookKind
 
 if TYPE_CHECKING:
     import torch
@@ -44,13 +44,11 @@ if TYPE_CHECKING:
 
     from hookcli.distributed.launch import DistContext
     from hookcli.distributed.ranks import Divergence
-    from hookcli.grads.checks import GradGates
-    from hookcli.options import Mode, ModelOptions, OutputOptions, RunOptions
+    from hookcli.options import Mode
     from hookcli.pipeline import Prepared
-    from hookcli.report import CheckResult, Row
+    from hookcli.report import Column, Row
     from hookcli.session import CallRecord, Probe
 
-DESYNC = "desync"
 FSDP_CHECKS = ("nan", "inf", "unused", DESYNC)
 
 
@@ -191,10 +189,13 @@ class FsdpRun:
     types: Mapping[str, str]  # module name -> its class before fully_shard renamed it
     model_class: str
 
-    # the fields ``ddp``'s inspect and stats read off a run
     @property
     def buffers_resynced(self) -> bool:
         return False  # FSDP2 never broadcasts buffers
+
+    @property
+    def error(self) -> None:
+        return None  # a failing rank stops every rank (``DistContext.sync``)
 
 
 def _plain_types(err: HookcliError, types: Mapping[str, str]) -> HookcliError:
@@ -396,7 +397,7 @@ def _param_figures(
     return tuple(out), total
 
 
-# -- pieces the --fsdp commands share -------------------------------------------------------
+# -- the options, settings and notes of --fsdp ----------------------------------------------
 
 
 def check_fsdp_options(
@@ -469,17 +470,18 @@ def cpu_fsdp_supported() -> bool:
 
 
 def fsdp_settings(
-    prepared: Prepared, units: Sequence[str], classes: Sequence[str]
+    settings: Mapping[str, Any], units: Sequence[str], classes: Sequence[str]
 ) -> dict[str, Any]:
-    settings = {k: v for k, v in prepared.settings.items() if k != "ddp"}
-    settings.update(
+    """A report's settings under --fsdp: the shard plan in place of ``ddp``."""
+    out = {k: v for k, v in settings.items() if k != "ddp"}
+    out.update(
         {
             "fsdp": True,
             "shard": list(classes) if classes else "default",
             "fsdp_units": [u or "(root)" for u in units],
         }
     )
-    return settings
+    return out
 
 
 def fsdp_notes(
@@ -495,7 +497,7 @@ def fsdp_notes(
     return tuple(notes)
 
 
-def _own(model: nn.Module) -> dict[str, tuple[str, ...]]:
+def own_params(model: nn.Module) -> dict[str, tuple[str, ...]]:
     """module name -> qualified names of its own parameters (each tensor once)."""
     seen: set[int] = set()
     out: dict[str, tuple[str, ...]] = {}
@@ -509,536 +511,125 @@ def _own(model: nn.Module) -> dict[str, tuple[str, ...]]:
     return out
 
 
-def _l2(values: Sequence[float | None]) -> float | None:
-    vals = [v for v in values if v is not None]
-    return math.sqrt(math.fsum(v * v for v in vals)) if vals else None
-
-
 def _sum(values: Sequence[int]) -> int:
     return int(sum(values))
 
 
-def _nonfinite_check(name: str, run: FsdpRun, findings: Any) -> CheckResult:
-    """NaN (Inf) in this rank's loss, its local gradients before the reduce-scatter, or outputs."""
-    from hookcli.checks import layer_label
-    from hookcli.report import CheckResult
+class Fsdp(Ranks):
+    """``--fsdp``: the model sharded with FSDP2's ``fully_shard`` on every rank."""
 
-    k = 0 if name == "nan" else 1
-    what = "NaN" if name == "nan" else "Inf"
-    bad = [p.name for p in run.params if p.local_nonfinite[k]]
-    outs: list[str] = []
-    if findings is not None and findings.watched_forward:
-        for r in run.records:
-            call = findings.calls.get(r.index)
-            if call is not None and (call.output_nan if k == 0 else call.output_inf):
-                outs.append(layer_label(r.name, r.call))
-    loss_bad = run.loss is not None and (math.isnan(run.loss) if k == 0 else math.isinf(run.loss))
-    if not bad and not outs and not loss_bad:
-        return CheckResult(name, True, f"no {what} in any gradient or output; the loss is finite")
-    parts = []
-    if outs:
-        parts.append(f"{what} first in the output of {outs[0]}")
-    if bad:
-        parts.append(f"{what} in the local gradients of {', '.join(bad[:3])}")
-    if loss_bad:
-        parts.append(f"the loss is {run.loss}")
-    return CheckResult(name, False, "; ".join(parts), tuple(dict.fromkeys([*outs, *bad])))
+    name = "fsdp"
 
+    def __init__(self, ctx: DistContext, desync_tol: float, classes: Sequence[str] = ()):
+        super().__init__(ctx, desync_tol)
+        self.classes = tuple(classes)
 
-def _call_grad_probe() -> Any:
-    """GradProbe without its per-parameter figures (a DTensor's norm is a collective)."""
-    from hookcli.grads.probe import GradProbe
+    def session(self, prepared: Prepared, probes: Sequence[Probe], **how: Any) -> FsdpRun:
+        return run_fsdp_session(self.ctx, prepared, probes, classes=self.classes, **how)
 
-    class CallGradProbe(GradProbe):
-        def attach(self, session: Any) -> None:
-            super().attach(session)
-            self._params = []  # the shards' figures come from run_fsdp_session
+    def row_fix(self, run: FsdpRun) -> Callable[[Row], dict[str, Any]]:
+        """A row names its module's own class (not FSDP's subclass) and whether it is a unit."""
 
-    return CallGradProbe
-
-
-@dataclass(frozen=True)
-class FsdpGradsRank:
-    """What rank r sends to rank 0 in ``grads --fsdp``."""
-
-    rank: int
-    loss: float | None
-    rows: Any  # RankRows
-    checks: tuple[CheckResult, ...]
-    params: tuple[ParamShard, ...]
-    unused: tuple[str, ...]
-    unused_indices: tuple[int, ...]
-    grad_norm: float | None  # this rank's local total, before the reduce-scatter
-    shard_grad_norm: float | None  # its shard's total, after it
-    reduced_grad_norm: float | None
-    divergences: tuple[Divergence, ...]
-
-
-def run_grads(
-    ctx: DistContext,
-    mopts: ModelOptions,
-    ropts: RunOptions,
-    out: OutputOptions,
-    kinds: tuple[HookKind, ...],
-    loss_kind: Loss,
-    gates: GradGates,
-    desync_tol: float,
-    classes: Sequence[str] = (),
-) -> int:
-    """``grads --fsdp`` on this rank; rank 0 writes the merged report. The exit status."""
-    from hookcli.distributed.ddp import _rank_rows, prepare_rank
-    from hookcli.layers import layer_rows
-    from hookcli.losses import reduce_output
-
-    prepared = ctx.step("building the model", lambda: prepare_rank(ctx, mopts, ropts))
-    probe = _call_grad_probe()(
-        frozenset(k for k in kinds if k is not HookKind.TENSOR),
-        output_hooks=False,
-        watch_forward=bool({"nan", "inf"} & set(gates.fail_on)),
-        flag_inf="inf" in gates.fail_on,
-    )
-    run = run_fsdp_session(
-        ctx,
-        prepared,
-        [probe],
-        mode=ropts.mode,
-        backward=True,
-        loss_fn=lambda output: reduce_output(output, loss_kind),
-        compare=True,
-        classes=classes,
-    )
-    checks = tuple(
-        _nonfinite_check(n, run, probe.findings) for n in gates.fail_on if n in ("nan", "inf")
-    )
-    model = prepared.model
-    own = _own(model)
-    by_name = {p.name: p for p in run.params}
-    units = set(run.units)
-
-    def extra(row: Row) -> dict[str, Any]:
-        name = str(row.data["name"])
-        mine = [by_name[n] for n in own.get(name, ()) if n in by_name]
-        return {
-            "type": run.types.get(name, row.data.get("type")),
-            "fsdp_unit": name in units,
-            "unsharded_shapes": [list(p.shape) for p in mine],
-        }
-
-    rows, _ = layer_rows(run.records, model, depth=out.depth, kinds=kinds, probes=[probe])
-    # DDP's indices: positions among the model's trainable parameters, in model order
-    trainable = [n for n, p in model.named_parameters() if p.requires_grad]
-    mine = FsdpGradsRank(
-        rank=ctx.rank,
-        loss=run.loss,
-        rows=_rank_rows(ctx.rank, rows, extra),
-        checks=checks,
-        params=run.params,
-        unused=run.unused,
-        unused_indices=tuple(trainable.index(n) for n in run.unused),
-        grad_norm=_l2([p.local_grad_norm for p in run.params]),
-        shard_grad_norm=_l2([p.shard_grad_norm for p in run.params]),
-        reduced_grad_norm=run.reduced_total,
-        divergences=run.divergences,
-    )
-    gathered = ctx.gather(mine)
-    if gathered is None:
-        return 0
-    return _report_grads(
-        ctx, prepared, run, kinds, out, gates, desync_tol, loss_kind, gathered, classes
-    )
-
-
-def _report_grads(
-    ctx: DistContext,
-    prepared: Prepared,
-    run: FsdpRun,
-    kinds: tuple[HookKind, ...],
-    out: OutputOptions,
-    gates: GradGates,
-    desync_tol: float,
-    loss_kind: Loss,
-    ranks: Sequence[FsdpGradsRank],
-    classes: Sequence[str],
-) -> int:
-    from hookcli.distributed.ddp import _fmt_per_rank, _fmt_ranks, _fmt_unused_per_rank
-    from hookcli.distributed.ranks import (
-        desync_check,
-        merge_checks,
-        merge_rows,
-        spread,
-        unused_check,
-    )
-    from hookcli.layers import PARAM_COLUMNS, shape_columns
-    from hookcli.modelinfo import totals
-    from hookcli.pipeline import emit
-    from hookcli.render import fmt_bytes, fmt_float, fmt_int
-    from hookcli.report import Column, Report, Row
-
-    merged = merge_rows([r.rows for r in ranks])
-    own = _own(prepared.model)
-    params = [{p.name: p for p in r.params} for r in ranks]
-    unused = [set(r.unused) for r in ranks]
-    rows = []
-    for row in merged:
-        # each rank's figures for the module's own parameters, also where it did not run
-        data = dict(row.data)
-        names = [n for n in own.get(str(data["name"]), ()) if n in params[0]]
-        mine = [[ps[n] for n in names] for ps in params]
-        if names:
-            data["shard_numel_per_rank"] = [_sum([p.shard_numel for p in m]) for m in mine]
-            data["shard_bytes_per_rank"] = [_sum([p.shard_bytes for p in m]) for m in mine]
-            data["grad_norm_per_rank"] = [_l2([p.local_grad_norm for p in m]) for m in mine]
-            data["shard_grad_norm_per_rank"] = [_l2([p.shard_grad_norm for p in m]) for m in mine]
-            data["reduced_grad_norm"] = _l2([p.reduced_grad_norm for p in mine[0]])
-        else:
-            data["shard_numel_per_rank"] = data["shard_bytes_per_rank"] = [0] * len(ranks)
-            data["grad_norm_per_rank"] = data["shard_grad_norm_per_rank"] = [None] * len(ranks)
-            data["reduced_grad_norm"] = None
-        data["grad_norm_spread"] = spread(data["grad_norm_per_rank"])
-        data["unused_params_per_rank"] = [[n for n in names if n in u] for u in unused]
-        data["unused_params"] = [n for n in names if any(n in u for u in unused)]
-        rows.append(Row.of(data, row.display))
-    by_name = {c.name: c for c in merge_checks([r.checks for r in ranks])}
-    divergences = [d for r in ranks for d in r.divergences]
-    ordered: list[CheckResult] = []
-    for name in gates.fail_on:
-        if name == "unused":
-            ordered.append(
-                unused_check(
-                    [r.unused for r in ranks],
-                    [r.unused_indices for r in ranks],
-                    why="FSDP2 pairs the ranks' reduce-scatters by order: it would hang, "
-                    "fail or mix gradients"
-                    if run.skipped
-                    else "every rank agrees, so FSDP2 reduces the others",
-                )
-            )
-        elif name == DESYNC:
-            ordered.append(
-                desync_check(divergences, desync_tol, "buffers and clip_grad_norm_'s total")
-            )
-        elif name in by_name:
-            ordered.append(by_name.pop(name))
-    model_totals: dict[str, Any] = dict(totals(prepared.model))
-    unused_any: list[str] = []
-    for r in ranks:
-        unused_any.extend(n for n in r.unused if n not in unused_any)
-    shard_params = [_sum([p.shard_numel for p in r.params]) for r in ranks]
-    shard_bytes = [_sum([p.shard_bytes for p in r.params]) for r in ranks]
-    model_totals.update(
-        {
-            "loss": ranks[0].loss,
-            "loss_per_rank": [r.loss for r in ranks],
-            "grad_norm": ranks[0].grad_norm,
-            "grad_norm_per_rank": [r.grad_norm for r in ranks],
-            "grad_norm_spread": spread([r.grad_norm for r in ranks]),
-            "shard_grad_norm_per_rank": [r.shard_grad_norm for r in ranks],
-            "reduced_grad_norm": ranks[0].reduced_grad_norm,
-            "shard_params_per_rank": shard_params,
-            "shard_param_bytes_per_rank": shard_bytes,
-            "unused_params": unused_any,
-            "unused_params_per_rank": [list(r.unused) for r in ranks],
-            "backward_skipped": run.skipped,
-            "desync": [d.to_dict() for d in divergences if d.relative > desync_tol],
-        }
-    )
-    shards = tuple(
-        Row.of(
-            {
-                "name": p.name,
-                "shape": list(p.shape),
-                "dtype": p.dtype,
-                "shard_numel_per_rank": [r.params[i].shard_numel for r in ranks],
-                "shard_bytes_per_rank": [r.params[i].shard_bytes for r in ranks],
-                "grad_norm_per_rank": [r.params[i].local_grad_norm for r in ranks],
-                "shard_grad_norm_per_rank": [r.params[i].shard_grad_norm for r in ranks],
-                "reduced_grad_norm": p.reduced_grad_norm,
-                "unused_ranks": [r.rank for r in ranks if p.name in r.unused],
+        def extra(row: Row) -> dict[str, Any]:
+            name = str(row.data["name"])
+            return {
+                "type": run.types.get(name, row.data.get("type")),
+                "fsdp_unit": name in run.units,
             }
+
+        return extra
+
+    def merge_rows(
+        self, gathered: Sequence[Any], model: Any, per_rank_keys: Sequence[str] = ()
+    ) -> tuple[Row, ...]:
+        """Each row also gets its own parameters' unsharded shapes and shard sizes per rank."""
+        from hookcli.report import Row
+
+        own = own_params(model)
+        params = [{p.name: p for p in r.shards} for r in gathered]
+        out = []
+        for row in super().merge_rows(gathered, model, per_rank_keys):
+            data = dict(row.data)
+            names = [n for n in own.get(str(data["name"]), ()) if n in params[0]]
+            data["unsharded_shapes"] = [list(params[0][n].shape) for n in names]
+            data["shard_numel_per_rank"] = [
+                _sum([ps[n].shard_numel for n in names]) for ps in params
+            ]
+            data["shard_bytes_per_rank"] = [
+                _sum([ps[n].shard_bytes for n in names]) for ps in params
+            ]
+            out.append(Row.of(data, row.display))
+        return tuple(out)
+
+    def shards(self, run: FsdpRun) -> tuple[ParamShard, ...]:
+        return run.params
+
+    def shard_totals(self, gathered: Sequence[Any]) -> dict[str, Any]:
+        return {
+            "shard_params_per_rank": [_sum([p.shard_numel for p in r.shards]) for r in gathered],
+            "shard_param_bytes_per_rank": [
+                _sum([p.shard_bytes for p in r.shards]) for r in gathered
+            ],
+        }
+
+    def columns(self) -> list[Column]:
+        from hookcli.distributed.ranks import fmt_per_rank
+        from hookcli.render import fmt_int
+        from hookcli.report import Column
+
+        shard = Column(
+            "shard_numel_per_rank", "Shard params per rank", fmt_per_rank(fmt_int), "right"
         )
-        for i, p in enumerate(ranks[0].params)
-    )
-    report = Report(
-        command="grads",
-        model={**prepared.model_info(), "class": run.model_class},
-        settings={
-            **fsdp_settings(prepared, run.units, classes),
-            "loss": loss_kind.value,
-            "desync_tolerance": desync_tol,
-        },
-        inputs=prepared.input_dicts(),
-        layers=tuple(rows),
-        totals=model_totals,
-        checks=tuple(ordered),
-        lists={"shards": shards},
-        notes=fsdp_notes(ctx, run.units, run.skipped),
-    )
-    per_rank = _fmt_per_rank(fmt_float)
-    columns: list[Column] = [
-        *[c for c in shape_columns(kinds) if c.key != "input_shapes"],
-        Column("ranks", "Ranks", _fmt_ranks),
-        Column("shard_numel_per_rank", "Shard params per rank", _fmt_per_rank(fmt_int), "right"),
-        Column("grad_norm_per_rank", "Local grad norm per rank", per_rank, "right"),
-        Column("shard_grad_norm_per_rank", "Shard grad norm per rank", per_rank, "right"),
-        Column("reduced_grad_norm", "Reduced grad norm", fmt_float, "right"),
-        Column("unused_params_per_rank", "Unused (per rank)", _fmt_unused_per_rank),
-        PARAM_COLUMNS[0],
-    ]
-    table_totals = [
-        ("Total params (unsharded)", fmt_int(model_totals["params"])),
-        (
-            "Shard params per rank",
-            " | ".join(
-                f"{fmt_int(n)} ({fmt_bytes(b, binary=True)})"
-                for n, b in zip(shard_params, shard_bytes, strict=True)
-            ),
-        ),
-        ("Loss per rank", per_rank(model_totals["loss_per_rank"])),
-        ("Local grad norm per rank", per_rank(model_totals["grad_norm_per_rank"])),
-        ("Shard grad norm per rank", per_rank(model_totals["shard_grad_norm_per_rank"])),
-        ("Reduced grad norm", fmt_float(model_totals["reduced_grad_norm"])),
-    ]
-    for rank, names in enumerate(model_totals["unused_params_per_rank"]):
-        if names:
-            table_totals.append((f"No grad on rank {rank}", ", ".join(names)))
-    return emit(report, out, columns, table_totals)
+        return [*super().columns(), shard]
 
+    def model_info(self, prepared: Prepared, run: FsdpRun) -> dict[str, Any]:
+        return {**prepared.model_info(), "class": run.model_class}
 
-# -- inspect and stats ----------------------------------------------------------------------
+    def desync_check(
+        self, divergences: Sequence[Divergence], run: FsdpRun, backward: bool | None
+    ) -> Any:
+        """``backward`` None: the command always compares the gradients (grads)."""
+        from hookcli.distributed.ranks import desync_check
 
+        compared = run.reduced_total or backward is None
+        what = "buffers and clip_grad_norm_'s total" if compared else "buffers"
+        return desync_check(divergences, self.desync_tol, what)
 
-@dataclass(frozen=True)
-class FsdpRowsRank:
-    """What rank r sends to rank 0 in ``inspect --fsdp`` and ``stats --fsdp``."""
+    def desync_totals(self, divergences: Sequence[Divergence], run: FsdpRun) -> dict[str, Any]:
+        return {
+            "backward_skipped": run.skipped,
+            "desync": [d.to_dict() for d in divergences if d.relative > self.desync_tol],
+        }
 
-    rank: int
-    loss: float | None
-    rows: Any  # RankRows
-    params: tuple[ParamShard, ...]
-    checks: tuple[CheckResult, ...] = ()
-    totals: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    divergences: tuple[Divergence, ...] = ()
+    def base_settings(self, prepared: Prepared, run: FsdpRun) -> dict[str, Any]:
+        return self.unit_settings(prepared.settings, run.units)
 
+    def unit_settings(self, settings: Mapping[str, Any], units: Sequence[str]) -> dict[str, Any]:
+        return fsdp_settings(settings, units, self.classes)
 
-def _with_shards(rows: Sequence[Row], model: nn.Module, ranks: Sequence[Any]) -> tuple[Row, ...]:
-    """Each row gets its own parameters' shard sizes on every rank and their unsharded shapes."""
-    from hookcli.report import Row
+    def notes(self, run: FsdpRun, totals: Mapping[str, Any]) -> tuple[str, ...]:
+        return fsdp_notes(self.ctx, run.units, run.skipped)
 
-    own = _own(model)
-    params = [{p.name: p for p in r.params} for r in ranks]
-    out = []
-    for row in rows:
-        data = dict(row.data)
-        names = [n for n in own.get(str(data["name"]), ()) if n in params[0]]
-        data["unsharded_shapes"] = [list(params[0][n].shape) for n in names]
-        data["shard_numel_per_rank"] = [_sum([ps[n].shard_numel for n in names]) for ps in params]
-        data["shard_bytes_per_rank"] = [_sum([ps[n].shard_bytes for n in names]) for ps in params]
-        out.append(Row.of(data, row.display))
-    return tuple(out)
-
-
-def _shard_totals(ranks: Sequence[Any]) -> dict[str, Any]:
-    return {
-        "shard_params_per_rank": [_sum([p.shard_numel for p in r.params]) for r in ranks],
-        "shard_param_bytes_per_rank": [_sum([p.shard_bytes for p in r.params]) for r in ranks],
-    }
-
-
-def _type_fix(run: FsdpRun) -> Callable[[Row], dict[str, Any]]:
-    def extra(row: Row) -> dict[str, Any]:
-        name = str(row.data["name"])
-        return {"type": run.types.get(name, row.data.get("type")), "fsdp_unit": name in run.units}
-
-    return extra
-
-
-def run_inspect(
-    ctx: DistContext,
-    mopts: ModelOptions,
-    ropts: RunOptions,
-    out: OutputOptions,
-    kinds: tuple[HookKind, ...],
-    classes: Sequence[str] = (),
-) -> int:
-    """``inspect --fsdp``: every rank's calls on the sharded model, with shard sizes."""
-    from hookcli.distributed.ddp import _fmt_per_rank, _fmt_ranks, _rank_rows, prepare_rank
-    from hookcli.distributed.ranks import merge_rows
-    from hookcli.grads.probe import backward_probes
-    from hookcli.layers import PARAM_COLUMNS, inspect_totals, layer_rows, shape_columns
-    from hookcli.losses import reduce_output
-    from hookcli.pipeline import emit
-    from hookcli.render import fmt_int
-    from hookcli.report import Column, Report
-
-    prepared = ctx.step("building the model", lambda: prepare_rank(ctx, mopts, ropts))
-    probes = backward_probes(kinds)
-    run = run_fsdp_session(
-        ctx,
-        prepared,
-        probes,
-        mode=ropts.mode,
-        backward=False,
-        loss_fn=lambda o: reduce_output(o, "sum"),
-        compare=False,
-        classes=classes,
-    )
-    rows, _ = layer_rows(run.records, prepared.model, depth=out.depth, kinds=kinds, probes=probes)
-    mine = FsdpRowsRank(ctx.rank, run.loss, _rank_rows(ctx.rank, rows, _type_fix(run)), run.params)
-    gathered = ctx.gather(mine)
-    if gathered is None:
-        return 0
-    keys = ["output_shapes"] if HookKind.FORWARD in kinds else []
-    merged = _with_shards(
-        merge_rows([g.rows for g in gathered], per_rank_keys=keys), prepared.model, gathered
-    )
-    model_totals, extra_cols = inspect_totals(prepared.model, probes)
-    model_totals.update(_shard_totals(gathered))
-    report = Report(
-        command="inspect",
-        model={**prepared.model_info(), "class": run.model_class},
-        settings=fsdp_settings(prepared, run.units, classes),
-        inputs=prepared.input_dicts(),
-        layers=merged,
-        totals=model_totals,
-        notes=fsdp_notes(ctx, run.units),
-    )
-    columns = [
-        *shape_columns(kinds),
-        Column("ranks", "Ranks", _fmt_ranks),
-        Column("shard_numel_per_rank", "Shard params per rank", _fmt_per_rank(fmt_int), "right"),
-        *extra_cols,
-        *PARAM_COLUMNS,
-    ]
-    from hookcli.layers import param_totals
-
-    shown = sum(int(r.display.get("shown_params", 0)) for r in merged)
-    unshown = max(int(model_totals["params"]) - shown, 0)
-    per_rank = " | ".join(fmt_int(n) for n in model_totals["shard_params_per_rank"])
-    return emit(
-        report,
-        out,
-        columns,
-        [*param_totals(model_totals, unshown), ("Shard params per rank", per_rank)],
-    )
-
-
-def run_stats(
-    ctx: DistContext,
-    mopts: ModelOptions,
-    ropts: RunOptions,
-    out: OutputOptions,
-    kinds: tuple[HookKind, ...],
-    loss_kind: Loss,
-    checks_asked: tuple[str, ...],
-    dead_threshold: float | None,
-    run_backward: bool,
-    desync_tol: float,
-    classes: Sequence[str] = (),
-) -> int:
-    """``stats --fsdp``: per-rank statistics of every call of the sharded model."""
-    from hookcli.checks import layer_label
-    from hookcli.distributed.ddp import (
-        STATS_PER_RANK,
-        _fmt_per_rank,
-        _fmt_ranks,
-        _rank_rows,
-        prepare_rank,
-    )
-    from hookcli.distributed.ranks import desync_check, merge_checks, merge_rows
-    from hookcli.layers import layer_rows, shape_columns
-    from hookcli.losses import reduce_output
-    from hookcli.pipeline import emit
-    from hookcli.render import fmt_float, fmt_int
-    from hookcli.report import Column, Report
-    from hookcli.stats.checks import CallStats, stats_checks
-    from hookcli.stats.probe import StatsProbe
-
-    prepared = ctx.step("building the model", lambda: prepare_rank(ctx, mopts, ropts))
-    probe = StatsProbe(kinds)
-    run = run_fsdp_session(
-        ctx,
-        prepared,
-        [probe],
-        mode=ropts.mode,
-        backward=run_backward,
-        loss_fn=lambda o: reduce_output(o, loss_kind),
-        compare=True,
-        classes=classes,
-    )
-    rows, _ = layer_rows(run.records, prepared.model, depth=out.depth, kinds=kinds, probes=[probe])
-    calls = [
-        CallStats(
-            label=layer_label(r.name, r.call),
-            output=probe.forward_stats(r.index),
-            grads=probe.grad_stats(r),
+    # -- cost: memory per rank from the shard plan, without a session
+    def plan_units(self, model: nn.Module) -> tuple[str, ...]:
+        """The units ``fully_shard`` would make, the root ("") last."""
+        return tuple(
+            self.ctx.step("planning the shards", lambda: (*shard_plan(model, self.classes), ""))
         )
-        for r in run.records
-    ]
-    origin = probe.origin.label if probe.origin else None
-    local = stats_checks(
-        calls,
-        [c for c in checks_asked if c != DESYNC],
-        origin=origin,
-        dead_threshold=dead_threshold,
-        with_grads=run_backward and run.skipped is None,
-    )
-    mine = FsdpRowsRank(
-        ctx.rank,
-        run.loss,
-        _rank_rows(ctx.rank, rows, _type_fix(run)),
-        run.params,
-        local,
-        dict(probe.totals()),
-        run.divergences,
-    )
-    gathered = ctx.gather(mine)
-    if gathered is None:
-        return 0
-    keys = [k for k in STATS_PER_RANK if HookKind.FORWARD in kinds]
-    merged = _with_shards(
-        merge_rows([g.rows for g in gathered], per_rank_keys=keys), prepared.model, gathered
-    )
-    by_name = {c.name: c for c in merge_checks([g.checks for g in gathered])}
-    divergences = [d for g in gathered for d in g.divergences]
-    ordered = []
-    for name in checks_asked:
-        if name == DESYNC:
-            what = "buffers and clip_grad_norm_'s total" if run.reduced_total else "buffers"
-            ordered.append(desync_check(divergences, desync_tol, what))
-        elif name in by_name:
-            ordered.append(by_name[name])
-    stats_totals: dict[str, Any] = dict(gathered[0].totals)
-    for key in ("nonfinite_origin", "nonfinite_calls"):
-        if key in stats_totals:
-            stats_totals[f"{key}_per_rank"] = [g.totals.get(key) for g in gathered]
-    if run.loss is not None:
-        stats_totals["loss"] = gathered[0].loss
-        stats_totals["loss_per_rank"] = [g.loss for g in gathered]
-    stats_totals.update(_shard_totals(gathered))
-    stats_totals["backward_skipped"] = run.skipped
-    stats_totals["desync"] = [d.to_dict() for d in divergences if d.relative > desync_tol]
-    report = Report(
-        command="stats",
-        model={**prepared.model_info(), "class": run.model_class},
-        settings={**fsdp_settings(prepared, run.units, classes), "desync_tolerance": desync_tol},
-        inputs=prepared.input_dicts(),
-        layers=merged,
-        totals=stats_totals,
-        checks=tuple(ordered),
-        notes=fsdp_notes(ctx, run.units, run.skipped),
-    )
-    columns = [
-        *shape_columns(kinds),
-        Column("ranks", "Ranks", _fmt_ranks),
-        Column("shard_numel_per_rank", "Shard params per rank", _fmt_per_rank(fmt_int), "right"),
-        *probe.table_columns,
-    ]
-    if HookKind.FORWARD in kinds:
-        columns += [
-            Column("mean_per_rank", "Mean per rank", _fmt_per_rank(fmt_float), "right"),
-            Column("nan_per_rank", "NaN per rank", _fmt_per_rank(fmt_int), "right"),
-        ]
-    return emit(report, out, columns)
+
+    def memory(
+        self, model: nn.Module, units: Sequence[str], order: Sequence[str], state_copies: int
+    ) -> dict[str, Any]:
+        """This rank's FSDP2 memory (``memory_per_rank``)."""
+        ctx = self.ctx
+        return memory_per_rank(model, units, order, ctx.world_size, ctx.rank, state_copies)
+
+    def memory_note(self, units: Sequence[str]) -> str:
+        ctx = self.ctx
+        return (
+            f"distributed: {ctx.world_size} ranks ({ctx.backend}, {ctx.env.source}); FSDP2 "
+            f"memory from the shard plan ({len(units)} units); DDP: every rank holds it all"
+        )
 
 
 # -- cost: memory per rank ------------------------------------------------------------------
@@ -1103,125 +694,3 @@ def memory_per_rank(
         "all_gather_peak_bytes": full.get("", 0) + pairs[best],
         "all_gather_peak_units": ["(root)", *blocks],
     }
-
-
-def run_cost(
-    ctx: DistContext,
-    mopts: ModelOptions,
-    ropts: RunOptions,
-    out: OutputOptions,
-    plan: Any,
-    classes: Sequence[str] = (),
-) -> int:
-    """``cost --fsdp``: the cost report, plus memory per rank under FSDP2 and under DDP."""
-    from hookcli.cost.runner import STATE_COPIES, over_memory
-    from hookcli.cost.runner import run_cost as cost_once
-    from hookcli.distributed.ddp import prepare_rank
-    from hookcli.errors import ResourceError
-    from hookcli.pipeline import emit
-    from hookcli.render import fmt_bytes
-    from hookcli.report import Row
-
-    prepared = ctx.step(
-        "building the model", lambda: prepare_rank(ctx, mopts, ropts, allow_meta=True)
-    )
-    model = prepared.model
-    units = ctx.step("planning the shards", lambda: (*shard_plan(model, classes), ""))
-
-    def measure() -> tuple[Any, Any, dict[str, Any]]:
-        report, error = cost_once(prepared, plan)
-        seen: list[str] = []
-        for row in report.layers:
-            name = str(row.data["name"])
-            if name in units and name not in seen:
-                seen.append(name)
-        copies = STATE_COPIES[plan.optimizer]
-        mem = memory_per_rank(model, units, seen, ctx.world_size, ctx.rank, copies)
-        return report, error, mem
-
-    report, error, mem = ctx.step("measuring", measure)
-    gathered = ctx.gather(mem)
-    if gathered is None:
-        return 0
-    t = dict(report.totals)
-    buffers, saved = int(t["buffer_bytes"]), int(t["saved_bytes"])
-    ddp = {
-        "param_bytes": int(t["param_bytes"]),
-        "grad_bytes": int(t["grad_bytes"]),
-        "optimizer_state_bytes": int(t["optimizer_state_bytes"]),
-        "all_gather_peak_bytes": 0,
-    }
-    parts = [
-        ("params", "param_bytes"),
-        ("grads", "grad_bytes"),
-        (f"{plan.optimizer.value} state", "optimizer_state_bytes"),
-        ("all-gather peak (unsharded)", "all_gather_peak_bytes"),
-    ]
-    rows = [
-        Row.of(
-            {
-                "component": label,
-                "ddp_bytes": ddp[key],
-                "fsdp_bytes_per_rank": [int(g[key]) for g in gathered],
-            }
-        )
-        for label, key in parts
-    ]
-    rows.append(
-        Row.of(
-            {
-                "component": "buffers + saved activations",
-                "ddp_bytes": buffers + saved,
-                "fsdp_bytes_per_rank": [buffers + saved] * len(gathered),
-            }
-        )
-    )
-    ddp_total = sum(ddp.values()) + buffers + saved
-    fsdp_totals = [sum(int(g[k]) for _, k in parts) + buffers + saved for g in gathered]
-    rows.append(
-        Row.of(
-            {
-                "component": "training step",
-                "ddp_bytes": ddp_total,
-                "fsdp_bytes_per_rank": fsdp_totals,
-            }
-        )
-    )
-    totals = {
-        **t,
-        "ddp_train_step_bytes_per_rank": ddp_total,
-        "fsdp_train_step_bytes_per_rank": fsdp_totals,
-        "all_gather_peak_units": gathered[0]["all_gather_peak_units"],
-    }
-    lines = list(report.table_totals)
-    lines.append(("Memory per rank", f"DDP | FSDP2 on {ctx.world_size} ranks (rank 0, 1, ...)"))
-    for row in rows:
-        d = row.data
-        fsdp = ", ".join(fmt_bytes(v, binary=True) for v in d["fsdp_bytes_per_rank"])
-        lines.append((f"  {d['component']}", f"{fmt_bytes(d['ddp_bytes'], binary=True)} | {fsdp}"))
-    peak_units = " + ".join(gathered[0]["all_gather_peak_units"])
-    lines.append(("  all-gather peak is", f"{peak_units}, unsharded"))
-    final = dataclasses.replace(
-        report,
-        model={**report.model, "class": type(model).__name__},
-        settings={
-            **{k: v for k, v in report.settings.items() if k != "ddp"},
-            "fsdp": True,
-            "shard": list(classes) if classes else "default",
-            "fsdp_units": [u or "(root)" for u in units],
-        },
-        totals=totals,
-        lists={**report.lists, "memory_per_rank": tuple(rows)},
-        notes=(
-            f"distributed: {ctx.world_size} ranks ({ctx.backend}, {ctx.env.source}); FSDP2 "
-            f"memory from the shard plan ({len(units)} units); DDP: every rank holds it all",
-        ),
-        table_totals=tuple(lines),
-    )
-    code = emit(final, out)
-    if error is not None:
-        raise error
-    over = over_memory(final)
-    if over is not None:
-        raise ResourceError(f"over --max-memory: {over.detail}")
-    return code

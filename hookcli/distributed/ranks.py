@@ -15,7 +15,7 @@ No torch here: the inputs are plain values gathered from every rank.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -257,4 +257,47 @@ def unit_desync_message(history: Sequence[str], calls: Sequence[str | None]) -> 
         "FSDP needs every rank to run the same units in the same order (it pairs their "
         "all-gathers by order), so hookcli stopped every rank before that unit: run the "
         "rank-dependent branch on every rank, or inside a unit every rank runs (--shard)"
+    )
+
+
+# -- cells of the merged rows --------------------------------------------------------------
+
+
+def l2(values: Sequence[float | None]) -> float | None:
+    """The norm of norms (None where no value is known)."""
+    vals = [v for v in values if v is not None]
+    return math.sqrt(math.fsum(v * v for v in vals)) if vals else None
+
+
+def fmt_per_rank(fmt: Callable[[Any], str]) -> Callable[[Any], str]:
+    """A cell of one value per rank: ``a | b | ...``."""
+
+    def cell(values: Any) -> str:
+        if not values:
+            return "-"
+        return " | ".join(fmt(v) for v in values)
+
+    return cell
+
+
+def fmt_pct(value: Any) -> str:
+    if value is None:
+        return "-"
+    v = float(value)
+    if math.isnan(v) or math.isinf(v):
+        return str(v)
+    return f"{100 * v:.1f}%"
+
+
+def fmt_ranks(value: Any) -> str:
+    return ",".join(str(v) for v in value) if value else "-"
+
+
+def fmt_unused_per_rank(values: Any) -> str:
+    if not values or not any(values):
+        return ""
+    return "; ".join(
+        f"r{r}: {', '.join(str(n).rsplit('.', 1)[-1] for n in names)}"
+        for r, names in enumerate(values)
+        if names
     )

@@ -1,8 +1,7 @@
 """``hookcli grads``: the command's run, from the parsed options to the exit status.
 
 On one process it calls ``hookcli.grads.runner``, as ``hookcli.grads`` does; under
-torchrun it goes through ``hookcli.distributed`` (which imports the runner, so this
-module sits above both).
+torchrun it calls the same runner with a launch strategy from ``hookcli.distributed``.
 """
 
 from __future__ import annotations
@@ -89,8 +88,7 @@ def cli_command(
     )
     out = output_options(format, output, depth, debug, ci)
     if fsdp:
-        from hookcli.distributed.fsdp import check_fsdp_options, check_fsdp_torch
-        from hookcli.distributed.fsdp import run_grads as run_grads_fsdp
+        from hookcli.distributed.fsdp import Fsdp, check_fsdp_options, check_fsdp_torch
         from hookcli.distributed.launch import launch
 
         check_fsdp_options(
@@ -104,16 +102,8 @@ def cli_command(
         )
         check_fsdp_torch(device)
         return launch(
-            lambda ctx: run_grads_fsdp(
-                ctx,
-                mopts,
-                ropts,
-                out,
-                plan.kinds,
-                plan.loss,
-                plan.gates,
-                desync_tol,
-                tuple(shard or ()),
+            lambda ctx: Fsdp(ctx, desync_tol, tuple(shard or ())).run(
+                mopts, ropts, out, lambda p, on: run_grads(p, plan, on)
             ),
             device=device,
             backend=backend,
@@ -127,23 +117,13 @@ def cli_command(
     if not broadcast_buffers and not ddp:
         raise UsageError("--no-broadcast-buffers needs --ddp (under torchrun or srun)")
     if ddp:
-        from hookcli.distributed.ddp import check_ddp_options
-        from hookcli.distributed.ddp import run_grads as run_grads_ddp
+        from hookcli.distributed.ddp import Ddp, check_ddp_options
         from hookcli.distributed.launch import launch
 
         check_ddp_options(plan.kinds, global_hooks, per_param=per_param, plot=plot)
         return launch(
-            lambda ctx: run_grads_ddp(
-                ctx,
-                mopts,
-                ropts,
-                out,
-                plan.kinds,
-                plan.explicit,
-                plan.loss,
-                plan.gates,
-                desync_tol,
-                broadcast_buffers,
+            lambda ctx: Ddp(ctx, desync_tol, broadcast_buffers).run(
+                mopts, ropts, out, lambda p, on: run_grads(p, plan, on)
             ),
             device=device,
             backend=backend,

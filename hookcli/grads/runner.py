@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
 from hookcli.errors import UsageError
 from hookcli.options import (
@@ -25,6 +25,7 @@ from hookcli.options import (
 from hookcli.report import Report
 
 if TYPE_CHECKING:
+    from hookcli.distributed.strategy import Launch
     from hookcli.grads.checks import GradGates
     from hookcli.grads.probe import GradFindings
     from hookcli.options import Hooks
@@ -116,8 +117,16 @@ def plan_grads(
     )
 
 
-def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
-    """Gradient flow per module call, the totals and the checks."""
+@overload
+def run_grads(prepared: Prepared, plan: GradsPlan, launch: None = None) -> Outcome: ...
+@overload
+def run_grads(prepared: Prepared, plan: GradsPlan, launch: Launch) -> Outcome | None: ...
+def run_grads(prepared: Prepared, plan: GradsPlan, launch: Launch | None = None) -> Outcome | None:
+    """Gradient flow per module call, the totals and the checks.
+
+    ``launch``: one process (the default) or every rank of ``--ddp``/``--fsdp``, whose
+    gradients rank 0 merges (``grads.ranks``; None on the other ranks).
+    """
     from hookcli.failure import grad_off_forwards
     from hookcli.grads.checks import run_checks
     from hookcli.grads.probe import GradProbe
@@ -134,6 +143,10 @@ def run_grads(prepared: Prepared, plan: GradsPlan) -> Outcome:
 
     if prepared.settings["device"] == "meta":
         raise UsageError("grads needs real gradient values; the meta device only gives shapes")
+    if launch is not None and launch.distributed:
+        from hookcli.grads.ranks import merged_grads
+
+        return merged_grads(prepared, plan, launch)
     kinds, gates, loss_kind = plan.kinds, plan.gates, plan.loss
     mode = Mode(prepared.settings["mode"])
     probe = GradProbe(

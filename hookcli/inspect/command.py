@@ -1,8 +1,7 @@
 """``hookcli inspect``: the command's run, from the parsed options to the exit status.
 
 On one process it calls ``hookcli.inspect.runner``, as ``hookcli.inspect`` does; under
-torchrun it goes through ``hookcli.distributed`` (which imports the runner, so this
-module sits above both).
+torchrun it calls the same runner with a launch strategy from ``hookcli.distributed``.
 """
 
 from __future__ import annotations
@@ -77,11 +76,12 @@ def cli_command(
 
         raise UsageError("--columns is not available with --ddp or --fsdp")
     if fsdp or shard:
-        from hookcli.distributed.fsdp import launch_fsdp
-        from hookcli.distributed.fsdp import run_inspect as run_inspect_fsdp
+        from hookcli.distributed.fsdp import Fsdp, launch_fsdp
 
         return launch_fsdp(
-            lambda ctx: run_inspect_fsdp(ctx, mopts, ropts, out, plan.kinds, tuple(shard or ())),
+            lambda ctx: Fsdp(ctx, 0.0, tuple(shard or ())).run(
+                mopts, ropts, out, lambda p, launch: run_inspect(p, plan, launch)
+            ),
             fsdp=fsdp,
             ddp=ddp,
             device=device,
@@ -91,11 +91,12 @@ def cli_command(
             global_hooks=global_hooks,
         )
     if ddp or backend is not None:
-        from hookcli.distributed.ddp import launch_command
-        from hookcli.distributed.ddp import run_inspect as run_inspect_ddp
+        from hookcli.distributed.ddp import Ddp, launch_command
 
         return launch_command(
-            lambda ctx: run_inspect_ddp(ctx, mopts, ropts, out, plan.kinds),
+            lambda ctx: Ddp(ctx, 0.0).run(
+                mopts, ropts, out, lambda p, launch: run_inspect(p, plan, launch)
+            ),
             ddp=ddp,
             device=device,
             backend=backend,

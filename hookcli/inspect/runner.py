@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeGuard
+from typing import TYPE_CHECKING, Any, TypeGuard, overload
 
 from hookcli.layers import (
     PARAM_COLUMNS,
@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     import torch
     from torch import nn
 
+    from hookcli.distributed.strategy import Launch
     from hookcli.options import Hooks
     from hookcli.pipeline import Outcome, Prepared
     from hookcli.session import CallRecord
@@ -70,37 +71,47 @@ def plan_inspect(
     return InspectPlan(kinds, depth_arg(depth), global_hooks, cols, loss_arg(loss))
 
 
-def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
-    """Shapes and parameters per module call."""
-    from hookcli.grads.probe import backward_probes
-    from hookcli.losses import make_loss
-    from hookcli.pipeline import run_session
+@overload
+def run_inspect(prepared: Prepared, plan: InspectPlan, launch: None = None) -> Outcome: ...
+@overload
+def run_inspect(prepared: Prepared, plan: InspectPlan, launch: Launch) -> Outcome | None: ...
+def run_inspect(
+    prepared: Prepared, plan: InspectPlan, launch: Launch | None = None
+) -> Outcome | None:
+    """Shapes and parameters per module call.
 
+    ``launch``: one process (``Local``, the default) or every rank of ``--ddp``/``--fsdp``:
+    rank 0 merges the ranks' rows (the others get None).
+    """
+    from hookcli.distributed.strategy import Local
+    from hookcli.grads.probe import backward_probes
+
+    launch = launch or Local(plan.global_hooks)
     kinds = plan.kinds
     probes = backward_probes(kinds)
     mode = Mode(prepared.settings["mode"])
-    outcome = run_session(
-        prepared,
-        probes,
-        mode=mode,
-        global_hooks=plan.global_hooks,
-        loss_fn=make_loss(plan.loss, prepared.inputs),
+    loss: Loss | str = "sum" if launch.distributed else plan.loss  # as --ddp always summed
+    loss_fn = launch.loss_fn(loss, prepared.inputs)
+    run = launch.session(
+        prepared, probes, mode=mode, backward=False, loss_fn=loss_fn, compare=False
     )
+    if launch.distributed:
+        return _merged_inspect(prepared, plan, launch, run, probes)
     settings = dict(prepared.settings)
     if any(k.is_backward for k in kinds):
         settings["loss"] = plan.loss.value
     index = TensorIndex(prepared.model)  # the model's tensors, read once for all three
     rows, unshown = layer_rows(
-        outcome.records, prepared.model, depth=plan.depth, kinds=kinds, probes=probes, index=index
+        run.records, prepared.model, depth=plan.depth, kinds=kinds, probes=probes, index=index
     )
     model_totals, extra_cols = inspect_totals(prepared.model, probes, index)
-    model_totals["params_not_run"] = params_not_run(outcome.records, prepared.model, index)
+    model_totals["params_not_run"] = params_not_run(run.records, prepared.model, index)
     rows, chosen = with_columns(
         prepared,
         rows,
         plan.columns,
         model_totals["params"],
-        ran=outcome.error is None,
+        ran=run.error is None,
         global_hooks=plan.global_hooks,
     )
     report = Report(
@@ -110,11 +121,50 @@ def run_inspect(prepared: Prepared, plan: InspectPlan) -> Outcome:
         inputs=prepared.input_dicts(),
         layers=rows,
         totals=model_totals,
-        error=outcome.error.message if outcome.error else None,
+        error=run.error.message if run.error else None,
         columns=(*shape_columns(kinds), *extra_cols, *PARAM_COLUMNS, *chosen),
         table_totals=tuple(param_totals(model_totals, unshown)),
     )
-    return report, outcome.error
+    return report, run.error
+
+
+def _merged_inspect(
+    prepared: Prepared, plan: InspectPlan, launch: Any, run: Any, probes: Sequence[Any]
+) -> Outcome | None:
+    """Every rank's calls on rank 0: rows say on which ranks each call ran."""
+    from hookcli.distributed.ranks import RankRows
+    from hookcli.distributed.strategy import RankFindings
+
+    kinds = plan.kinds
+    rows, _ = layer_rows(run.records, prepared.model, depth=plan.depth, kinds=kinds, probes=probes)
+    rank_rows: RankRows = launch.rank_rows(rows, run)
+    gathered = launch.gather(
+        RankFindings(launch.rank, run.loss, rank_rows, shards=launch.shards(run))
+    )
+    if gathered is None:
+        return None
+    keys = ["output_shapes"] if HookKind.FORWARD in kinds else []
+    merged = launch.merge_rows(gathered, prepared.model, per_rank_keys=keys)
+    model_totals, extra_cols = inspect_totals(prepared.model, probes)
+    model_totals.update(launch.shard_totals(gathered))
+    shown = sum(int(r.display.get("shown_params", 0)) for r in merged)
+    unshown = max(int(model_totals["params"]) - shown, 0)  # ran on no rank
+    table_totals = param_totals(model_totals, unshown)
+    if "shard_params_per_rank" in model_totals:
+        per_rank = " | ".join(fmt_int(n) for n in model_totals["shard_params_per_rank"])
+        table_totals.append(("Shard params per rank", per_rank))
+    report = Report(
+        command="inspect",
+        model=launch.model_info(prepared, run),
+        settings=launch.settings(prepared, run),
+        inputs=prepared.input_dicts(),
+        layers=merged,
+        totals=model_totals,
+        notes=launch.notes(run, model_totals),
+        columns=(*shape_columns(kinds), *launch.columns(), *extra_cols, *PARAM_COLUMNS),
+        table_totals=tuple(table_totals),
+    )
+    return report, None
 
 
 # -- --columns: extra per-row columns (torchinfo's col_names) ---------------------------

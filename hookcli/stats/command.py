@@ -1,8 +1,7 @@
 """``hookcli stats``: the command's run, from the parsed options to the exit status.
 
 On one process it calls ``hookcli.stats.runner``, as ``hookcli.stats`` does; under
-torchrun it goes through ``hookcli.distributed`` (which imports the runner, so this
-module sits above both).
+torchrun it calls the same runner with a launch strategy from ``hookcli.distributed``.
 """
 
 from __future__ import annotations
@@ -73,23 +72,11 @@ def cli_command(
     )
     out = output_options(format, output, depth, debug, ci)
     if fsdp or shard:
-        from hookcli.distributed.fsdp import launch_fsdp
-        from hookcli.distributed.fsdp import run_stats as run_stats_fsdp
+        from hookcli.distributed.fsdp import Fsdp, launch_fsdp
 
-        with_grads = plan.backward or any(k.is_backward for k in plan.kinds)
         return launch_fsdp(
-            lambda ctx: run_stats_fsdp(
-                ctx,
-                mopts,
-                ropts,
-                out,
-                plan.kinds,
-                plan.loss,
-                plan.checks,
-                plan.dead_threshold,
-                with_grads,
-                desync_tol,
-                tuple(shard or ()),
+            lambda ctx: Fsdp(ctx, desync_tol, tuple(shard or ())).run(
+                mopts, ropts, out, lambda p, launch: run_stats(p, plan, launch)
             ),
             fsdp=fsdp,
             ddp=ddp,
@@ -104,23 +91,11 @@ def cli_command(
 
         raise UsageError("--no-broadcast-buffers needs --ddp (under torchrun or srun)")
     if ddp or backend is not None:
-        from hookcli.distributed.ddp import launch_command
-        from hookcli.distributed.ddp import run_stats as run_stats_ddp
+        from hookcli.distributed.ddp import Ddp, launch_command
 
-        with_grads = plan.backward or any(k.is_backward for k in plan.kinds)
         return launch_command(
-            lambda ctx: run_stats_ddp(
-                ctx,
-                mopts,
-                ropts,
-                out,
-                plan.kinds,
-                plan.loss,
-                plan.checks,
-                plan.dead_threshold,
-                with_grads,
-                desync_tol,
-                broadcast_buffers,
+            lambda ctx: Ddp(ctx, desync_tol, broadcast_buffers).run(
+                mopts, ropts, out, lambda p, launch: run_stats(p, plan, launch)
             ),
             ddp=ddp,
             device=device,
