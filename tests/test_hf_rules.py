@@ -418,6 +418,7 @@ def test_coverage_benchmark_reports_an_ok_type(tmp_path: Path) -> None:
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    (row,) = json.loads(out.read_text())
+    (row,) = json.loads(out.read_text())["rows"]
     assert row["ok"], row
     assert row["params_match"] and row["params"] == row["plain_params"] > 0
+    assert row["class"] == "ok" and row["moe"] is False
