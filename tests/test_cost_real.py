@@ -252,8 +252,13 @@ def test_attribute_view_of_a_parameter_not_counted_twice() -> None:
 
 @pytest.mark.parametrize("name", ["LlamaLike", "WhisperLike", "UNetLike"])
 def test_flops_match_flop_counter_mode(name: str) -> None:
-    """Forward and backward FLOPs of the dense models against torch's FlopCounterMode
-    (cost's backward, as a training step's: no gradient for the inputs)."""
+    """Forward FLOPs of the dense models against torch's FlopCounterMode, and backward
+    FLOPs where no fused attention runs (cost's backward, as a training step's: no
+    gradient for the inputs). Whisper's attention is counted by FlopCounterMode on the
+    math path (its products, one by one), since torch's own formula for the CPU's fused
+    kernel differs between releases; the fused backward recomputes the scores, which
+    the math path does not, so its backward is not compared."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     from torch.utils.flop_counter import FlopCounterMode
 
     rep = report("cost", f"{FIX}:{name}", "--backward")
@@ -261,12 +266,13 @@ def test_flops_match_flop_counter_mode(name: str) -> None:
     model = getattr(cost_real, name)().eval()
     args = model.example_input_array
     args = args if isinstance(args, tuple) else (args,)
-    with FlopCounterMode(display=False) as fc:
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as fc:
         out = model(*args)
     forward = fc.get_total_flops()
+    assert rep["totals"]["flops"] == forward
+    if name == "WhisperLike":
+        return
     with FlopCounterMode(display=False) as fc:
         out = model(*args)
-        loss = sum(t.float().sum() for t in [getattr(out, "sample", out)])
-        loss.backward()
-    assert rep["totals"]["flops"] == forward
+        getattr(out, "sample", out).float().sum().backward()
     assert rep["totals"]["backward_flops"] == fc.get_total_flops() - forward
