@@ -135,7 +135,8 @@ def test_text_and_audio_codebooks_in_one_id_tensor() -> None:
 def test_detection_image_splits_into_the_backbone_windows() -> None:
     """LW-DETR's ViT backbone splits the image into ``num_windows_side`` windows a side of
     whole patches: the default image processor's 800 x 800 does not split (plain
-    transformers raises), the config's ``image_size`` does, and the backbone runs on it."""
+    transformers raises), the largest size below it that does (768) is given, and the
+    backbone runs on it."""
     from hookcli.sources import hf
 
     backbone = {
@@ -147,9 +148,10 @@ def test_detection_image_splits_into_the_backbone_windows() -> None:
     backbone |= {"image_size": 256, "window_block_indices": [0], "out_indices": [1, 2]}
     config, model, kwargs = _inputs("lw_detr", backbone_config=backbone)
     pixels = kwargs["pixel_values"]
-    assert pixels.shape[-2:] == (256, 256)
-    assert kwargs["pixel_mask"].shape == (1, 256, 256)
-    assert not hf._fits_windows(config, torch.zeros(1, 3, 800, 800))
+    assert pixels.shape[-2:] == (768, 768)  # 800 down to whole windows of 4 x 16 pixels
+    assert kwargs["pixel_mask"].shape == (1, 768, 768)
+    assert hf._window_fit(config, torch.zeros(1, 3, 800, 800)) == (768, 768)
+    assert hf._window_fit(config, pixels) is None
     with torch.no_grad():
         model.backbone.backbone(pixels)
         with pytest.raises(RuntimeError, match="invalid for input"):
@@ -395,3 +397,21 @@ def test_video_beside_the_text() -> None:
     assert int(kwargs["input_ids"].max()) < 100
     with torch.no_grad():
         model(**kwargs)
+
+
+def test_windows_a_side_named_num_windows() -> None:
+    """RF-DETR's DINOv2 backbone names its windows a side ``num_windows`` (4, of 14-pixel
+    patches): 800 pixels go down to 784, and plain transformers' windowed embeddings take
+    that size and refuse 800."""
+    from hookcli.sources import hf
+
+    backbone = {"model_type": "rf_detr_dinov2", "hidden_size": 32, "num_hidden_layers": 1}
+    backbone |= {"num_attention_heads": 2, "out_indices": [1]}
+    config, model, kwargs = _inputs("rf_detr", backbone_config=backbone)
+    assert hf._window_fit(config, torch.zeros(1, 3, 800, 800)) == (784, 784)
+    assert kwargs["pixel_values"].shape[-2:] == (784, 784)
+    embeddings = model.backbone.backbone.embeddings
+    with torch.no_grad():
+        embeddings(kwargs["pixel_values"])
+        with pytest.raises(RuntimeError, match="invalid for input"):
+            embeddings(torch.randn(1, 3, 800, 800))

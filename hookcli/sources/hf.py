@@ -978,9 +978,12 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
     processed = _processed_image(config, height, width, channels, params)
     processed = _renamed(processed, params)
     extras = {k: v for k, v in processed.items() if k in params and k != "pixel_values"}
-    if not _fits_windows(config, processed.get("pixel_values")):
-        processed = {}  # the processor's size does not split into the backbone's windows
-        extras = {}
+    fitted = _window_fit(config, processed.get("pixel_values"))
+    if fitted is not None:
+        # the processor's size does not split into the backbone's windows: the largest
+        # size below it that does
+        processed, extras = {}, {}
+        height, width = fitted
     if extras and "pixel_values" in processed:
         out.tensor("pixel_values", processed["pixel_values"])
         for key, value in extras.items():
@@ -1029,23 +1032,26 @@ def _renamed(processed: dict[str, Any], params: list[str]) -> dict[str, Any]:
     return out
 
 
-def _fits_windows(config: Any, pixels: Any) -> bool:
-    """Whether an image splits into the windows of a windowed ViT backbone (``lw_detr``:
-    ``num_windows_side`` windows a side, each a whole number of ``patch_size`` patches);
-    True where the config has no such backbone, or there is no image."""
+def _window_fit(config: Any, pixels: Any) -> tuple[int, int] | None:
+    """For an image that does not split into the windows of a windowed ViT backbone
+    (``num_windows_side`` windows a side, ``lw_detr``; ``num_windows`` a side where the
+    config has no ``num_windows_side``, ``rf_detr``; each a whole number of ``patch_size``
+    patches), the largest (height, width) at most its size that does; None where the
+    image splits, the config has no such backbone, or there is no image."""
     import torch
 
     if not isinstance(pixels, torch.Tensor) or pixels.dim() < 2:
-        return True
+        return None
     height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
     for cfg in _configs(config):
         patch = getattr(cfg, "patch_size", None)
-        side = getattr(cfg, "num_windows_side", None)
+        side = getattr(cfg, "num_windows_side", None) or getattr(cfg, "num_windows", None)
         if not (isinstance(patch, int) and isinstance(side, int) and patch > 0 and side > 0):
             continue
-        if any(n % patch or (n // patch) % side for n in (height, width)):
-            return False
-    return True
+        unit = patch * side
+        if height % unit or width % unit:
+            return max(unit, height // unit * unit), max(unit, width // unit * unit)
+    return None
 
 
 def _processed_image(
