@@ -121,7 +121,7 @@ _STDOUT_NAMES = frozenset({"/dev/stdout", "/dev/fd/1", "/proc/self/fd/1"})
 
 def _write_report_stdout(write: Callable[[IO[bytes]], object], label: str) -> None:
     """``write`` into the stdout the report goes to (bytes, through its buffer)."""
-    from hookcli.pipeline import report_stream
+    from hookcli.streams import report_stream
 
     stream = report_stream()
     try:

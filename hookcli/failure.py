@@ -92,13 +92,11 @@ def _roots() -> tuple[tuple[str, ...], str]:
 
     import torch
 
-    import hookcli
-
     skip = [
         os.path.dirname(os.path.realpath(torch.__file__)),
         os.path.dirname(os.path.realpath(os.__file__)),  # the standard library
     ]
-    own = os.path.dirname(os.path.realpath(hookcli.__file__))
+    own = os.path.dirname(os.path.realpath(__file__))  # this package's folder
     return tuple(p + os.sep for p in skip), own + os.sep
 
 

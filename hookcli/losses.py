@@ -301,7 +301,7 @@ class LossFunction:
                 self._looked = True
                 self._look_for_natural(output)
                 if self.natural is not None:
-                    from hookcli.pipeline import progress
+                    from hookcli.streams import progress
 
                     value = None if total.is_meta else float(total.detach())
                     progress(f"hookcli: {self.note(value)}")

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 from hookcli.errors import RunError, UsageError
 from hookcli.options import Mode, ModelOptions, OutputOptions, RunOptions
+from hookcli.streams import (  # re-exported: commands and runners import them from here
+    model_output_to_stderr as model_output_to_stderr,
+)
+from hookcli.streams import progress as progress
+from hookcli.streams import report_stream as report_stream
 
 if TYPE_CHECKING:
     import torch
@@ -23,34 +27,6 @@ if TYPE_CHECKING:
     from hookcli.report import Column, Report
     from hookcli.session import CallRecord, HookSession, Probe
     from hookcli.sources import LoadedModel
-
-
-def progress(message: str) -> None:
-    """A diagnostic line on stderr (reports go to stdout)."""
-    print(message, file=sys.stderr, flush=True)
-
-
-_REPORT_STREAMS: list[TextIO] = []
-
-
-@contextlib.contextmanager
-def model_output_to_stderr() -> Iterator[None]:
-    """While a command runs, ``sys.stdout`` is stderr: whatever the model prints while it
-    is imported, built or run stays out of the report. The report goes to the stdout
-    saved here (``report_stream``)."""
-    saved = sys.stdout
-    _REPORT_STREAMS.append(saved)
-    sys.stdout = sys.stderr
-    try:
-        yield
-    finally:
-        sys.stdout = saved
-        _REPORT_STREAMS.pop()
-
-
-def report_stream() -> TextIO:
-    """Where the report goes when there is no ``--output``: the real stdout."""
-    return _REPORT_STREAMS[-1] if _REPORT_STREAMS else sys.stdout
 
 
 @dataclass(frozen=True)

@@ -321,6 +321,14 @@ def test_single_rank_group_matches_plain_backward(tmp_path: Path) -> None:
 # -- two ranks under torchrun, against plain torch.distributed ------------------------------
 
 
+def raise_site() -> str:
+    """Where FailsOnRank's block raises, as the error line names it (the model's own line)."""
+    source = ROOT / "sample_models" / "distributed.py"
+    lines = source.read_text().splitlines()
+    n = next(i for i, ln in enumerate(lines, 1) if "refusing to run on rank" in ln)
+    return f"sample_models/distributed.py:{n}"
+
+
 @pytest.mark.distributed
 def test_healthy_model_matches_plain_ddp(tmp_path: Path) -> None:
     spec = "sample_models.distributed:HealthyMLP"
@@ -471,7 +479,7 @@ def test_failure_on_one_rank_ends_every_rank_with_one_line(tmp_path: Path) -> No
     assert run["returncode"] != 0
     assert spoken(run["ranks"][0]["stderr"]) == [
         "hookcli: error: rank 1 failed: forward failed in block (_Fragile) with input shapes "
-        "[4, 8]: ValueError: refusing to run on rank 1"
+        f"[4, 8]: ValueError: refusing to run on rank 1 (raised at {raise_site()} in forward)"
     ]
     assert spoken(run["ranks"][1]["stderr"]) == []  # rank 0 alone speaks
     assert run["ranks"][0]["stdout"] == "" and run["ranks"][1]["stdout"] == ""

@@ -30,6 +30,7 @@ from tests.test_distributed import (
     check_nan_on_rank_1,
     close,
     oracle,
+    raise_site,
     report_of,
     rows_by_name,
     spoken,
@@ -227,7 +228,7 @@ def test_failure_on_one_rank_ends_every_rank_with_one_line(tmp_path: Path) -> No
     assert run["returncode"] != 0
     assert spoken(run["ranks"][0]["stderr"]) == [
         "hookcli: error: rank 1 failed: forward failed in block (_Fragile) with input shapes "
-        "[4, 8]: ValueError: refusing to run on rank 1"
+        f"[4, 8]: ValueError: refusing to run on rank 1 (raised at {raise_site()} in forward)"
     ]
     assert spoken(run["ranks"][1]["stderr"]) == []
     assert run["ranks"][0]["stdout"] == "" and run["ranks"][1]["stdout"] == ""

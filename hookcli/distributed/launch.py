@@ -28,6 +28,7 @@ import time
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from hookcli.errors import EXIT_RUN, HookcliError, RunError, UsageError, first_line
@@ -44,6 +45,8 @@ DEFAULT_TIMEOUT_S = 600.0
 DEFAULT_SLURM_PORT = 29500
 EXIT_TERMINATED = 143
 _STORE_PREFIX = "hookcli/error/"
+_RELEASED_PREFIX = "hookcli/released/"  # a rank has destroyed its process group
+_RELEASE_WAIT_S = 60.0  # how long a rank waits for the others to release theirs
 
 
 @dataclass(frozen=True)
@@ -485,7 +488,6 @@ def launch(
     When any rank fails, rank 0 prints one line naming it, and every rank returns
     that rank's exit status.
     """
-    import torch.distributed as dist
 
     env = detect_env(environ)
     if env is None:
@@ -499,6 +501,7 @@ def launch(
     device = rank_device(device, env)
     ctx = init_group(env, backend or default_backend(device), device, timeout_s, flag)
     previous = _on_sigterm()
+    together = False  # every rank reached the end: they release the group together
     try:
         try:
             code = body(ctx)
@@ -515,7 +518,9 @@ def launch(
             with contextlib.suppress(RankFailed):
                 ctx.share(status.code)
             return status.code
-        return ctx.share(code)
+        code = ctx.share(code)
+        together = True
+        return code
     except RankFailed as failed:
         if ctx.is_main:
             print(f"hookcli: error: {failed.line}", file=sys.stderr, flush=True)
@@ -527,8 +532,28 @@ def launch(
         return failed.code
     finally:
         signal.signal(signal.SIGTERM, previous)
-        with contextlib.suppress(Exception):  # already broken: nothing left to release
-            dist.destroy_process_group()
+        _release(ctx, together)
+
+
+def _release(ctx: DistContext, together: bool) -> None:
+    """Destroy the process group; after a run every rank finished, wait for the others to
+    have destroyed theirs before leaving.
+
+    A rank's ``destroy_process_group`` can need its peers still there: on torch 2.6 with
+    FSDP2's device mesh, the last rank to destroy hung for good once the others had
+    exited. The rendezvous store, which outlives the group, carries one key per rank.
+    """
+    import torch.distributed as dist
+
+    store = _store() if together else None  # taken first: it goes with the group
+    with contextlib.suppress(Exception):  # already broken: nothing left to release
+        dist.destroy_process_group()
+    if store is None:
+        return
+    with contextlib.suppress(Exception):  # the store may be gone with a finished peer
+        store.set(f"{_RELEASED_PREFIX}{ctx.rank}", "1")
+        keys = [f"{_RELEASED_PREFIX}{r}" for r in range(ctx.world_size)]
+        store.wait(keys, timedelta(seconds=_RELEASE_WAIT_S))
 
 
 def _on_sigterm() -> Any:
