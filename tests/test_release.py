@@ -51,3 +51,14 @@ def test_after_a_failure_no_rank_waits(store: Any) -> None:
     launch._release(SimpleNamespace(rank=0, world_size=2), together=False)
     assert time.monotonic() - start < 5
     assert not store.check(["hookcli/released/0"])
+
+
+def test_hookclis_own_failure_on_a_rank_is_an_internal_error() -> None:
+    """Under a launch as in one process: hookcli's own bug is exit 70, never the model's 4."""
+    from hookcli.errors import EXIT_INTERNAL, RunError
+
+    status = launch._status_of(1, KeyError("row"))
+    assert status.code == EXIT_INTERNAL
+    assert status.message.startswith("internal error in hookcli (not the model's fault)")
+    model = launch._status_of(1, RunError("forward failed in fc"))
+    assert model.code == 4 and model.message == "forward failed in fc"

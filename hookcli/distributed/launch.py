@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from hookcli.errors import EXIT_RUN, HookcliError, RunError, UsageError, first_line
+from hookcli.errors import EXIT_INTERNAL, EXIT_RUN, HookcliError, RunError, UsageError, first_line
 
 if TYPE_CHECKING:
     import torch
@@ -425,7 +425,10 @@ def _flat(t: torch.Tensor | None, dtype: torch.dtype) -> torch.Tensor:
 def _status_of(rank: int, err: BaseException) -> _Status:
     if isinstance(err, HookcliError):
         return _Status(rank, err.exit_code, err.message)
-    return _Status(rank, EXIT_RUN, f"internal error: {first_line(err)}")
+    # not a HookcliError: hookcli's own code failed on this rank (exit 70, as in one process)
+    return _Status(
+        rank, EXIT_INTERNAL, f"internal error in hookcli (not the model's fault): {first_line(err)}"
+    )
 
 
 def _store() -> Any:
