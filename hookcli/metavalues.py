@@ -100,6 +100,18 @@ _OP_WORDS = {
 _NONZERO_NUMPY = getattr(getattr(aten, "nonzero_numpy", None), "default", None)
 # ``torch.where(cond)``, one operand: ``cond.nonzero(as_tuple=True)`` by another name
 _WHERE_ONE = getattr(aten.where, "default", None)
+# ops that take a 0-d CPU tensor beside tensors on another device
+_CPU_SCALAR_OPS = {
+    aten.masked_fill.Tensor,
+    aten.masked_fill_.Tensor,
+    aten.where.self,
+}
+
+
+def _cpu_scalar(x: Any) -> bool:
+    return isinstance(x, torch.Tensor) and x.device.type == "cpu" and x.dim() == 0
+
+
 # dtype casts (under inference mode ``.long()`` reaches dispatch as ``to.dtype``)
 _CASTS = {
     aten._to_copy.default,
@@ -237,6 +249,11 @@ class MetaValues(TorchDispatchMode):
             # here undecomposed): x's values carry over as they do through ``expand``
             return self.__torch_dispatch__(_AS_SHAPE[func], types, (args[0], list(args[1].shape)))
 
+        if func in _CPU_SCALAR_OPS and any(_cpu_scalar(a) for a in args):
+            # ``x.masked_fill(m, torch.tensor(v))`` with a meta ``x``: on the CPU or a GPU
+            # a 0-d CPU value is taken, the meta kernel wants one device; the value moves
+            # to meta, keeping its shadow
+            args = tuple(self._to_meta(a) if _cpu_scalar(a) else a for a in args)
         if func is aten.repeat_interleave.self_Tensor and kwargs.get("output_size") is None:
             # ``x.repeat_interleave(repeats, dim)`` (undecomposed under inference mode):
             # with known repeats, the output size is known too
@@ -417,6 +434,13 @@ class MetaValues(TorchDispatchMode):
         vals = vals.movedim(-1, dim) if keep else vals.reshape(shape)
         self.shadows[idx] = vals.contiguous()
         self.assumed["routing"] += 1
+
+    def _to_meta(self, t: torch.Tensor) -> torch.Tensor:
+        """A CPU tensor as a meta one whose shadow it is."""
+        with _disable_current_modes():
+            meta = torch.empty(t.shape, dtype=t.dtype, device="meta")
+        self.shadows[meta] = t
+        return meta
 
     def _repeated_size(self, args: Any, kwargs: dict[str, Any]) -> int | None:
         """The output length of ``repeat_interleave(self, repeats, dim)`` whose repeats

@@ -415,3 +415,47 @@ def test_windows_a_side_named_num_windows() -> None:
         embeddings(kwargs["pixel_values"])
         with pytest.raises(RuntimeError, match="invalid for input"):
             embeddings(torch.randn(1, 3, 800, 800))
+
+
+def test_univariate_series_one_a_row_with_padding_and_frequency() -> None:
+    """TimesFM forecasts one series a row (``batch x steps``) and requires its padding
+    indicator and frequency index: zeros, as a series with no padding at frequency 0;
+    plain transformers runs on them and refuses the series without them."""
+    small = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1}
+    small |= {"num_attention_heads": 2, "head_dim": 16, "context_length": 64}
+    config, model, kwargs = _inputs("timesfm", **small)
+    assert kwargs["past_values"].shape == (1, config.context_length)
+    assert not kwargs["past_values_padding"].any() and kwargs["freq"].tolist() == [0]
+    with torch.no_grad():
+        model(**kwargs)
+        with pytest.raises(TypeError, match="required positional"):
+            model(past_values=kwargs["past_values"])
+
+
+_FILL = """
+import torch
+from torch import nn
+
+
+class Fill(nn.Module):
+    \"\"\"DeBERTa's masked softmax: the fill value a 0-d CPU tensor beside the scores.\"\"\"
+
+    def __init__(self):
+        super().__init__()
+        self.l = nn.Linear(4, 4)
+
+    def forward(self, x):
+        y = self.l(x)
+        y = y.masked_fill(y > 0, torch.tensor(torch.finfo(y.dtype).min))
+        return torch.where(y > 0, y, torch.tensor(0.0))
+"""
+
+
+def test_a_cpu_scalar_fill_value_beside_meta_scores(tmp_path: Path) -> None:
+    """``masked_fill(mask, torch.tensor(v))`` and ``torch.where(c, x, torch.tensor(v))``
+    take a 0-d CPU value beside tensors on any device; on meta too (sew-d, deberta)."""
+    path = tmp_path / "fill.py"
+    path.write_text(_FILL)
+    cpu = invoke_json("inspect", f"{path}:Fill", "-i", "2x4")
+    meta = invoke_json("inspect", f"{path}:Fill", "-i", "2x4", "--device", "meta")
+    assert meta["layers"] == cpu["layers"]

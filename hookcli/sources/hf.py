@@ -494,14 +494,24 @@ def _required(module: Any, name: str) -> bool:
     return param is not None and param.default is inspect.Parameter.empty
 
 
-def _series(config: Any, params: list[str], out: _Inputs) -> None:
+def _series(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
     """A time series model (``past_values``): ``context_length`` steps of
-    ``num_input_channels`` (or ``input_size``) values, all observed."""
+    ``num_input_channels`` (or ``input_size``) values, all observed. A model whose config
+    names no channels but patches (``patch_length``: ``timesfm``) takes one series a
+    row, ``batch x steps``, with the padding indicator (zeros) and the frequency index
+    (0) where forward requires them."""
     import torch
 
     steps = _get(config, "context_length")
     channels = _get(config, "num_input_channels", "input_size")
     if not isinstance(steps, int) or steps <= 0:
+        return
+    if channels is None and isinstance(_get(config, "patch_length"), int):
+        out.add("past_values", f"past_values=float32:1x{steps}")
+        if _required(module, "past_values_padding"):
+            out.tensor("past_values_padding", torch.zeros((1, steps), dtype=torch.int64))
+        if _required(module, "freq"):
+            out.tensor("freq", torch.zeros((1,), dtype=torch.int64))
         return
     channels = channels if isinstance(channels, int) and channels > 0 else 1
     out.add("past_values", f"past_values=float32:1x{steps}x{channels}")
@@ -538,7 +548,7 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
         _latents(module, config, main, out)
         return tuple(out.specs), out.values
     if main == "past_values":
-        _series(config, params, out)
+        _series(module, config, params, out)
         return tuple(out.specs), out.values
     if main == "pixel_values_videos":  # a video tower: frames x channels x height x width
         frames = _get(config, "num_frames")
