@@ -459,3 +459,20 @@ def test_a_cpu_scalar_fill_value_beside_meta_scores(tmp_path: Path) -> None:
     cpu = invoke_json("inspect", f"{path}:Fill", "-i", "2x4")
     meta = invoke_json("inspect", f"{path}:Fill", "-i", "2x4", "--device", "meta")
     assert meta["layers"] == cpu["layers"]
+
+
+@pytest.mark.parametrize("model_type", ["hunyuan_vl_vision", "hy_v4_vl_vision"])
+def test_flat_patches_where_the_embedding_reshapes_them(model_type: str) -> None:
+    """HunYuan-VL's tower also embeds patches with a patch-wide 2-D convolution, but
+    reshapes flat patches itself first (``num_patches, _ = pixel_values.shape``): flat
+    patches for it, whole ones only where the input goes to the convolution as it is."""
+    from hookcli.sources import hf
+
+    config = transformers.AutoConfig.for_model(model_type)
+    with torch.device("meta"):
+        model = transformers.AutoModel.from_config(config)
+    specs, _ = hf.default_inputs(model, config)
+    dims = specs[0].split(":")[-1].split("x")
+    assert len(dims) == 2 and int(dims[1]) == 3 * config.patch_size**2 * getattr(
+        config, "temporal_patch_size", 1
+    )

@@ -949,20 +949,55 @@ def _patch_grid(module: Any, config: Any, params: list[str], out: _Inputs) -> No
 
 
 def _patch_conv(module: Any, patch: int, frames: int) -> bool:
-    """Whether the tower's first convolution is a 2-D one that takes a patch whole
-    (``kimi_k25_vision``: ``proj(pixel_values)`` on ``patches x channels x patch x patch``),
-    rather than flat patches it reshapes itself (qwen2-vl's 3-D one)."""
+    """Whether the tower embeds patches whole with a 2-D convolution as wide as a patch
+    (``kimi_k25_vision``: ``self.proj(pixel_values)`` on ``patches x channels x patch x
+    patch``), rather than taking flat patches and reshaping them itself (qwen2-vl's 3-D
+    convolution, hunyuan-vl's ``pixel_values.reshape`` first): the patch embedding's
+    forward hands its input to the convolution on the first line that reads it."""
     import torch
 
-    conv = next(
-        (m for m in module.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Conv3d))), None
-    )
-    return (
-        frames == 1
-        and isinstance(conv, torch.nn.Conv2d)
-        and tuple(conv.kernel_size) == (patch, patch)
-        and tuple(conv.stride) == (patch, patch)
-    )
+    if frames != 1:
+        return False
+    for parent in module.modules():
+        for name, conv in parent.named_children():
+            if not isinstance(conv, torch.nn.Conv2d):
+                continue
+            if tuple(conv.kernel_size) != (patch, patch) or tuple(conv.stride) != (patch, patch):
+                return False
+            return _hands_to(type(parent).forward, name)
+    return False
+
+
+def _hands_to(forward: Any, attr: str) -> bool:
+    """Whether the first statement of ``forward`` that reads its first argument passes it
+    to ``self.ATTR(...)`` as it is."""
+    import ast
+    import textwrap
+
+    try:
+        source = textwrap.dedent(inspect.getsource(forward))
+        tree = ast.parse(source).body[0]
+        first = list(inspect.signature(forward).parameters)[1]
+    except (OSError, TypeError, ValueError, IndexError, SyntaxError):
+        return False
+    if not isinstance(tree, ast.FunctionDef):
+        return False
+    for stmt in tree.body:
+        names = {n.id for n in ast.walk(stmt) if isinstance(n, ast.Name)}
+        if first not in names:
+            continue
+        for call in (n for n in ast.walk(stmt) if isinstance(n, ast.Call)):
+            fn = call.func
+            if (
+                isinstance(fn, ast.Attribute)
+                and fn.attr == attr
+                and isinstance(fn.value, ast.Name)
+                and fn.value.id == "self"
+                and any(isinstance(a, ast.Name) and a.id == first for a in call.args[:1])
+            ):
+                return True
+        return False
+    return False
 
 
 def _channels(config: Any) -> int:
