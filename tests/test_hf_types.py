@@ -476,3 +476,59 @@ def test_flat_patches_where_the_embedding_reshapes_them(model_type: str) -> None
     assert len(dims) == 2 and int(dims[1]) == 3 * config.patch_size**2 * getattr(
         config, "temporal_patch_size", 1
     )
+
+
+def test_video_frames_from_the_vision_config() -> None:
+    """X-CLIP's vision tower counts its frames (``vision_config.num_frames``): videos of
+    that many frames, which plain transformers scores against the text (a 4-D image fails
+    to unpack there)."""
+    layers = {"hidden_size": 32, "intermediate_size": 32, "num_hidden_layers": 1}
+    layers |= {"num_attention_heads": 2}
+    vision = {**layers, "image_size": 32, "patch_size": 16, "num_frames": 3}
+    vision |= {"mit_hidden_size": 32, "mit_intermediate_size": 32, "mit_num_hidden_layers": 1}
+    vision |= {"mit_num_attention_heads": 2}
+    _, model, kwargs = _inputs(
+        "xclip",
+        vision_config=vision,
+        text_config={**layers, "vocab_size": 100},
+        projection_dim=32,
+        prompt_layers=1,
+        prompt_num_attention_heads=2,
+        prompt_attention_dropout=0.0,
+        prompt_projection_dropout=0.0,
+    )
+    assert kwargs["pixel_values"].shape == (1, 3, 3, 32, 32)
+    with torch.no_grad():
+        model(**kwargs)
+        with pytest.raises(ValueError, match="unpack"):
+            model(**{**kwargs, "pixel_values": kwargs["pixel_values"][:, 0]})
+
+
+def test_encoder_without_prenet_reads_hidden_states() -> None:
+    """SpeechT5's base model is built without its speech or text prenets: it reads hidden
+    states of its width (encoder and decoder), which plain transformers runs, and refuses
+    raw audio."""
+    small = {"hidden_size": 32, "encoder_layers": 1, "decoder_layers": 1}
+    small |= {"encoder_attention_heads": 2, "decoder_attention_heads": 2}
+    small |= {"encoder_ffn_dim": 32, "decoder_ffn_dim": 32}
+    config, model, kwargs = _inputs("speecht5", **small)
+    assert kwargs["input_values"].shape[-1] == config.hidden_size
+    assert kwargs["decoder_input_values"].shape[-1] == config.hidden_size
+    with torch.no_grad():
+        model(**kwargs)
+        with pytest.raises(RuntimeError, match="normalized_shape"):
+            model(input_values=torch.randn(1, 16000), decoder_input_values=kwargs["input_values"])
+
+
+def test_features_as_wide_as_the_feature_projection() -> None:
+    """Wav2Vec2-BERT projects stacked filterbank frames (``feature_projection_input_dim``,
+    160): features that wide, which plain transformers encodes, not the raw audio that the
+    feature extractor transformers maps to the type makes."""
+    small = {"hidden_size": 32, "num_hidden_layers": 1, "num_attention_heads": 2}
+    small |= {"intermediate_size": 32, "output_hidden_size": 32}
+    config, model, kwargs = _inputs("wav2vec2-bert", **small)
+    assert kwargs["input_features"].shape[-1] == config.feature_projection_input_dim == 160
+    with torch.no_grad():
+        model(**kwargs)
+        with pytest.raises(RuntimeError, match="normalized_shape"):
+            model(input_features=torch.randn(1, 16000))

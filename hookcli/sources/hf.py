@@ -541,6 +541,20 @@ def default_inputs(module: Any, config: Any) -> tuple[tuple[str, ...], dict[str,
     if main not in params:
         main = params[0]
     out = _Inputs()
+    if _without_prenet(module) and isinstance(_get(config, "hidden_size"), int):
+        # a speech encoder-decoder built without its prenets (``speecht5``'s base model):
+        # it reads hidden states of its width, in and out
+        hidden = _get(config, "hidden_size")
+        for name in ("input_values", "decoder_input_values"):
+            if name in params:
+                out.add(name, f"{name}=float32:1x{DEFAULT_TEXT_LENGTH}x{hidden}")
+        return tuple(out.specs), out.values
+    projected = _get(config, "feature_projection_input_dim")
+    if main == "input_features" and isinstance(projected, int) and projected > 1:
+        # stacked filterbank frames as wide as the feature projection takes
+        # (``wav2vec2-bert``: 80 mel bins, two frames a step)
+        out.add(main, f"{main}=float32:1x{DEFAULT_TEXT_LENGTH}x{projected}")
+        return tuple(out.specs), out.values
     if named in _AUDIO_INPUTS and named != main and main not in ("input_ids", "inputs_embeds"):
         # forward names its audio otherwise (``hidden_states``): the audio rule, renamed
         _audio(config, params, named, out)
@@ -822,6 +836,13 @@ def _latents(module: Any, config: Any, main: str, out: _Inputs) -> None:
     out.specs.append(f"{main}=float32:1x{conv.in_channels}x{frames}")
 
 
+def _without_prenet(module: Any) -> bool:
+    """Whether the model's encoder is built without its prenet (speecht5's base model:
+    ``SpeechT5EncoderWithoutPrenet``), so it takes hidden states, not audio or text."""
+    encoder = getattr(module, "encoder", None)
+    return type(encoder).__name__.endswith("WithoutPrenet")
+
+
 def _with_codebooks(module: Any, config: Any, ids: Any, vocab: int) -> Any:
     """Text and audio codebooks in one id tensor (``kyutai_speech_to_text``): where the
     config has ``num_codebooks`` and ``codebook_vocab_size`` and the model embeds text and
@@ -1051,10 +1072,12 @@ def _vision(module: Any, config: Any, params: list[str], out: _Inputs) -> None:
     video = "video" in type(module).__name__.lower() + str(getattr(config, "model_type", ""))
     if frames is None and video and getattr(module, "main_input_name", None) == "pixel_values":
         frames = DEFAULT_FRAMES  # a video model whose config says no count (instructblipvideo)
+    vision_frames = getattr(getattr(config, "vision_config", None), "num_frames", None)
     if (
         isinstance(frames, int)
         and frames > 0
-        and (video or getattr(config, "num_frames", None) == frames)  # its own config's
+        # its own config's count, or its vision tower's (``xclip``)
+        and (video or frames in (getattr(config, "num_frames", None), vision_frames))
     ):
         out.add("pixel_values", f"pixel_values=1x{frames}x{channels}x{height}x{width}")
     elif "image_attention_mask" in params:
