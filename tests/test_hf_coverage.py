@@ -273,3 +273,91 @@ def test_cost_on_a_small_mixtral_counts_balanced_routing() -> None:
     qkvo = 2 * t * (h * h + 2 * h * (2 * head_dim) + h * h)
     attn = 2 * 2 * 4 * t * t * head_dim  # scores and weighted sum, 4 heads
     assert report["totals"]["flops"] == experts + router + qkvo + attn
+
+
+# -- the coverage script's classes, figures and page ---------------------------------------
+def _cov():  # the benchmark script as a module
+    from benchmarks import hf_coverage
+
+    return hf_coverage
+
+
+def _row(name: str, ok: bool, cause: str = "", moe: bool = False) -> dict:
+    return {"name": name, "ok": ok, "cause": cause, "moe": moe}
+
+
+@pytest.mark.parametrize(
+    ("ref", "expected"),
+    [
+        ({"build": "ImportError: X requires the natten library", "package": True}, "package"),
+        ({"build": "ValueError: backbone is not set", "package": False}, "cannot-build"),
+        ({"build": "ok", "inputs": "forward takes s: Session"}, "inputs"),
+        ({"build": "ok", "package_inputs": "ImportError: torchaudio"}, "package"),
+        ({"build": "ok", "forward": "RuntimeError: split", "forward_failed": True}, "cannot-run"),
+        ({"build": "ok", "forward": "ok"}, "hookcli"),
+        (
+            {
+                "build": "ok",
+                "forward": "TypeError: forward() missing 1 required positional argument: 'p'",
+                "forward_failed": True,
+            },
+            "hookcli",
+        ),
+        ({"build": "ok", "forward": "not checked: 9 parameters with one layer"}, "hookcli"),
+        ({"error": "reference timed out after 300 s"}, "hookcli"),
+    ],
+)
+def test_a_failure_is_classed_by_the_plain_reference(ref: dict, expected: str) -> None:
+    """hookcli failed; the class follows what plain transformers did, and a reference that
+    decided nothing counts the type as hookcli's (it stays in the denominator)."""
+    kind, cause = _cov().classify(_row("t", False, "exit 4: boom"), ref)
+    assert kind == expected
+    assert cause
+
+
+def test_figures_count_reported_of_all_of_runnable_and_of_moe() -> None:
+    rows = [
+        {**_row("a", True, moe=True), "class": "ok", "params_match": True},
+        {**_row("b", True), "class": "ok", "params_match": True},
+        {**_row("c", False, moe=True), "class": "hookcli"},
+        {**_row("d", False), "class": "cannot-build"},
+    ]
+    f = _cov().figures(rows)
+    assert (f["ok"], f["types"], f["runnable"]) == (2, 4, 3)
+    assert (f["moe_ok"], f["moe_runnable"]) == (1, 2)
+    assert f["pct_all"] == 50 and round(f["pct_runnable"], 1) == 66.7 and f["pct_moe"] == 50
+
+
+@pytest.mark.parametrize(
+    ("model_type", "moe"),
+    [("mixtral", True), ("qwen3_moe", True), ("deepseek_v2", True), ("llama", False)],
+)
+def test_moe_is_read_from_the_config(model_type: str, moe: bool) -> None:
+    pytest.importorskip("transformers")
+    assert _cov().is_moe(model_type) is moe
+
+
+def test_reference_names_what_transformers_cannot_build() -> None:
+    """Plain ``AutoModel.from_config`` on ``autoformer``'s default config raises (its
+    ``prediction_length`` is unset): the reference says so, in one line."""
+    pytest.importorskip("transformers")
+    ref = _cov().reference("autoformer")
+    assert ref["build"].startswith("ValueError") and "prediction_length" in ref["build"]
+    kind, _ = _cov().classify(_row("autoformer", False, "exit 3"), ref)
+    assert kind == "cannot-build"
+
+
+def test_the_page_and_the_summary_are_what_the_committed_run_gives() -> None:
+    """docs/hf-coverage.md and docs/models.md's block are generated from
+    benchmarks/hf-coverage.json; README's coverage sentence carries the same figures."""
+    cov = _cov()
+    rows, meta = cov.load(ROOT / "benchmarks" / "hf-coverage.json")
+    assert len(rows) == len({r["name"] for r in rows}) and all("class" in r for r in rows)
+    assert (ROOT / "docs" / "hf-coverage.md").read_text() == cov.page(rows, meta)
+    models = (ROOT / "docs" / "models.md").read_text()
+    block = models[models.index(cov.BEGIN) + len(cov.BEGIN) : models.index(cov.END)]
+    f = cov.figures(rows)
+    assert block.strip() == cov.summary(f)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"{cov._pct(f['pct_all'])}% of all {f['types']} types" in readme
+    assert f"{cov._pct(f['pct_runnable'])}% of the {f['runnable']}" in readme
