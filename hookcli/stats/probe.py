@@ -224,7 +224,11 @@ class Scratch:
     def get(self, dtype: torch.dtype, size: int) -> torch.Tensor:
         buf = self._bufs.get(dtype)
         if buf is None or buf.numel() < size:
-            buf = self._bufs[dtype] = torch.empty(size, dtype=dtype)
+            # a normal tensor even when first asked for inside a forward the model runs
+            # under @torch.inference_mode(): an inference tensor could not be written to
+            # by the hooks that run after that forward returns
+            with torch.inference_mode(False):
+                buf = self._bufs[dtype] = torch.empty(size, dtype=dtype)
         return buf
 
 
