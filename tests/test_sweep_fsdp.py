@@ -34,6 +34,12 @@ def _ddp_indices(model: nn.Module, names: list[str]) -> str:
     return " ".join(str(trainable.index(n)) for n in sorted(names, key=trainable.index))
 
 
+def _line_of(text: str) -> int:
+    """The line of rank_units.py holding ``text`` (where the fixture raises)."""
+    lines = (Path(__file__).parent / "fixtures" / "rank_units.py").read_text().splitlines()
+    return next(i for i, ln in enumerate(lines, 1) if text in ln)
+
+
 def _only_rank_0_speaks(run: dict[str, Any]) -> str:
     """Rank 0's single stderr line; nothing else on any stream; exit 4 on both ranks."""
     assert run["ranks"][0]["stdout"] == "" and run["ranks"][1]["stdout"] == "", run
@@ -155,7 +161,8 @@ def test_a_rank_that_fails_before_a_unit_the_others_run_is_named(tmp_path: Path)
     run = torchrun(tmp_path, "grads", spec, "--fsdp", "--dist-timeout", "60")
     assert _only_rank_0_speaks(run) == (
         "hookcli: error: rank 1 failed: forward failed in (root) (FailsBeforeBlock1OnRank1) "
-        "with input shapes [4, 8]: ValueError: refusing to go on past blocks.0 on rank 1"
+        "with input shapes [4, 8]: ValueError: refusing to go on past blocks.0 on rank 1 "
+        f"(raised at tests/fixtures/rank_units.py:{_line_of('refusing to go on past')} in forward)"
     )
 
 
