@@ -540,6 +540,23 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
     app.command(name, help=help_text or fn.__doc__, cls=PanelCommand)(wrapper)
 
 
+def _add_option(wrapper: Any, sig: Any, after: str, name: str, annotation: Any) -> None:
+    """Give ``wrapper`` the parameter ``name`` (a Typer option) right after ``after``."""
+    import inspect
+
+    params = []
+    for p in sig.parameters.values():
+        params.append(p)
+        if p.name == after:
+            params.append(
+                inspect.Parameter(
+                    name, p.KEYWORD_ONLY if p.kind is p.KEYWORD_ONLY else p.kind,
+                    default=None, annotation=annotation,
+                )
+            )  # fmt: skip
+    wrapper.__signature__ = sig.replace(parameters=params)
+
+
 def _add_kwargs_file(wrapper: Any, fn: Callable[..., int]) -> None:
     """Every command with ``-k`` also takes ``--kwargs-file FILE``: its items come before
     the ``-k`` ones (so the command line wins), each naming the file in messages."""
@@ -550,17 +567,7 @@ def _add_kwargs_file(wrapper: Any, fn: Callable[..., int]) -> None:
     sig = inspect.signature(fn)
     if "kwargs" not in sig.parameters or "kwargs_file" in sig.parameters:
         return
-    params = []
-    for p in sig.parameters.values():
-        params.append(p)
-        if p.name == "kwargs":
-            params.append(
-                inspect.Parameter(
-                    "kwargs_file", p.KEYWORD_ONLY if p.kind is p.KEYWORD_ONLY else p.kind,
-                    default=None, annotation=KwargsFileOpt,
-                )
-            )  # fmt: skip
-    wrapper.__signature__ = sig.replace(parameters=params)
+    _add_option(wrapper, sig, "kwargs", "kwargs_file", KwargsFileOpt)
     wrapper.__annotations__ = {**fn.__annotations__, "kwargs_file": KwargsFileOpt}
 
 
@@ -581,17 +588,7 @@ def _add_amp(wrapper: Any, fn: Callable[..., int], name: str) -> None:
     sig = inspect.signature(wrapper)
     if name not in _AMP_COMMANDS or "dtype" not in sig.parameters or "amp" in sig.parameters:
         return
-    params = []
-    for p in sig.parameters.values():
-        params.append(p)
-        if p.name == "dtype":
-            params.append(
-                inspect.Parameter(
-                    "amp", p.KEYWORD_ONLY if p.kind is p.KEYWORD_ONLY else p.kind,
-                    default=None, annotation=AmpOpt,
-                )
-            )  # fmt: skip
-    wrapper.__signature__ = sig.replace(parameters=params)
+    _add_option(wrapper, sig, "dtype", "amp", AmpOpt)
     wrapper.__annotations__ = {**getattr(wrapper, "__annotations__", {}), "amp": AmpOpt}
 
 

@@ -22,8 +22,6 @@ import argparse
 import copy
 import importlib
 import json
-import os
-import sys
 from pathlib import Path
 
 import torch
@@ -31,6 +29,8 @@ import torch.distributed as dist
 from torch import nn
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
+
+from tests.ddp_oracle import finish  # run with the repository on PYTHONPATH, as the tests do
 
 
 def build(spec: str, seed: int) -> nn.Module:
@@ -101,20 +101,6 @@ def main() -> None:
     }
     Path(args.out_dir, f"rank{rank}.json").write_text(json.dumps(result))
     finish()
-
-
-def finish() -> None:
-    """Both ranks meet, the group goes, and the process leaves without interpreter teardown.
-
-    Teardown frees DDP's reducer and gloo's threads in no set order, and gloo can then
-    abort with ``terminate called without an active exception`` (seen once in CI, after
-    the results were written). hookcli's own ranks leave the same way (``os._exit``).
-    """
-    dist.barrier()
-    dist.destroy_process_group()
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":
