@@ -266,6 +266,20 @@ def _module_candidates(module: ModuleType) -> list[str]:
     return out
 
 
+def user_function(where: str, attr: str) -> Any:
+    """``FILE.py`` or ``pkg.mod``, and a name in it: the object (``--inputs-from``,
+    ``--loss fn:``). The MODEL file already imported is not run again; LoadError when
+    the file, the module or the name is not there."""
+    if where.endswith(".py") or "/" in where:
+        path = Path(where)
+        module = imported_module(path) or _import_file(path)
+        label = where
+    else:
+        module = _import_module(where)
+        label = f"module {where!r}"
+    return _resolve_attr(module, attr, label)
+
+
 def _resolve_attr(module: ModuleType, attr: str, where: str) -> Any:
     obj: Any = module
     for part in attr.split("."):

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -202,18 +201,11 @@ def _as_loss(value: Any, what: str) -> torch.Tensor:
 def load_loss_fn(spec: str) -> Callable[..., Any]:
     """Import the user's loss function (exit 2 when it cannot be found)."""
     from hookcli.errors import LoadError
-    from hookcli.inputs.files import _same_file_module
-    from hookcli.loading import _import_file, _import_module, _resolve_attr
+    from hookcli.loading import user_function
 
     where, attr = check_loss_fn(spec)
     try:
-        if where.endswith(".py") or "/" in where:
-            module = _same_file_module(Path(where)) or _import_file(Path(where))
-            label = where
-        else:
-            module = _import_module(where)
-            label = f"module {where!r}"
-        fn = _resolve_attr(module, attr, label)
+        fn = user_function(where, attr)
     except LoadError as err:
         raise UsageError(f"--loss fn:{spec}: {err.message}") from err
     if not callable(fn):

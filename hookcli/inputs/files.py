@@ -329,17 +329,11 @@ def call_inputs_from(spec: str, seed: int) -> Any:
 
     import torch
 
-    from hookcli.loading import _import_file, _import_module, _resolve_attr, _why
+    from hookcli.loading import _why, user_function
 
     where, attr = check_inputs_from(spec)
     try:
-        if where.endswith(".py") or "/" in where:
-            module = _same_file_module(Path(where)) or _import_file(Path(where))
-            label = where
-        else:
-            module = _import_module(where)
-            label = f"module {where!r}"
-        fn = _resolve_attr(module, attr, label)
+        fn = user_function(where, attr)
     except LoadError as err:
         raise UsageError(f"--inputs-from {spec}: {err.message}") from err
     if not (inspect.isfunction(fn) or inspect.ismethod(fn)):
@@ -353,13 +347,6 @@ def call_inputs_from(spec: str, seed: int) -> Any:
         if isinstance(err, (RuntimeError, MemoryError)) and is_oom(err):
             raise ResourceError(f"out of memory in --inputs-from {spec}") from err
         raise UsageError(f"--inputs-from {spec} raised: {_why(err)}") from err
-
-
-def _same_file_module(path: Path) -> Any:
-    """The module already imported from ``path`` (the MODEL file), so it is not run twice."""
-    from hookcli.loading import imported_module
-
-    return imported_module(path)
 
 
 def split_args(
