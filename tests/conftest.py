@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import resource
+import subprocess
+import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -147,3 +151,32 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         lines = ["skips the ledger (tests/skips.py) does not expect on this machine:", *bad]
         if reporter is not None:
             reporter.write_line("\n".join(lines), red=True)
+
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+def run_hookcli(*args: str, limit: int | None = None) -> subprocess.CompletedProcess[str]:
+    """``python -m hookcli ARGS`` in a fresh process from the repository root, as a user
+    runs it (optionally under an address-space limit of ``limit`` bytes)."""
+
+    def cap() -> None:
+        if limit is not None:
+            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    return subprocess.run(
+        [sys.executable, "-m", "hookcli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        preexec_fn=cap,
+    )
+
+
+def run_json(*args: str) -> dict[str, Any]:
+    """``run_hookcli`` with ``-f json``: exit 0 asserted, the parsed report."""
+    r = run_hookcli(*args, "-f", "json")
+    assert r.returncode == 0, r.stderr[-2000:]
+    data: dict[str, Any] = json.loads(r.stdout)
+    return data

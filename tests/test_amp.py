@@ -8,37 +8,18 @@ attributes left out, as cost reports those on their own lines).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 import torch
 
+from tests.conftest import run_hookcli as hookcli
+from tests.conftest import run_json as report
 from tests.fixtures import cost_real
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = "tests/fixtures/cost_real.py"
 AMP = {"bf16": torch.bfloat16, "fp16": torch.float16}
-
-
-def hookcli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hookcli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-def report(*args: str) -> dict[str, Any]:
-    r = hookcli(*args, "-f", "json")
-    assert r.returncode == 0, r.stderr[-2000:]
-    data: dict[str, Any] = json.loads(r.stdout)
-    return data
 
 
 def plain_saved_bytes(name: str, dtype: torch.dtype | None) -> int:

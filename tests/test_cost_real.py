@@ -7,43 +7,18 @@ Every figure is checked against an independent computation: the fixture's own te
 from __future__ import annotations
 
 import json
-import resource
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
+from tests.conftest import run_hookcli as hookcli
+from tests.conftest import run_json as report
 from tests.fixtures import cost_real
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = "tests/fixtures/cost_real.py"
-
-
-def hookcli(*args: str, limit: int | None = None) -> subprocess.CompletedProcess[str]:
-    """``python -m hookcli ARGS`` in a fresh process (optionally under RLIMIT_AS)."""
-
-    def cap() -> None:
-        if limit is not None:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-
-    return subprocess.run(
-        [sys.executable, "-m", "hookcli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-        preexec_fn=cap,
-    )
-
-
-def report(*args: str) -> dict[str, Any]:
-    r = hookcli(*args, "-f", "json")
-    assert r.returncode == 0, r.stderr[-2000:]
-    data: dict[str, Any] = json.loads(r.stdout)
-    return data
 
 
 # -- sparse matmuls by their nonzeros ----------------------------------------------------------

@@ -7,9 +7,6 @@ rows have them and how the spans nest (never by how long anything took).
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
 from array import array
 from pathlib import Path
 from types import SimpleNamespace
@@ -19,26 +16,11 @@ import pytest
 
 from hookcli.profile.figures import CallTree, Timings
 from hookcli.profile.rows import containers, table_rows
+from tests.conftest import run_hookcli as hookcli
+from tests.conftest import run_json as report
 
 ROOT = Path(__file__).resolve().parent.parent
 FIX = "tests/fixtures/cost_real.py"
-
-
-def hookcli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "hookcli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-
-
-def report(*args: str) -> dict[str, Any]:
-    r = hookcli(*args, "-f", "json")
-    assert r.returncode == 0, r.stderr[-2000:]
-    data: dict[str, Any] = json.loads(r.stdout)
-    return data
 
 
 # -- container rows and folding, on synthetic stamps ---------------------------------------------
