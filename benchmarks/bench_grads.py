@@ -9,9 +9,16 @@ beside it).
 - grads: the public call ``hookcli.grads(model, x, fail_on="nan,inf,dead")``: every
   hook, the forward watch those gates turn on, state saved and restored, the rows,
   the checks and the Report;
-- floor: the bare step with plain hooks that read each module output and each output
-  gradient once (one ``sum``): the least that exact per-layer NaN/Inf/dead flags and
-  gradient norms cost, before any hook machinery.
+- floor: the bare step with plain PyTorch hooks that read, once each (one ``sum``),
+  every tensor grads reports a figure of: each module output (the NaN/Inf/dead flags),
+  each output gradient (``grad_output_norm``), each input gradient (``grad_input_norm``:
+  torch's full backward hooks, the only way to see a module's grad_input, with the
+  same aliasing of outputs that lets in-place ops run), and after backward each
+  parameter gradient and each weight (``grad_norm``, ``weight_norm``): the least that
+  exact per-layer figures cost, before any of hookcli's own work.
+- outputs-only floor (shown, no target): the floor before 2026-11-26, which read only the
+  outputs and output gradients, not the input gradients, parameter gradients and
+  weights that grads also reports.
 
 One CPU thread by default (``--threads 0``: torch's default). On a shared machine
 torch's threads wait for each other whenever another process holds a core, which
@@ -114,7 +121,12 @@ def _measure(args: argparse.Namespace, torch: Any) -> dict[str, float]:
             if output.requires_grad:
                 output.register_hook(read)
 
-    def floor() -> None:  # plain hooks: every output and every output gradient read once
+    def read_grad_input(module: Any, grad_input: Any, grad_output: Any) -> None:
+        for g in grad_input:
+            if isinstance(g, torch.Tensor) and g.is_floating_point():
+                read(g)
+
+    def outputs_floor() -> None:  # plain hooks: every output and output gradient read once
         seen.clear()
         handles = [m.register_forward_hook(read_output) for m in model.modules()]
         try:
@@ -124,16 +136,41 @@ def _measure(args: argparse.Namespace, torch: Any) -> dict[str, float]:
                 h.remove()
             seen.clear()
 
+    def floor() -> None:  # plain hooks: every tensor grads reports on, read once
+        from torch.nn.modules import _functions
+
+        from hookcli.session import _aliasing_hook_forward
+
+        seen.clear()
+        handles = [m.register_forward_hook(read_output) for m in model.modules()]
+        handles += [m.register_full_backward_hook(read_grad_input) for m in model.modules()]
+        fn_cls = _functions.BackwardHookFunction
+        original = fn_cls.__dict__["forward"]
+        fn_cls.forward = staticmethod(_aliasing_hook_forward)  # in-place ops on outputs
+        try:
+            bare()
+            for p in model.parameters():
+                p.detach().sum()
+                if p.grad is not None:
+                    p.grad.sum()
+        finally:
+            fn_cls.forward = original
+            for h in handles:
+                h.remove()
+            seen.clear()
+
     print(
         f"{args.model} batch {args.batch} at {args.size}px on {args.device}, "
         f"{torch.get_num_threads()} threads, {rounds(args.repeats)} interleaved rounds",
         flush=True,
     )
-    res = interleave({"bare": bare, "grads": grads, "floor": floor}, rounds(args.repeats))
+    runs = {"bare": bare, "grads": grads, "floor": floor, "outputs_floor": outputs_floor}
+    res = interleave(runs, rounds(args.repeats))
     vs_floor = res["grads"]["vs"]["floor"]
     label = (
         f"hookcli.grads({args.model}, x, fail_on='nan,inf,dead') b{args.batch} vs its floor "
-        "(hooks reading each output and output gradient once)"
+        "(hooks reading once each output, output gradient, input gradient, parameter "
+        "gradient and weight)"
     )
     print(target_line(label, vs_floor, "grads_vs_floor"), flush=True)
     record("grads_vs_floor", vs_floor, what=label)
@@ -144,11 +181,18 @@ def _measure(args: argparse.Namespace, torch: Any) -> dict[str, float]:
     print(ratio_line(label, res, "grads"), flush=True)
     record("grads", res["grads"]["ratio"], what=label)
     floor_label = (
-        "floor: plain hooks that read each output and each output gradient once, "
-        "vs bare forward + backward"
+        "floor: plain hooks that read once each output, output gradient, input gradient, "
+        "parameter gradient and weight, vs bare forward + backward"
     )
     print(f"{floor_label}: ratio {res['floor']['ratio']:.3f}", flush=True)
     record("grads_floor", res["floor"]["ratio"], what=floor_label)
+    label = (
+        f"hookcli.grads({args.model}, x, fail_on='nan,inf,dead') b{args.batch} vs the "
+        "outputs-only floor (each output and output gradient read once; no target)"
+    )
+    vs_outputs = res["grads"]["vs"]["outputs_floor"]
+    print(f"{label}: ratio {vs_outputs:.3f}", flush=True)
+    record("grads_vs_outputs_floor", vs_outputs, what=label)
     return {k: v["wall"] for k, v in res.items()} | {"ratio": res["grads"]["ratio"]}
 
 

@@ -2,10 +2,13 @@
 
 1. In one process: the public call ``hookcli.inspect(model, x)`` (session, forward,
    rows, the Report) on resnet50, batch 8, against a bare ``torch.inference_mode()``
-   forward and against a floor: the bare forward with a no-op forward-pre and forward
-   hook on every module, torch's own cost of hooks before any work in them; interleaved
-   rounds, medians of the per-round ratios. Target: inspect / floor <= 1.02 (the ratio
-   to the bare forward is shown beside it).
+   forward and against a floor: the bare forward with plain forward-pre and forward
+   hooks on every module that read what inspect reports of each call, once (the shape
+   of each tensor input and output), and after it each module's own parameter count:
+   the least that inspect's rows cost before any of hookcli's own work. Interleaved
+   rounds, medians of the per-round ratios. Target: inspect / floor <= 1.02 (the ratios
+   to the bare forward and to the no-op-hook floor, the floor before 2026-11-26, are
+   shown beside it).
 2. Whole process: ``hookcli inspect resnet50 --format json`` against a plain
    script that imports torch+torchvision, builds resnet50 and runs one forward.
    Both end with the interpreter's ordinary shutdown (``HOOKCLI_FULL_EXIT=1``):
@@ -77,7 +80,7 @@ def in_process(batch: int = 8, repeats: int = REPEATS) -> dict[str, dict[str, An
     def noop(*args: object) -> None:
         return None
 
-    def floor() -> None:  # torch's own cost of a forward-pre and forward hook per module
+    def noop_floor() -> None:  # torch's own cost of a forward-pre and forward hook per module
         handles = [
             h
             for m in model.modules()
@@ -89,7 +92,35 @@ def in_process(batch: int = 8, repeats: int = REPEATS) -> dict[str, dict[str, An
             for h in handles:
                 h.remove()
 
-    return interleave({"bare": bare, "inspect": inspect, "floor": floor}, rounds(repeats))
+    shapes: list[Any] = []
+
+    def read_inputs(module: object, args: tuple[Any, ...]) -> None:
+        shapes.append([tuple(a.shape) for a in args if isinstance(a, torch.Tensor)])
+
+    def read_output(module: object, args: object, output: Any) -> None:
+        shapes.append(tuple(output.shape) if isinstance(output, torch.Tensor) else None)
+
+    def floor() -> None:  # hooks that read each call's shapes once; each module's params
+        shapes.clear()
+        handles = [
+            h
+            for m in model.modules()
+            for h in (
+                m.register_forward_pre_hook(read_inputs),
+                m.register_forward_hook(read_output),
+            )
+        ]
+        try:
+            bare()
+            for m in model.modules():
+                shapes.append(sum(p.numel() for p in m.parameters(recurse=False)))
+        finally:
+            for h in handles:
+                h.remove()
+            shapes.clear()
+
+    runs = {"bare": bare, "inspect": inspect, "floor": floor, "noop_floor": noop_floor}
+    return interleave(runs, rounds(repeats))
 
 
 def whole_process(repeats: int = 3) -> tuple[float, float, float]:
@@ -134,17 +165,28 @@ def main() -> None:
     record("help_s", help_s, what="`hookcli --help` (no torch)", unit="s", threads="-")
     res = in_process()
     vs_floor = res["inspect"]["vs"]["floor"]
-    label = f"hookcli.inspect({MODEL()}, x) b8 vs its floor (no-op hooks on every module)"
+    label = (
+        f"hookcli.inspect({MODEL()}, x) b8 vs its floor (hooks reading each call's shapes "
+        "and each module's parameter count once)"
+    )
     print(target_line(label, vs_floor, "inspect_vs_floor"), flush=True)
     record("inspect_vs_floor", vs_floor, what=label)
     label = f"hookcli.inspect({MODEL()}, x) b8 vs a bare forward, in process"
     print(ratio_line(label, res, "inspect"), flush=True)
     record("inspect", res["inspect"]["ratio"], what=label)
     floor_label = (
-        "floor: plain no-op forward-pre and forward hooks on every module, vs a bare forward"
+        "floor: plain forward-pre and forward hooks that read each call's input and output "
+        "shapes, then each module's own parameter count, vs a bare forward"
     )
     print(f"{floor_label}: ratio {res['floor']['ratio']:.3f}", flush=True)
     record("inspect_floor", res["floor"]["ratio"], what=floor_label)
+    label = (
+        f"hookcli.inspect({MODEL()}, x) b8 vs the no-op-hook floor (plain no-op forward-pre "
+        "and forward hooks on every module; no target)"
+    )
+    vs_noop = res["inspect"]["vs"]["noop_floor"]
+    print(f"{label}: ratio {vs_noop:.3f}", flush=True)
+    record("inspect_vs_noop_floor", vs_noop, what=label)
     plain, cli, full = whole_process()
     # Like for like first: the plain script pays torch's teardown, so does hookcli with
     # HOOKCLI_FULL_EXIT=1; the shipped os._exit figure second.

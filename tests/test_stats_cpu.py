@@ -108,7 +108,7 @@ CASES: dict[str, Callable[[], torch.Tensor]] = {
 @pytest.mark.parametrize("name", list(CASES))
 def test_host_vector_equals_float64_torch(name, chunk, dot, monkeypatch):
     monkeypatch.setattr(stats_mod, "_CHUNK", chunk)
-    monkeypatch.setattr(stats_mod, "_dot_accurate", dot)
+    monkeypatch.setattr(stats_mod, "_dot_is_accurate", lambda n: dot)
     t = CASES[name]()
     check(host_vector(t, Scratch()), reference(t))
 
@@ -121,35 +121,58 @@ def test_a_dot_that_adds_one_element_at_a_time_is_not_trusted(monkeypatch):
         products = (a * b).numpy()
         return torch.tensor(np.cumsum(products, dtype=np.float32)[-1])
 
-    monkeypatch.setattr(stats_mod, "_dot_accurate", None)
+    monkeypatch.setattr(stats_mod, "_dot_accurate", {})
     x = torch.rand(stats_mod._MAX_CHUNK, generator=_g())
     want = torch.dot(x.double(), x.double()).item()
     assert abs(sequential_dot(x, x).item() - want) > 2e-6 * want  # it does drift
     with monkeypatch.context() as m:
         m.setattr(torch, "dot", sequential_dot)
-        assert stats_mod._dot_is_accurate() is False
+        assert stats_mod._dot_is_accurate(stats_mod._MAX_CHUNK) is False
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-def test_the_dot_decision_is_right_for_this_machine(monkeypatch, threads):
+@pytest.mark.parametrize("size", [stats_mod._CHUNK, 2 * stats_mod._CHUNK, stats_mod._MAX_CHUNK])
+def test_the_dot_decision_is_right_for_this_machine(monkeypatch, threads, size):
     # Whatever this machine's BLAS does (MKL on an AMD EPYC is off by ~6e-6 at one
-    # thread, by ~1e-7 on an Intel Xeon), hookcli trusts torch.dot exactly when its
-    # error over the probe is within the bound, and the sum of squares it then takes is
-    # within the bound of float64 either way.
+    # thread over 2**20 elements, by ~5e-7 over 2**17, by ~1e-7 on an Intel Xeon),
+    # hookcli trusts torch.dot over a chunk of each size exactly when its error over
+    # the probe is within the bound, and the sum of squares it then takes is within the
+    # bound of float64 either way.
     saved = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
-        monkeypatch.setattr(stats_mod, "_dot_accurate", None)
-        x = torch.rand(stats_mod._MAX_CHUNK, generator=_g())
+        monkeypatch.setattr(stats_mod, "_dot_accurate", {})
+        x = torch.rand(size, generator=torch.Generator().manual_seed(0))
         exact = x.double().square().sum().item()
         dot_error = abs(torch.dot(x, x).item() - exact) / exact
-        assert stats_mod._dot_is_accurate() is (dot_error <= 2e-6)
-        for n in (stats_mod._MAX_CHUNK, stats_mod._CHUNK, 3 * stats_mod._BLOCK + 7, 100):
+        assert stats_mod._dot_is_accurate(size) is (dot_error <= 2e-6)
+        for n in (size, size // 2 + 3, 3 * stats_mod._BLOCK + 7, 100):
             c = torch.randn(n, generator=_g()) * 3 + 1
             want = c.double().square().sum().item()
-            assert stats_mod._sum_sq(c) == pytest.approx(want, rel=2e-6)
+            assert stats_mod._sum_sq(c, size) == pytest.approx(want, rel=2e-6)
     finally:
         torch.set_num_threads(saved)
+
+
+def test_the_dot_is_asked_at_the_chunk_size_and_thread_count_in_use(monkeypatch):
+    # A dot that is trusted over one length need not be over another, nor at another
+    # thread count: host_vector asks about the chunk it takes, at the threads it runs.
+    asked: list[tuple[int, int]] = []
+
+    def probe(n: int) -> bool:
+        asked.append((n, torch.get_num_threads()))
+        return True
+
+    monkeypatch.setattr(stats_mod, "_dot_is_accurate", probe)
+    saved = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            host_vector(torch.randn(5 * stats_mod._CHUNK, generator=_g()), Scratch())
+    finally:
+        torch.set_num_threads(saved)
+    chunk = stats_mod._CHUNK
+    assert set(asked) == {(chunk, 1), (min(2 * chunk, stats_mod._MAX_CHUNK), 2)}
 
 
 # The device reduction's variance overflows float32 where the CPU's falls back to float64.
@@ -213,6 +236,23 @@ def test_host_all_finite_equals_isfinite(name):
     t = CASES[name]()
     finite = _randn(7)
     assert host_all_finite([finite, t]) == bool(torch.isfinite(t).all())
+
+
+@pytest.mark.parametrize(
+    "values, finite",
+    [
+        ([3e38, 3e38], True),
+        ([-3e38, -3e38, 1.0], True),
+        ([3e38, float("inf")], False),
+        ([float("inf"), float("-inf")], False),
+        ([0.0, float("nan")], False),
+    ],
+)
+def test_host_all_finite_when_the_sum_overflows(values, finite):
+    # finite values whose float32 sum overflows are still finite; Inf - Inf is NaN
+    t = torch.tensor(values, dtype=torch.float32)
+    assert bool(torch.isfinite(t).all()) is finite
+    assert host_all_finite([t]) is finite
 
 
 @pytest.fixture

@@ -169,26 +169,31 @@ _BLOCK = 512
 # this ratio the error stays below ~1e-6 (relative); past it the two-pass torch.var.
 _CANCEL = 4.0
 
-_dot_accurate: bool | None = None
+# (elements, torch threads) -> whether torch.dot over that many is trusted
+_dot_accurate: dict[tuple[int, int], bool] = {}
 
 
-def _dot_is_accurate() -> bool:
-    """Whether ``torch.dot`` keeps a chunk's float32 sum of squares within 2e-6.
+def _dot_is_accurate(n: int) -> bool:
+    """Whether ``torch.dot`` keeps the float32 sum of squares of ``n`` elements (a chunk,
+    at the thread count in use) within 2e-6.
 
     The BLAS that torch ships with (MKL, OpenBLAS) accumulates in vector lanes, and it
-    is the fastest reduction torch has. How well it does depends on the CPU and the
-    thread count: over the largest chunk, 2**20 squares, MKL is off by ~1e-7 (relative)
-    on an Intel Xeon but by 2.5e-6 (2 threads) to 6.4e-6 (1 thread) on an AMD EPYC; a
-    dot that adds one element at a time would be off by ~5e-5. This is asked once, on
-    seeded uniform values, against float64; the blocked norms (about 1.6x the dot's
-    time on a cache-resident chunk) serve where the answer is no.
+    is the fastest reduction torch has. How well it does depends on the CPU, the thread
+    count and the length: over 2**20 squares MKL is off by ~1e-7 (relative) on an Intel
+    Xeon but by 2.5e-6 (2 threads) to 6.4e-6 (1 thread) on an AMD EPYC, and on that
+    AMD EPYC by ~5e-7 over the 2**17 (1 thread) or 2**18 (2 threads) of a chunk; a dot
+    that adds one element at a time would be off by ~5e-5 over 2**20. This is asked
+    once per length and thread count, on seeded uniform values, against float64; the
+    blocked norms (about 1.6x the dot's time on a cache-resident chunk) serve where the
+    answer is no.
     """
-    global _dot_accurate
-    if _dot_accurate is None:
-        x = torch.rand(_MAX_CHUNK, generator=torch.Generator().manual_seed(0))
+    key = (n, torch.get_num_threads())
+    accurate = _dot_accurate.get(key)
+    if accurate is None:
+        x = torch.rand(n, generator=torch.Generator().manual_seed(0))
         exact = x.double().square().sum().item()
-        _dot_accurate = abs(torch.dot(x, x).item() - exact) <= 2e-6 * exact
-    return _dot_accurate
+        accurate = _dot_accurate[key] = abs(torch.dot(x, x).item() - exact) <= 2e-6 * exact
+    return accurate
 
 
 def _flat(x: torch.Tensor) -> torch.Tensor:
@@ -200,10 +205,10 @@ def _flat(x: torch.Tensor) -> torch.Tensor:
     return by_stride.view(-1) if by_stride.is_contiguous() else x.reshape(-1)
 
 
-def _sum_sq(c: torch.Tensor) -> float:
-    """Sum of squares of a 1-D chunk, as a Python float."""
+def _sum_sq(c: torch.Tensor, chunk: int) -> float:
+    """Sum of squares of a 1-D chunk of at most ``chunk`` elements, as a Python float."""
     n = c.numel()
-    if c.dtype == torch.float64 or (n >= _BLOCK and _dot_is_accurate()):
+    if c.dtype == torch.float64 or (n >= _BLOCK and _dot_is_accurate(chunk)):
         return float(torch.dot(c, c).item())
     if n < 2 * _BLOCK:
         return float(torch.linalg.vector_norm(c).double().square().item())
@@ -267,20 +272,16 @@ def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
     zeros = 0
     for start in range(0, n, chunk):
         c = f[start : start + chunk]
-        # one op for both; both propagate NaN and show any Inf. A zero is asked again of
-        # amin/amax, which may pick the other signed zero than aminmax: the same figures.
-        lo_hi = torch.aminmax(c)
-        c_lo, c_hi = lo_hi.min.item(), lo_hi.max.item()
-        if c_lo == 0:
-            c_lo = c.amin().item()
-        if c_hi == 0:
-            c_hi = c.amax().item()
+        # amin and amax propagate NaN and show any Inf. Two ops, yet less time than one
+        # aminmax, whose CPU kernel is slower than the two together (on AMD EPYC
+        # 20 us against 13 us for 2**17 float32 at one thread; docs/stats-speed.md).
+        c_lo, c_hi = c.amin().item(), c.amax().item()
         if not (math.isfinite(c_lo) and math.isfinite(c_hi)):
             return tensor_vector(x).tolist()  # NaN/Inf to count: every exact pass
         lo, hi = min(lo, c_lo), max(hi, c_hi)
         c_sum = float(c.sum().item())
         s += c_sum
-        q += _sum_sq(c)
+        q += _sum_sq(c, chunk)
         if c_lo >= 0 or c_hi <= 0:  # one sign: |x| sums to |sum|
             abs_sum += abs(c_sum)
             if c_lo == 0 or c_hi == 0:
@@ -308,10 +309,17 @@ def _version(t: torch.Tensor) -> int:
 
 
 def host_all_finite(tensors: Sequence[torch.Tensor]) -> bool:
-    """No NaN/Inf in any of the CPU ``tensors`` (one aminmax each)."""
+    """No NaN/Inf in any of the CPU ``tensors``.
+
+    One sum each: a NaN or an Inf makes the sum NaN or infinite, so a finite sum rules
+    both out. Only a sum that is not finite (a NaN, an Inf, or finite values whose sum
+    overflows) is asked again of amin and amax, which tell for sure.
+    """
     for t in tensors:
-        lo, hi = torch.aminmax(t.detach())
-        if not (math.isfinite(lo.item()) and math.isfinite(hi.item())):
+        x = t.detach()
+        if math.isfinite(x.sum().item()):
+            continue
+        if not (math.isfinite(x.amin().item()) and math.isfinite(x.amax().item())):
             return False
     return True
 
