@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 import weakref
 from pathlib import Path
 from typing import Any
@@ -148,7 +149,9 @@ def _measure(args: argparse.Namespace, torch: Any) -> dict[str, float]:
         original = fn_cls.__dict__["forward"]
         fn_cls.forward = staticmethod(_aliasing_hook_forward)  # in-place ops on outputs
         try:
-            bare()
+            with warnings.catch_warnings():  # the stem's input needs no grad: torch says so
+                warnings.simplefilter("ignore", UserWarning)
+                bare()
             for p in model.parameters():
                 p.detach().sum()
                 if p.grad is not None:

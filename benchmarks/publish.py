@@ -166,17 +166,23 @@ def table(
         by_key = {r["key"]: r for r in rows}
         rows = [by_key[k] for k in keys if k in by_key]
     beside = [{r["key"]: r for r in o.get("results", [])} for o in others]
+
+    def same(b: dict[str, dict[str, Any]], r: dict[str, Any]) -> bool:
+        # the same measurement: a key whose sentence changed (a floor that reads more
+        # than it did) times something else, and is listed below the table instead
+        return r["key"] in b and b[r["key"]]["what"] == r["what"]
+
     for r in rows:
-        cells = "".join(f" {_value(b[r['key']]) if r['key'] in b else '-'} |" for b in beside)
+        cells = "".join(f" {_value(b[r['key']]) if same(b, r) else '-'} |" for b in beside)
         threads = r.get("threads")
         lines.append(
             f"| {r['what']} | {threads if threads is not None else '-'} | {_value(r)} | "
             f"{target(r)} | {status(r) or '-'} |{cells}"
         )
     if keys is None:  # the full table: what another machine measured that this run did not
-        shown = {r["key"] for r in rows}
+        shown = {r["key"]: r for r in rows}
         for i, (o, b) in enumerate(zip(others, beside, strict=True)):
-            rest = [r for k, r in b.items() if k not in shown]
+            rest = [r for k, r in b.items() if k not in shown or not same(b, shown[k])]
             if rest:
                 lines += [
                     "",

@@ -180,9 +180,12 @@ def test_publish_names_the_machine_judges_each_target_and_sets_other_cpus_beside
     data = _run("CPU-A", figures)
     other = tmp_path / "other-runs"
     other.mkdir()
-    (other / "b.json").write_text(
-        json.dumps(_run("CPU-B", [{"key": "inspect_vs_floor", "value": 1.04, "what": "x"}]))
-    )
+    beside = [
+        {"key": "inspect_vs_floor", "value": 1.04, "what": "inspect / floor"},
+        # the same key, another measurement (a floor that read less): not set beside
+        {"key": "grads_vs_floor", "value": 1.11, "what": "grads / old floor"},
+    ]
+    (other / "b.json").write_text(json.dumps(_run("CPU-B", beside)))
     (other / "a.json").write_text(  # the same CPU model as this run: left out
         json.dumps(_run("CPU-A", [{"key": "inspect_vs_floor", "value": 7.0, "what": "x"}]))
     )
@@ -201,6 +204,7 @@ def test_publish_names_the_machine_judges_each_target_and_sets_other_cpus_beside
     assert rows["inspect / floor"] == ["inspect / floor", "3", "1.010", "<= 1.02", "met", "1.040"]
     assert rows["grads / floor"] == ["grads / floor", "1", "1.200", "<= 1.03", "NOT MET", "-"]
     assert rows["inspect / bare"][3:] == ["-", "-", "-"]  # no target against a bare forward
+    assert "Also measured on [1] CPU-B: grads / old floor: 1.110." in text
     assert "| CPU-B [1] |" in text
     lines = publish.statuses(data)
     assert len(lines) == 2
