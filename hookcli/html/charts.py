@@ -225,7 +225,16 @@ def grads_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
         r.get("unused_params") for r in rows
     ):
         return [Section("gradflow", title, note="No gradient values in this report (meta?).")]
-    labels = [row_label(r) for r in rows]
+    totals = data.get("totals") or {}
+    shown = {r.get("name") for r in rows}
+    idle = []  # modules whose parameters got no gradient because their forward never ran
+    for param in totals.get("unused_params") or []:
+        owner = str(param).rpartition(".")[0]
+        if owner not in shown:
+            shown.add(owner)
+            idle.append({"name": owner, "grad_norm": None, "unused_params": [param]})
+    rows = rows + idle
+    labels = [row_label(r) + (" (not run)" if r in idle else "") for r in rows]
     unused = [bool(r.get("unused_params")) and r.get("grad_norm") is None for r in rows]
     grad = [r.get("grad_norm") for r in rows]
     ratio = []
@@ -235,7 +244,6 @@ def grads_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
             g, w = number(r.get("grad_norm")), positive(r.get("weight_norm"))
             value = g / w if g is not None and w else None
         ratio.append(value)
-    totals = data.get("totals") or {}
 
     def draw(fig: Any) -> None:
         top, low = fig.subplots(2, 1, sharex=True)
