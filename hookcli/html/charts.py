@@ -227,7 +227,9 @@ def grads_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
         return [Section("gradflow", title, note="No gradient values in this report (meta?).")]
     totals = data.get("totals") or {}
     shown = {r.get("name") for r in rows}
-    idle = []  # modules whose parameters got no gradient because their forward never ran
+    idle: list[
+        Mapping[str, Any]
+    ] = []  # modules whose parameters got no gradient because their forward never ran
     for param in totals.get("unused_params") or []:
         owner = str(param).rpartition(".")[0]
         if owner not in shown:

@@ -74,8 +74,9 @@ def _csp_hash(script: str) -> str:
 
 def versions() -> dict[str, str | None]:
     """hookcli's and torch's versions where the page is written (torch unimported stays so)."""
-    from hookcli import __version__
-
+    # the package is loaded before any of its modules (an import of hookcli here would be a
+    # circle through hookcli.render)
+    hookcli_version = getattr(sys.modules.get("hookcli"), "__version__", None)
     torch_version: str | None = None
     torch = sys.modules.get("torch")
     if torch is not None:
@@ -87,7 +88,7 @@ def versions() -> dict[str, str | None]:
             torch_version = metadata.version("torch")
         except metadata.PackageNotFoundError:
             torch_version = None
-    return {"hookcli": __version__, "torch": torch_version}
+    return {"hookcli": hookcli_version, "torch": torch_version}
 
 
 def fmt_number(value: float | int) -> str:
