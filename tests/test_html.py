@@ -305,3 +305,40 @@ def test_render_html_from_the_api_is_the_cli_page() -> None:
     page = report.render("html")
     assert render_html(report, columns=report.columns) == page
     parse_page(page)
+
+
+def test_hostile_strings_in_every_templated_place_stay_text() -> None:
+    """A report whose settings, totals, checks, notes, inputs and error hold markup and
+    quotes: the page has no element or attribute the report did not put there."""
+    from hookcli.report import CheckResult, Report, Row
+
+    evil = '"\' onmouseover="alert(1)" x=\'<img src=x onerror=alert(2)></script>&amp;'
+    report = Report(
+        command="grads",
+        model={"spec": evil, "class": evil},
+        settings={"device": "cpu", evil: evil, "kwargs": {"k": evil}},
+        inputs=({"name": evil, "shape": [1], "dtype": evil},),
+        layers=(Row.of({"name": evil, "type": evil, "depth": 0, "call": 0}),),
+        totals={evil: evil, "unused_params": [evil], "nonfinite_origin": evil},
+        checks=(CheckResult(evil, False, evil, (evil, evil)),),
+        notes=(evil,),
+        error=evil,
+    )
+    text = render_html(report)
+    parser = parse_page(text)
+    assert embedded(parser)["model"]["spec"] == evil
+    assert "img" not in parser.tags and "<img" not in text
+    assert not {"onmouseover", "x", "onerror", "src"} & _attribute_names(text)
+
+
+def _attribute_names(text: str) -> set[str]:
+    names: set[str] = set()
+
+    class Attrs(HTMLParser):
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            names.update(k for k, _ in attrs)
+
+        handle_startendtag = handle_starttag
+
+    Attrs().feed(text)
+    return names
