@@ -191,10 +191,12 @@ def page_config(
     lists = _lists(data)
     primary = _primary(report, data, lists)
     keys = _row_keys(data.get(primary) or [])
-    shown = [[c.key, c.header] for c in columns if c.key in keys and c.key not in TREE_KEYS]
+    trees = {name: _tree_kind(name, data.get(name) or []) for name in lists}
+    hidden = TREE_KEYS if trees.get(primary) else ()  # the tree column shows them
+    shown = [[c.key, c.header] for c in columns if c.key in keys and c.key not in hidden]
     return {
         "primary": primary,
-        "lists": {name: {"tree": _tree_kind(name, data.get(name) or [])} for name in lists},
+        "lists": {name: {"tree": tree} for name, tree in trees.items()},
         "columns": shown,
         "notes": list(report.notes),
         "origin": nonfinite_origin(data),
