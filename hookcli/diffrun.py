@@ -61,6 +61,7 @@ def run_diff(
 
         text = render_html(  # both reports embedded, side by side, rows matched as diff did
             report,
+            columns=table_columns(),
             companions={"old": old_report, "new": new_report},
             extra={"diff": {"lists": aligned_rows(old_report, new_report)}},
         )

@@ -23,6 +23,15 @@ from hookcli.report import Column, Report
 CALL_ORDER_LISTS = ("layers",)
 # Keys the tree column shows itself (the name, its call number, its depth).
 TREE_KEYS = ("name", "call", "depth")
+# Table columns that are not in the JSON (the table's own figures) -> the JSON key shown
+# instead, and its header. The table's Params counts each tied tensor once and folds a cut
+# subtree into its row; the JSON's ``params`` is each module's subtree.
+JSON_COLUMNS = {
+    "shown_params": ("params", "Params (subtree)"),
+    "shown_trainable": ("trainable_params", "Trainable (subtree)"),
+    "shown_buffers": ("buffers", "Buffers"),
+    "key_cell": ("key", "Key"),
+}
 
 
 def script_json(text: str) -> str:
@@ -193,7 +202,11 @@ def page_config(
     keys = _row_keys(data.get(primary) or [])
     trees = {name: _tree_kind(name, data.get(name) or []) for name in lists}
     hidden = TREE_KEYS if trees.get(primary) else ()  # the tree column shows them
-    shown = [[c.key, c.header] for c in columns if c.key in keys and c.key not in hidden]
+    shown: list[list[str]] = []
+    for c in columns:
+        key, header = JSON_COLUMNS.get(c.key, (c.key, c.header))
+        if key in keys and key not in hidden and [key, header] not in shown:
+            shown.append([key, header])
     return {
         "primary": primary,
         "lists": {name: {"tree": tree} for name, tree in trees.items()},
