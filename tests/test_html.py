@@ -342,3 +342,42 @@ def _attribute_names(text: str) -> set[str]:
 
     Attrs().feed(text)
     return names
+
+
+def test_a_watch_report_draws_its_steps() -> None:
+    """The watch entry of the chart mapping, on the documented ``steps`` shape: the loss
+    and grad norm lines and the modules x steps heatmap; without steps, a note."""
+    from hookcli.report import Report, Row
+
+    layers = tuple(
+        Row.of({"name": n, "type": "Linear", "depth": 1 if n else 0, "call": 0})
+        for n in ("", "fc1", "fc2")
+    )
+    steps = tuple(
+        Row.of(
+            {
+                "step": s,
+                "loss": 2.0 / s,
+                "grad_norm": "nan" if s == 4 else 1.0 / s,
+                "modules": {
+                    "fc1": {"grad_norm": 0.5 / s},
+                    "fc2": {"grad_norm": "inf" if s == 4 else 0.1},
+                },
+            }
+        )
+        for s in range(1, 5)
+    )
+    report = Report(
+        command="watch",
+        model={"spec": "train.py", "class": "Net"},
+        settings={},
+        layers=layers,
+        lists={"steps": steps},
+    )
+    text = render_html(report)
+    parser = parse_page(text)
+    assert embedded(parser)["steps"][3]["grad_norm"] == "nan"
+    assert 'id="chart-watch-lines"' in text and 'id="chart-watch-heatmap"' in text
+    assert text.count("<svg") == 2 and "data:image/png;base64," in text
+    bare = render_html(Report(command="watch", model={}, settings={}, layers=layers))
+    assert "carries no per-step series" in bare and "<svg" not in bare

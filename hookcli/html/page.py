@@ -264,7 +264,7 @@ def render_html(
         .render(
             data=data,
             command=str(data.get("command", "")),
-            model=data.get("model") or {},
+            model={"spec": None, "class": None, **(data.get("model") or {})},
             inputs=_inputs_text(data.get("inputs") or []),
             settings=settings,
             assumptions=assumptions if isinstance(assumptions, list) else [assumptions],

@@ -482,8 +482,8 @@
       var head = el("tr");
       head.appendChild(el("th", "", "item"));
       keys.forEach(function (k) {
-        head.appendChild(el("th", "old", k + " (old)"));
-        head.appendChild(el("th", "", k + " (new)"));
+        head.appendChild(el("th", "old", k === "v" ? "old" : k + " (old)"));
+        head.appendChild(el("th", "", k === "v" ? "new" : k + " (new)"));
       });
       var thead = el("thead");
       thead.appendChild(head);
