@@ -381,3 +381,22 @@ def test_a_watch_report_draws_its_steps() -> None:
     assert text.count("<svg") == 2 and "data:image/png;base64," in text
     bare = render_html(Report(command="watch", model={}, settings={}, layers=layers))
     assert "carries no per-step series" in bare and "<svg" not in bare
+
+
+def test_the_page_assets_are_package_data() -> None:
+    """A wheel carries the template, style and script: pyproject's package-data for
+    hookcli.html names every non-Python file of the package."""
+    import fnmatch
+
+    tomllib = pytest.importorskip("tomllib")
+    root = Path(__file__).resolve().parent.parent
+    config = tomllib.loads((root / "pyproject.toml").read_text())
+    patterns = config["tool"]["setuptools"]["package-data"]["hookcli.html"]
+    assets = [
+        p.name
+        for p in (root / "hookcli" / "html").iterdir()
+        if p.suffix not in (".py", ".pyc") and p.is_file()
+    ]
+    assert {"page.html.j2", "page.css", "tree.js"} <= set(assets)
+    for name in assets:
+        assert any(fnmatch.fnmatch(name, pat) for pat in patterns), name
