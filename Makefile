@@ -29,7 +29,8 @@ $(BROWSER_STAMP): $(STAMP) pyproject.toml
 	touch $(BROWSER_STAMP)
 
 browser: $(BROWSER_STAMP)
-	@if ! command -v chromium >/dev/null 2>&1 && ! command -v chromium-browser >/dev/null 2>&1; then \
+	@if [ -z "$$HOOKCLI_CHROMIUM" ] && ! command -v chromium >/dev/null 2>&1 \
+	    && ! command -v chromium-browser >/dev/null 2>&1; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
 	  else \
