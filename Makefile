@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test run lint zoo slow bench bench-docs docs-check clean golden matrix matrix-zoo hf-coverage timm-coverage
+.PHONY: install test test-browser browser screenshots run lint zoo slow bench bench-docs docs-check clean golden matrix matrix-zoo hf-coverage timm-coverage
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,7 +18,34 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow"
+	$(BIN)/python -m pytest -q -m "not slow and not browser"
+
+# The html pages in a real browser: Debian's chromium (installed here when missing and we are
+# root), driven by Playwright from the `browser` extra; Playwright never downloads a browser.
+BROWSER_STAMP := $(VENV)/.browser-installed
+
+$(BROWSER_STAMP): $(STAMP) pyproject.toml
+	PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 $(BIN)/python -m pip install -e '.[dev,browser]'
+	touch $(BROWSER_STAMP)
+
+browser: $(BROWSER_STAMP)
+	@if [ -z "$$HOOKCLI_CHROMIUM" ] && ! command -v chromium >/dev/null 2>&1 \
+	    && ! command -v chromium-browser >/dev/null 2>&1; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	  else \
+	    echo "make test-browser needs Chromium: run 'sudo apt-get install chromium' (Debian/Ubuntu)," \
+	      "or point HOOKCLI_CHROMIUM at a Chromium or Chrome binary" >&2; \
+	    exit 1; \
+	  fi; \
+	fi
+
+test-browser: browser
+	HOOKCLI_REQUIRE_BROWSER=1 $(BIN)/python -m pytest -q -m browser -p no:randomly tests/test_html_browser.py
+
+# docs/html-*.png: one screenshot per kind of page (the html report), refreshed.
+screenshots: browser
+	$(BIN)/python docs/screenshots.py docs
 
 run: $(STAMP)
 	$(BIN)/hookcli inspect resnet18

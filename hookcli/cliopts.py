@@ -348,6 +348,9 @@ def run_options(
     )
 
 
+HTML_SUFFIXES = (".html", ".htm")
+
+
 def output_options(
     fmt: Format,
     output: Path | None,
@@ -355,7 +358,10 @@ def output_options(
     debug: bool,
     ci: CIOptions | None = None,
 ) -> OutputOptions:
-    """The output part of the options."""
+    """The output part of the options; ``-o FILE.html`` (or ``.htm``) with the default
+    ``--format table`` writes the html page."""
+    if fmt is Format.TABLE and output is not None and output.suffix.lower() in HTML_SUFFIXES:
+        fmt = Format.HTML
     return OutputOptions(format=fmt, output=output, depth=depth, debug=debug, ci=ci or CIOptions())
 
 

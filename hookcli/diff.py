@@ -661,6 +661,32 @@ def _keyed(rows: Sequence[Any]) -> dict[str, Any]:
     return out
 
 
+def aligned_rows(old: Mapping[str, Any], new: Mapping[str, Any]) -> dict[str, list[list[Any]]]:
+    """Per list of rows: ``[label, old index or None, new index or None]`` in the new
+    report's order, a removed row after the row it followed; matched as ``diff`` matches
+    them (the html page's side-by-side view)."""
+    out: dict[str, list[list[Any]]] = {}
+    for name in _union(_list_keys(old), _list_keys(new)):
+        old_rows = old.get(name) or []
+        new_rows = new.get(name) or []
+        old_at = {k: i for i, k in enumerate(_keyed(old_rows))}
+        new_keys = list(_keyed(new_rows))
+        in_new = set(new_keys)
+        removed_after: dict[str | None, list[list[Any]]] = {}
+        previous: str | None = None
+        for k, i in old_at.items():
+            if k in in_new:
+                previous = k
+            else:
+                removed_after.setdefault(previous, []).append([k, i, None])
+        pairs = list(removed_after.get(None, []))
+        for i, k in enumerate(new_keys):
+            pairs.append([k, old_at.get(k), i])
+            pairs.extend(removed_after.get(k, []))
+        out[name] = pairs
+    return out
+
+
 def _row_type(row: Any) -> Any:
     return row.get("type", "row") if isinstance(row, Mapping) else "row"
 

@@ -42,9 +42,10 @@ def run_diff(
         raise UsageError("OLD and NEW cannot both be - (stdin holds one report)")
     stdin_text = read_stdin(stdin) if "-" in (old, new) else None
     labels = (_source_label(old), _source_label(new))
+    old_report, new_report = load_report(old, stdin_text), load_report(new, stdin_text)
     result = diff_reports(
-        load_report(old, stdin_text),
-        load_report(new, stdin_text),
+        old_report,
+        new_report,
         rtol=rtol,
         atol=atol,
         only=parse_keys(only),
@@ -54,6 +55,16 @@ def run_diff(
     report = to_report(result, *labels)
     if out.format is Format.MARKDOWN:
         text = render_markdown(report)  # with the summary lines, as the table has them
+    elif out.format is Format.HTML:
+        from hookcli.diff import aligned_rows
+        from hookcli.html import render_html
+
+        text = render_html(  # both reports embedded, side by side, rows matched as diff did
+            report,
+            columns=table_columns(),
+            companions={"old": old_report, "new": new_report},
+            extra={"diff": {"lists": aligned_rows(old_report, new_report)}},
+        )
     else:
         text = render(report, out.format, table_columns(), ())
     write_text(text, out)

@@ -40,11 +40,12 @@ def layer_rows(
     the second value). ``containers=False`` where only some modules were hooked.
     ``index``: the model's tensors, when the caller has read them already.
     """
-    from hookcli.modelinfo import TensorIndex, all_param_counts
+    from hookcli.modelinfo import TensorIndex, all_param_counts, tied_parameters
 
     kinds = frozenset(kinds)
     index = index or TensorIndex(model)  # parameters and quantized modules' packed weights
     counts = all_param_counts(model, index)
+    tied = tied_parameters(model)
     by_name = dict(model.named_modules())
     modules = {id(m): m for m in by_name.values()}
     called = {rec.name for rec in records} if containers else set(by_name)
@@ -66,13 +67,16 @@ def layer_rows(
             display["mark"] = mark
         rows.append(Row.of(data, display))
 
-    def counts_of(module_id: int) -> dict[str, int]:
+    def counts_of(module_id: int) -> dict[str, Any]:
         pc = counts.get(module_id)
-        return {
+        out: dict[str, Any] = {
             "params": pc.params if pc else 0,
             "own_params": pc.own_params if pc else 0,
             "trainable_params": pc.trainable_params if pc else 0,
         }
+        if module_id in tied:  # only on a tied module's rows: other reports keep their keys
+            out["shared_with"] = tied[module_id]
+        return out
 
     for rec in records:
         for name in _uncalled_ancestors(rec.name, called, opened, by_name):

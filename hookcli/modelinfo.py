@@ -121,6 +121,29 @@ class TensorIndex:
         return out
 
 
+def tied_parameters(model: nn.Module) -> dict[int, list[str]]:
+    """id(module) -> the qualified names, elsewhere in the model, of parameters that are
+    one of the module's own (tied weights: ``lm_head.weight is embed.weight``); empty
+    when no parameter has two names."""
+    names: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(p), []).append(name)
+    if all(len(n) == 1 for n in names.values()):
+        return {}
+    out: dict[int, list[str]] = {}
+    for prefix, m in model.named_modules():
+        others = [
+            n
+            for p in m._parameters.values()
+            if p is not None and len(names[id(p)]) > 1
+            for n in names[id(p)]
+            if n.rpartition(".")[0] != prefix
+        ]
+        if others:
+            out[id(m)] = list(dict.fromkeys(others))
+    return out
+
+
 def param_counts(module: nn.Module, index: TensorIndex | None = None) -> ParamCounts:
     """Counts for one module: its subtree's tensors once each, and its own."""
     index = index or TensorIndex(module)

@@ -19,6 +19,7 @@ class Format(str, enum.Enum):
     JSON = "json"
     CSV = "csv"
     MARKDOWN = "markdown"
+    HTML = "html"
 
 
 class Mode(str, enum.Enum):

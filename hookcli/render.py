@@ -1,6 +1,7 @@
-"""Pure functions: report -> table / csv / markdown / json text. They never print.
+"""Pure functions: report -> table / csv / markdown / json / html text. They never print.
 
-tabulate is imported here only, when a table is rendered.
+tabulate is imported here only, when a table is rendered; the html page (``hookcli.html``)
+only when one is asked for.
 """
 
 from __future__ import annotations
@@ -252,6 +253,10 @@ def render(
         return render_csv(report)
     if fmt is Format.MARKDOWN:
         return render_markdown(report)
+    if fmt is Format.HTML:
+        from hookcli.html import render_html
+
+        return render_html(report, columns=columns or report.columns)
     return render_table(report, columns, totals)
 
 

@@ -39,6 +39,21 @@ def _module_missing(name: str) -> Callable[[], bool]:
     return missing
 
 
+def _no_browser() -> bool:
+    """No Playwright or no Chromium (tests/test_html_browser.py; ``make test-browser``
+    installs both, and there a missing one fails instead)."""
+    import importlib.util
+    import os
+    import shutil
+
+    if os.environ.get("HOOKCLI_REQUIRE_BROWSER"):
+        return False
+    found = os.environ.get("HOOKCLI_CHROMIUM") or shutil.which("chromium")
+    return importlib.util.find_spec("playwright") is None or not (
+        found or shutil.which("chromium-browser") or shutil.which("google-chrome")
+    )
+
+
 def _always() -> bool:
     return True
 
@@ -65,6 +80,7 @@ LEDGER = (
     Allowed(r"No module named 'yaml'", _module_missing("yaml"), "PyYAML not installed"),
     Allowed(r"No module named 'pydantic'", _module_missing("pydantic"), "pydantic not installed"),
     Allowed(r"needs Linux /proc", _always, "a machine without /proc"),
+    Allowed(r"needs playwright and chromium", _no_browser, "the html pages' browser tests"),
 )
 
 # Blocks of README.md and docs/*.md marked ``<!-- docs-check: skip REASON -->``.

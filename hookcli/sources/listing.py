@@ -18,9 +18,9 @@ def cli_command(
     """The models command's run (``hookcli models``): the names each source knows, emit."""
     import importlib.util
 
+    from hookcli.cliopts import output_options
     from hookcli.errors import UsageError
     from hookcli.globs import name_matches
-    from hookcli.options import OutputOptions
     from hookcli.pipeline import emit
     from hookcli.report import Column, Report, Row
 
@@ -68,7 +68,7 @@ def cli_command(
         totals={"models": len(rows)},
     )
     cols = [Column("name", "Model"), Column("family", "Family"), Column("source", "Source")]
-    out = OutputOptions(format=format, output=output, debug=debug)
+    out = output_options(format, output, None, debug)
     return emit(report, out, cols, [("Models", str(len(rows)))])
 
 

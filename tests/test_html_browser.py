@@ -1,0 +1,458 @@
+"""The html pages in a real browser: headless Chromium from the system's packages, driven by
+Playwright (``make test-browser``; never a downloaded browser).
+
+Each page is loaded with every network request blocked and fails on any console error; the
+tree table is clicked, searched and sorted; the numbers it shows are read back and compared
+with the report's JSON; the hostile names' page runs no script; the 7B page's first render
+is timed (printed, not asserted).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import shutil
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import invoke
+from tests.fixtures import html_models
+from tests.test_html import COMMANDS
+
+pytestmark = pytest.mark.browser
+
+TIMEOUT_MS = 20_000  # any one wait in a page; the whole file runs in about a minute
+CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+
+
+def _chromium() -> str | None:
+    given = os.environ.get("HOOKCLI_CHROMIUM")
+    if given:
+        return given
+    return next((p for p in map(shutil.which, CANDIDATES) if p), None)
+
+
+def _unavailable(why: str) -> None:
+    # make test-browser sets HOOKCLI_REQUIRE_BROWSER: there a missing browser fails the run
+    if os.environ.get("HOOKCLI_REQUIRE_BROWSER"):
+        pytest.fail(why)
+    pytest.skip(f"needs playwright and chromium: {why} (make test-browser installs them)")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        _unavailable("the playwright package is not installed")
+    path = _chromium()
+    if path is None:
+        _unavailable("no chromium on PATH")
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=path, args=["--no-sandbox"], timeout=60_000)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+class Page:
+    """A page opened offline: every request but the page itself aborted and counted, every
+    console error, page error and dialog recorded."""
+
+    def __init__(self, browser: Any, path: Path) -> None:
+        self.requests: list[str] = []
+        self.errors: list[str] = []
+        self.dialogs: list[str] = []
+        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.page.set_default_timeout(TIMEOUT_MS)
+        url = path.resolve().as_uri()
+
+        def route(r: Any) -> None:
+            if r.request.url == url:
+                r.continue_()
+            else:
+                self.requests.append(r.request.url)
+                r.abort()
+
+        self.page.route("**/*", route)
+        self.page.on(
+            "console",
+            lambda m: (
+                self.errors.append(f"console {m.type}: {m.text}")
+                if m.type in ("error", "warning")
+                else None
+            ),
+        )
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.page.on("dialog", lambda d: (self.dialogs.append(d.message), d.dismiss()))
+        start = time.perf_counter()
+        self.page.goto(url)
+        self.page.wait_for_selector("body[data-ready='1']")
+        self.load_s = time.perf_counter() - start
+
+    def check_clean(self) -> None:
+        assert self.requests == [], self.requests
+        assert self.errors == [], self.errors
+        assert self.dialogs == [], self.dialogs
+
+    def report(self, name: str = "hookcli-report") -> Any:
+        return self.page.evaluate(f"JSON.parse(document.getElementById('{name}').textContent)")
+
+    def shown(self) -> list[dict[str, Any]]:
+        """The rows on screen: index into the list, name cell text, and each cell's text,
+        data key and title."""
+        return self.page.evaluate(
+            """() => Array.from(document.querySelectorAll('#tree tbody tr')).map(tr => ({
+                i: Number(tr.dataset.i),
+                cls: tr.className,
+                name: (tr.querySelector('td.tree .nm') || {}).textContent || null,
+                tags: Array.from(tr.querySelectorAll('.tag')).map(t => t.textContent),
+                cells: Array.from(tr.querySelectorAll('td[data-k]')).map(td => ({
+                    k: td.dataset.k, text: td.firstChild.textContent,
+                    title: (td.querySelector('span[title]') || {}).title || null})),
+            }))"""
+        )
+
+    def close(self) -> None:
+        self.page.close()
+
+
+@pytest.fixture(scope="module")
+def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Every command's page, and the special ones, written once for the module."""
+    folder = tmp_path_factory.mktemp("pages")
+    out: dict[str, Path] = {}
+    for command, args in COMMANDS.items():
+        path = folder / f"{command}.html"
+        result = invoke(*args, "-o", str(path))
+        assert result.exit_code == 0, (command, result.stderr[-1000:])
+        out[command] = path
+    old, new = folder / "old.json", folder / "new.json"
+    for path, seed in ((old, "0"), (new, "1")):
+        assert (
+            invoke(
+                "grads", "sample_models:LeNet", "--seed", seed, "-o", str(path), "-f", "json"
+            ).exit_code
+            == 0
+        )
+    out["diff"] = folder / "diff.html"
+    assert invoke("diff", str(old), str(new), "-o", str(out["diff"])).exit_code == 1
+    special = {
+        "hostile": [
+            "grads",
+            "tests.fixtures.html_models:HostileNames",
+            "-k",
+            "tag=</script><b>x</b>",
+        ],
+        "nan": ["stats", "tests.fixtures.html_models:NaNDeep"],
+        "wide": ["inspect", "tests.fixtures.html_models:wide"],
+    }
+    for name, args in special.items():
+        out[name] = folder / f"{name}.html"
+        result = invoke(*args, "-o", str(out[name]))
+        assert result.exit_code == 0, (name, result.stderr[-1000:])
+    out["raises"] = folder / "raises.html"
+    assert (
+        invoke(
+            "stats", "tests.fixtures.html_models:RaisesHostile", "-o", str(out["raises"])
+        ).exit_code
+        == 4
+    )
+    return out
+
+
+ALL_PAGES = [*sorted(COMMANDS), "diff", "hostile", "nan", "wide", "raises"]
+
+
+@pytest.mark.parametrize("name", ALL_PAGES)
+def test_page_loads_offline_without_errors(browser: Any, pages: dict[str, Path], name: str) -> None:
+    page = Page(browser, pages[name])
+    try:
+        page.check_clean()
+        report = page.report()
+        primary = page.report("hookcli-page")["primary"]
+        rows = report.get(primary) or []
+        shown = page.page.locator("#tree tbody tr").count()
+        assert 1 <= shown <= len(rows) if rows else shown == 0
+        # the checks as badges, one per check, pass or fail as the report says
+        for check in report["checks"]:
+            badge = page.page.locator(f".badge[data-check='{check['name']}']")
+            assert badge.get_attribute("class") == f"badge {'pass' if check['passed'] else 'fail'}"
+        # every chart drew an SVG or (diff) its widget filled
+        for fig in page.page.locator("figure.chart").all():
+            assert fig.locator("svg").count() + fig.locator(".widget table").count() >= 1
+    finally:
+        page.close()
+
+
+def _number(text: str) -> float:
+    """A number as the page shows it: 1,234 / 0.1235 / 1.235e-05 / 12.50 KiB / nan."""
+    text = text.strip()
+    units = {"B": 1, "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+    m = re.fullmatch(r"(-?[\d.,e+-]+) (B|KiB|MiB|GiB|TiB)", text)
+    if m:
+        return float(m.group(1).replace(",", "")) * units[m.group(2)]
+    return float(text.replace(",", ""))
+
+
+def _close(shown: float, value: float, rel: float) -> bool:
+    if math.isnan(value):
+        return math.isnan(shown)
+    return math.isclose(shown, value, rel_tol=rel, abs_tol=0.0) or shown == value
+
+
+@pytest.mark.parametrize("name", [*sorted(COMMANDS), "diff"])
+def test_the_numbers_shown_are_the_reports(browser: Any, pages: dict[str, Path], name: str) -> None:
+    """Every cell on screen (all rows expanded, every JSON key shown) against the report: the
+    title holds the exact value, the text its four significant digits (or bytes in KiB)."""
+    page = Page(browser, pages[name])
+    try:
+        report = page.report()
+        config = page.report("hookcli-page")
+        rows = report.get(config["primary"]) or []
+        if page.page.locator("#expand-all").is_visible():
+            page.page.click("#expand-all")
+        page.page.check("#all-columns")
+        shown = page.shown()
+        assert len(shown) == len(rows)
+        checked = 0
+        for tr in shown:
+            row = rows[tr["i"]]
+            if "name" in row and tr["name"] is not None:
+                assert tr["name"] == (row["name"] or "(root)")
+            for cell in tr["cells"]:
+                value = row.get(cell["k"])
+                if isinstance(value, bool) or value is None:
+                    assert cell["text"] in ("yes", "no", "-")
+                elif isinstance(value, (int, float)):
+                    assert float(cell["title"]) == value  # the exact figure
+                    rel = 5e-3 if cell["text"].endswith("B") else 5e-4
+                    assert _close(_number(cell["text"]), float(value), rel), (cell, value)
+                    checked += 1
+                elif isinstance(value, str):
+                    assert cell["text"] == value
+        # totals: each cell's data-v is the JSON value, its text the same number
+        for key, value in (report.get("totals") or {}).items():
+            cell = page.page.locator(f"#totals tr[data-key='{key}'] td")
+            assert json.loads(cell.get_attribute("data-v")) == value
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                text = cell.text_content().split(" (")[0]
+                assert _close(_number(text), float(value), 5e-4), (key, text, value)
+                checked += 1
+        assert checked > 0
+        page.check_clean()
+    finally:
+        page.close()
+
+
+def test_tree_expands_collapses_searches_and_sorts(browser: Any, pages: dict[str, Path]) -> None:
+    page = Page(browser, pages["nan"])  # blocks.{0,1,2}.{0,1}, head: three levels
+    p = page.page
+    try:
+        report = page.report()
+        names = [r["name"] for r in report["layers"]]
+
+        def visible() -> list[str]:
+            return [r["name"] for r in page.shown()]
+
+        p.fill("#depth", "1")
+        p.click("#expand-depth")
+        assert visible() == ["(root)", "blocks", "head"]
+        # expand one module: its children appear right below it, built on demand
+        p.locator("#tree tr", has_text="blocks").first.locator(".tog").click()
+        assert visible() == ["(root)", "blocks", "blocks.0", "blocks.1", "blocks.2", "head"]
+        p.locator(
+            "#tree tr[data-i]", has=p.locator(".nm", has_text=re.compile("^blocks.1$"))
+        ).locator(".tog").click()
+        assert visible()[3:6] == ["blocks.1", "blocks.1.0", "blocks.1.1"]
+        # collapse it again: its subtree goes
+        p.locator("#tree tr", has_text="blocks").first.locator(".tog").click()
+        assert visible() == ["(root)", "blocks", "head"]
+        p.click("#expand-all")
+        assert visible() == [n or "(root)" for n in names]
+        p.click("#collapse-all")
+        assert visible() == ["(root)"]
+        # search by type keeps the ancestors; by name too; clearing restores the tree
+        p.fill("#search", "tanh")
+        p.wait_for_function("() => document.querySelectorAll('#tree tbody tr.match').length === 1")
+        assert visible() == ["(root)", "blocks", "blocks.2", "blocks.2.1"]
+        assert "1 of" in p.text_content("#row-count")
+        p.fill("#search", "blocks.1")
+        p.wait_for_function("() => document.querySelectorAll('#tree tbody tr.match').length === 3")
+        assert visible() == ["(root)", "blocks", "blocks.1", "blocks.1.0", "blocks.1.1"]
+        p.fill("#search", "")
+        p.wait_for_function("() => !document.querySelector('#tree tbody tr.match')")
+        assert visible() == ["(root)"]
+        # sort by a numeric column: siblings ordered by it, descending then ascending
+        p.click("#expand-all")
+        p.check("#all-columns")
+        header = p.locator("#tree th[data-key='params']")
+        header.click()
+        assert header.get_attribute("aria-sort") == "descending"
+
+        def children_params(parent: str) -> list[int]:
+            kids = [
+                r for r in report["layers"] if r["name"].rpartition(".")[0] == parent and r["name"]
+            ]
+            order = {r["name"]: r["params"] for r in kids}
+            return [order[n] for n in visible() if n in order]
+
+        top = children_params("")
+        assert top == sorted(top, reverse=True) and len(top) == 2
+        header.click()
+        assert header.get_attribute("aria-sort") == "ascending"
+        assert children_params("") == sorted(top)
+        page.check_clean()
+    finally:
+        page.close()
+
+
+def test_nan_origin_is_shown_at_first(browser: Any, pages: dict[str, Path]) -> None:
+    """The first NaN/Inf is two levels down; the page opens its ancestors and marks it."""
+    page = Page(browser, pages["nan"])
+    try:
+        origin = page.report()["totals"]["nonfinite_origin"]
+        assert origin == "blocks.1.1"
+        marked = [r for r in page.shown() if "origin" in r["cls"].split()]
+        assert [r["name"] for r in marked] == [origin]
+        assert "first NaN/Inf" in marked[0]["tags"]
+        page.page.click("#collapse-all")
+        page.page.click("#goto-origin")
+        assert [r["name"] for r in page.shown() if "origin" in r["cls"].split()] == [origin]
+        assert page.page.locator("#chart-stats svg").count() == 1
+        page.check_clean()
+    finally:
+        page.close()
+
+
+def test_tied_parameters_are_marked(browser: Any, pages: dict[str, Path]) -> None:
+    page = Page(browser, pages["inspect"])  # TiedEmbeddingLM: lm_head.weight is embed.weight
+    try:
+        page.page.click("#expand-all")
+        tied = {r["name"] for r in page.shown() if "tied" in r["tags"]}
+        assert tied == {"embed", "lm_head"}
+    finally:
+        page.close()
+    page = Page(browser, pages["params"])
+    try:
+        tied = {r["cells"][0]["text"] for r in page.shown() if "tied" in r["tags"]}
+        assert tied == {"embed.weight", "lm_head.weight"}
+    finally:
+        page.close()
+
+
+def test_hostile_names_run_no_script(browser: Any, pages: dict[str, Path]) -> None:
+    for name in ("hostile", "raises"):
+        page = Page(browser, pages[name])
+        p = page.page
+        try:
+            p.click("#expand-all") if p.locator("#expand-all").is_visible() else None
+            p.check("#all-columns")
+            if name == "hostile":  # the names as search results too
+                p.fill("#search", "<")
+                p.wait_for_function(
+                    "() => document.querySelectorAll('#tree tbody tr.match').length === 4"
+                )
+                p.fill("#search", "")
+                p.wait_for_function("() => !document.querySelector('#tree tbody tr.match')")
+            page.check_clean()  # no alert() ran: the dialog list is empty
+            assert (
+                p.evaluate("document.querySelectorAll('img, iframe, object, embed, b').length") == 0
+            )
+            assert p.evaluate("document.querySelectorAll('script').length") == 3
+            assert p.evaluate("document.querySelectorAll('[onerror], [onload]').length") == 0
+            shown = " ".join(r["name"] or "" for r in page.shown())
+            if name == "hostile":
+                for text in html_models.NAMES:
+                    assert text in shown, text
+                types = [c["text"] for r in page.shown() for c in r["cells"] if c["k"] == "type"]
+                assert "<svg onload=alert(4)>Linear" in types
+                assert "</script><b>x</b>" in p.text_content("#header")
+            else:
+                assert html_models.SCRIPT in p.text_content("#error")
+        finally:
+            page.close()
+
+
+def test_diff_side_by_side_highlights_what_diff_found(browser: Any, pages: dict[str, Path]) -> None:
+    page = Page(browser, pages["diff"])
+    try:
+        report = page.report()
+        found = {(d["item"], d["key"]) for d in report["differences"] if d["where"] == "layers"}
+        marked = page.page.evaluate(
+            """() => Array.from(document.querySelectorAll("table.sbs[data-where='layers'] td.differs.new"))
+                 .map(td => [td.closest('tr').dataset.item, td.dataset.k])"""
+        )
+        assert {tuple(m) for m in marked} == found and found
+        old, new = page.report("hookcli-old"), page.report("hookcli-new")
+        by_name = {r["name"] or "(root)": r for r in old["layers"]}
+        cells = page.page.evaluate(
+            """() => Array.from(document.querySelectorAll("table.sbs[data-where='layers'] td.old.differs"))
+                 .map(td => [td.closest('tr').dataset.item, td.dataset.k, td.title])"""
+        )
+        for item, key, title in cells:
+            assert float(title) == by_name[item][key]
+        assert {r["name"] or "(root)" for r in new["layers"]} == set(by_name)
+        page.check_clean()
+    finally:
+        page.close()
+
+
+def test_two_thousand_rows_open_without_freezing(browser: Any, pages: dict[str, Path]) -> None:
+    page = Page(browser, pages["wide"])
+    p = page.page
+    try:
+        rows = len(page.report()["layers"])
+        assert rows > 2000
+        assert p.locator("#tree tbody tr").count() < 100  # folded at first
+        start = time.perf_counter()
+        p.click("#expand-all")
+        assert p.locator("#tree tbody tr").count() == rows
+        expand_s = time.perf_counter() - start
+        p.fill("#search", "layernorm")
+        p.wait_for_function(
+            "() => document.querySelectorAll('#tree tbody tr.match').length === 400"
+        )
+        print(f"\n{rows} rows: loaded in {page.load_s:.2f} s, expand all {expand_s:.2f} s")
+        page.check_clean()
+    finally:
+        page.close()
+
+
+def test_llama_7b_on_meta_first_render(browser: Any, tmp_path: Path) -> None:
+    """inspect hf:llama:causal-lm --device meta (6.7 B parameters): the page opens folded;
+    the first render is timed and printed (no timed assertion)."""
+    pytest.importorskip("transformers")
+    path = tmp_path / "llama.html"
+    result = invoke("inspect", "hf:llama:causal-lm", "--device", "meta", "-o", str(path))
+    assert result.exit_code == 0, result.stderr[-2000:]
+    page = Page(browser, path)
+    p = page.page
+    try:
+        rows = len(page.report()["layers"])
+        first_ms = float(p.evaluate("document.body.dataset.firstRenderMs"))
+        dom_ms = p.evaluate(
+            "performance.getEntriesByType('navigation')[0].domContentLoadedEventEnd"
+        )
+        shown = p.locator("#tree tbody tr").count()
+        start = time.perf_counter()
+        p.click("#expand-all")
+        assert p.locator("#tree tbody tr").count() == rows
+        expand_s = time.perf_counter() - start
+        size = path.stat().st_size
+        print(
+            f"\nllama 7B (meta): {rows} rows, page {size / 1e6:.2f} MB; first render "
+            f"{first_ms:.1f} ms ({shown} rows), DOM ready {dom_ms:.0f} ms, loaded {page.load_s:.2f} s; "
+            f"expand all {expand_s:.2f} s"
+        )
+        assert shown < rows
+        page.check_clean()
+    finally:
+        page.close()
