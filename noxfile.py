@@ -61,7 +61,7 @@ def tests(session: nox.Session, torch: str) -> None:
             "pytest",
             "-q",
             "-m",
-            "not slow",
+            "not slow and not browser",
             "-p",
             "no:cacheprovider",
             *session.posargs,
