@@ -175,9 +175,10 @@ def checkpointed(model: nn.Module, class_name: str | None) -> Iterator[int]:
 
 
 def _loss(output: Any) -> torch.Tensor:
-    """hookcli's default loss: the sum of every floating output tensor."""
+    """``--loss sum``: the sum of every floating output tensor that requires grad, each in
+    its own dtype."""
     if isinstance(output, torch.Tensor):
-        return output.float().sum() if output.dtype != torch.float32 else output.sum()
+        return output.sum()
     if isinstance(output, dict):
         output = list(output.values())
     if hasattr(output, "to_tuple"):
