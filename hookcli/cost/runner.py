@@ -238,29 +238,41 @@ def step_memory(prepared: Prepared, plan: CostPlan) -> dict[str, Any]:
             )
     args, kwargs = prepared.inputs.args, dict(prepared.inputs.kwargs)
     on_meta = prepared.settings.get("device") == "meta"
+    if plan.fit is not None and not on_meta:
+        raise UsageError("--fit searches batch sizes on meta: add --device meta")
 
-    def forward_context() -> contextlib.ExitStack:
+    def run_context() -> contextlib.AbstractContextManager[Any]:
         from hookcli.cost.probe import _FusedAttentionOnMeta
 
+        # on meta, the CPU's attention kernel, as the measured pass counts it
+        return _FusedAttentionOnMeta() if on_meta else contextlib.nullcontext()
+
+    def forward_context() -> contextlib.ExitStack:
         stack = contextlib.ExitStack()
+        stack.enter_context(run_context())
         stack.enter_context(amp.autocast())
-        if on_meta:  # the CPU's attention kernel, as the measured pass counts it
-            stack.enter_context(_FusedAttentionOnMeta())
         return stack
 
-    _progress("one steady-state training step under the live-bytes tracker")
-    try:
-        found = track_step(
+    loss_fn = make_loss(plan.loss, prepared.inputs)
+
+    def step(a: tuple[Any, ...], k: dict[str, Any]) -> Any:
+        return track_step(
             model,
-            args,
-            kwargs,
-            make_loss(plan.loss, prepared.inputs),
+            a,
+            k,
+            loss_fn,
             optimizer=plan.optimizer.value,
-            forward_context=forward_context,
+            forward_context=amp.autocast,
+            run_context=run_context,
             zero_grad=plan.zero_grad.value,
             checkpoint=plan.checkpoint,
         )
+
+    _progress("one steady-state training step under the live-bytes tracker")
+    try:
+        found = step(args, kwargs)
         inference = track_inference(model, args, kwargs, forward_context)
+        fit = _fit(plan.fit, step, args, kwargs) if plan.fit is not None else {}
     except (RuntimeError, ValueError, TypeError, NotImplementedError) as err:
         return {"step_peak_error": first_line(err)}
     peak = found.train
@@ -275,6 +287,30 @@ def step_memory(prepared: Prepared, plan: CostPlan) -> dict[str, Any]:
         "inference_peak_bytes": inference.bytes,
         "inference_peak_module": inference.module,
         "inference_peak_by_kind": inference.as_dict()["by_kind"],
+        **fit,
+    }
+
+
+def _fit(limit: int, step: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """--fit: the largest batch whose tracked step peak fits in ``limit`` (on meta)."""
+    from hookcli.errors import UsageError
+    from hookcli.memory.fit import batch_of, largest_fitting, rebatched
+
+    batch = batch_of([args, kwargs])
+    if batch is None:
+        raise UsageError("--fit: no input tensor has a batch dimension to vary")
+
+    def peak_at(b: int) -> int:
+        _progress(f"--fit: batch {b}")
+        return int(step(rebatched(args, batch, b), rebatched(kwargs, batch, b)).train.bytes)
+
+    found = largest_fitting(peak_at, limit)
+    return {
+        "fit_limit_bytes": found.limit,
+        "fit_batch": found.batch,
+        "fit_peak_bytes": found.peak,
+        "fit_next_peak_bytes": found.next_peak,
+        "fit_evaluations": found.evaluations,
     }
 
 
@@ -753,12 +789,30 @@ def _peak_lines(t: dict[str, Any], optimizer: Optimizer, plan: CostPlan) -> list
             f"zero_grad {plan.zero_grad.value}{extra if plan.checkpoint else ''}",
         ),
         ("  alive at it", _kinds(t["step_peak_by_kind"], optimizer)),
+        *_fit_lines(t),
         (
             "Inference peak",
             f"{_size(t['inference_peak_bytes'])} at "
             f"{t['inference_peak_module'] or '(outside any module)'}: "
             f"{_kinds(t['inference_peak_by_kind'], optimizer)}",
         ),
+    ]
+
+
+def _fit_lines(t: dict[str, Any]) -> list[tuple[str, str]]:
+    if "fit_batch" not in t:
+        return []
+    limit, batch = _size(t["fit_limit_bytes"]), t["fit_batch"]
+    nxt = t["fit_next_peak_bytes"]
+    after = f"; batch {batch + 1} peaks at {_size(nxt)}" if nxt is not None else ""
+    if batch == 0:
+        return [("Fits in " + limit, f"no batch: batch 1 peaks at {_size(nxt)}")]
+    return [
+        (
+            "Fits in " + limit,
+            f"batch {batch} (peak {_size(t['fit_peak_bytes'])}){after} "
+            f"({t['fit_evaluations']} steps tracked on meta)",
+        )
     ]
 
 

@@ -1,9 +1,10 @@
 """One steady-state training step (and one inference forward) under the live-bytes tracker.
 
 ``track_step`` runs a first step untracked, so the optimizer's state exists, then the
-measured one: forward (under autocast with ``amp``; ``torch.utils.checkpoint`` around
-every module of the class ``checkpoint``; in ``forward_context()``: autocast, the attention kernel
-the CPU picks when on meta), the loss, backward, ``optimizer.step()``,
+measured one: forward (in ``forward_context()``: autocast; ``torch.utils.checkpoint``
+around every module of the class ``checkpoint``), the loss, backward (all of it in
+``run_context()``: on meta, the attention kernel the CPU picks, which
+checkpointing's recomputation in backward must also see), ``optimizer.step()``,
 ``zero_grad``. The model is left as it was found: parameters and buffers are copied
 before and put back after, gradients and the train/eval mode too.
 """
@@ -147,6 +148,7 @@ def track_step(
     optimizer: str = "adam",
     foreach: bool | None = None,
     forward_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    run_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
     zero_grad: str = "none",
     checkpoint: str | None = None,
 ) -> StepPeaks:
@@ -162,7 +164,7 @@ def track_step(
         tracker = LiveBytes()
 
         def run(tracked: bool) -> None:
-            with checkpointing(model, checkpoint):
+            with checkpointing(model, checkpoint), run_context():
                 with forward_context():
                     output = model(*args, **kwargs)
                 loss = loss_fn(output)

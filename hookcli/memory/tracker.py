@@ -170,11 +170,6 @@ class LiveBytes(TorchDispatchMode):
 
     def _where(self, args: Any) -> str:
         if self.phase == "step":  # the parameter the optimizer updates now
-            for t in _tensors(args):
-                st = _storage(t)
-                if st is not None and (name := self.param_names.get(st._cdata)):
-                    self.step_param = name
-                    break
             return self.step_param
         if self.modules:
             return self.modules[-1]
@@ -213,6 +208,12 @@ class LiveBytes(TorchDispatchMode):
         out = func(*args, **kwargs)
         if not self.open:
             return out
+        if self.phase == "step":  # the parameter (or its grad, its state) the op is about
+            for t in _tensors(args):
+                st = _storage(t)
+                if st is not None and (name := self.param_names.get(st._cdata)):
+                    self.step_param = name
+                    break
         for t in _tensors(out):
             st = _storage(t)
             if st is not None:
