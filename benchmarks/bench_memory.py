@@ -18,8 +18,9 @@ Adam and SGD, torch's default optimizer implementation on the device and ``forea
 with and without ``torch.utils.checkpoint`` around every block.
 
 ``HOOKCLI_BENCH_MEMORY=quick``: a handful of models and settings (minutes on a CPU);
-``--smoke``: one toy. Prints each row and the median and worst absolute errors;
-records them. The device is CUDA where present (the same code), else the CPU.
+``HOOKCLI_BENCH_MEMORY_ONLY=resnet18,gpt2``: only those models; ``--smoke``: one toy.
+Prints each row and the median and worst absolute errors; records them. The device is
+CUDA where present (the same code), else the CPU.
 """
 
 from __future__ import annotations
@@ -274,6 +275,10 @@ def main() -> None:
         for kind in QUICK_TEXT if quick else TEXT:
             cases.append((f"hf {kind}", lambda k=kind: _hf(k)))  # type: ignore[misc]
         settings = _settings(quick)
+        only = os.environ.get("HOOKCLI_BENCH_MEMORY_ONLY", "")
+        if only:
+            wanted = {n.strip() for n in only.split(",")}
+            cases = [c for c in cases if c[0] in wanted or c[0].removeprefix("hf ") in wanted]
     print(f"device: {device}; one steady-state step per row; errors against the allocator")
     mine: list[float] = []
     peers: list[float] = []
