@@ -789,13 +789,13 @@ def _peak_lines(t: dict[str, Any], optimizer: Optimizer, plan: CostPlan) -> list
             f"zero_grad {plan.zero_grad.value}{extra if plan.checkpoint else ''}",
         ),
         ("  alive at it", _kinds(t["step_peak_by_kind"], optimizer)),
-        *_fit_lines(t),
         (
             "Inference peak",
             f"{_size(t['inference_peak_bytes'])} at "
             f"{t['inference_peak_module'] or '(outside any module)'}: "
             f"{_kinds(t['inference_peak_by_kind'], optimizer)}",
         ),
+        *_fit_lines(t),
     ]
 
 
