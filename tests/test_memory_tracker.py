@@ -170,3 +170,28 @@ def test_cost_max_memory_checks_the_step_peak() -> None:
         "cost", "sample_models.basic:BNMLP", "--backward", "--max-memory", str(peak - 1)
     )
     assert ok.returncode == 0 and over.returncode != 0
+
+
+def test_a_step_the_model_fails_in_is_said_not_fatal(tmp_path: Any) -> None:
+    """A model that only fails in train mode: cost still reports, the step says why."""
+    src = tmp_path / "train_fails.py"
+    src.write_text(
+        "import torch\n"
+        "class Boom(Exception):\n    pass\n"
+        "class M(torch.nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = torch.nn.Linear(4, 3)\n"
+        "        self.example_input_array = torch.zeros(2, 4)\n"
+        "    def forward(self, x):\n"
+        "        if self.training:\n"
+        "            raise Boom('no training here')\n"
+        "        return self.fc(x)\n"
+    )
+    res = run_hookcli("cost", f"{src}:M", "--backward", "-f", "json")
+    assert res.returncode == 0, res.stderr
+    import json
+
+    t = json.loads(res.stdout)["totals"]
+    assert t["step_peak_error"] == "Boom: no training here"
+    assert "step_peak_bytes" not in t

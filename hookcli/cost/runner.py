@@ -222,7 +222,7 @@ def step_memory(prepared: Prepared, plan: CostPlan) -> dict[str, Any]:
     """The live-bytes tracker's peaks: one steady-state training step, one inference
     forward (``hookcli.memory``), as totals; ``step_peak_error`` where the step failed."""
     from hookcli import amp
-    from hookcli.errors import UsageError, first_line
+    from hookcli.errors import HookcliError, UsageError, first_line
     from hookcli.losses import make_loss
     from hookcli.memory.step import track_inference, track_step
 
@@ -273,7 +273,9 @@ def step_memory(prepared: Prepared, plan: CostPlan) -> dict[str, Any]:
         found = step(args, kwargs)
         inference = track_inference(model, args, kwargs, forward_context)
         fit = _fit(plan.fit, step, args, kwargs) if plan.fit is not None else {}
-    except (RuntimeError, ValueError, TypeError, NotImplementedError) as err:
+    except HookcliError:
+        raise
+    except Exception as err:  # the model's own failure in train mode: said, not fatal
         return {"step_peak_error": first_line(err)}
     peak = found.train
     return {
@@ -628,7 +630,9 @@ def run_cost(prepared: Prepared, plan: CostPlan, launch: Launch | None = None) -
             backward=plan.backward,
             loss=plan.loss,
         )
-        peaks = step_memory(prepared, plan) if plan.step and error is None else None
+        # under --fsdp the per-rank step is not tracked (yet): the ranks' sums stay
+        tracked = plan.step and error is None and (launch is None or not launch.distributed)
+        peaks = step_memory(prepared, plan) if tracked else None
         return build_report(prepared, probe, records, error, plan, peaks), error
 
     if launch is None or not launch.distributed:
