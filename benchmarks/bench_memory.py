@@ -101,6 +101,10 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
         "num_mel_bins": 80,
         "max_source_positions": 64,
         "max_target_positions": 64,
+        "pad_token_id": 0,  # the defaults are ids of the real 51865-token vocabulary
+        "bos_token_id": 1,
+        "eos_token_id": 2,
+        "decoder_start_token_id": 3,
     },
 }
 BATCH, SEQ = 4, 64
@@ -270,15 +274,16 @@ def main() -> None:
         cases.append(("llama-toy", lambda: (memory_models.llama(), {"x": memory_models.tokens(2)})))
         settings = [{"optimizer": "sgd"}]
     else:
-        for name in QUICK_VISION if quick else VISION:
+        only = {n.strip() for n in os.environ.get("HOOKCLI_BENCH_MEMORY_ONLY", "").split(",")}
+        only.discard("")
+        few = quick and not only  # named models are taken from the whole list
+        for name in QUICK_VISION if few else VISION:
             cases.append((name, lambda n=name: _vision(n)))  # type: ignore[misc]
-        for kind in QUICK_TEXT if quick else TEXT:
+        for kind in QUICK_TEXT if few else TEXT:
             cases.append((f"hf {kind}", lambda k=kind: _hf(k)))  # type: ignore[misc]
         settings = _settings(quick)
-        only = os.environ.get("HOOKCLI_BENCH_MEMORY_ONLY", "")
         if only:
-            wanted = {n.strip() for n in only.split(",")}
-            cases = [c for c in cases if c[0] in wanted or c[0].removeprefix("hf ") in wanted]
+            cases = [c for c in cases if c[0] in only or c[0].removeprefix("hf ") in only]
     print(f"device: {device}; one steady-state step per row; errors against the allocator")
     mine: list[float] = []
     peers: list[float] = []
