@@ -34,6 +34,7 @@ for _panel, _flags in {
         "--zero-grad",
         "--checkpoint",
         "--fit",
+        "--foreach",
         "--layer",
         "--leaves",
         "--op",

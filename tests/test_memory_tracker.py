@@ -209,3 +209,15 @@ def test_convnet_inference_peak_within_five_percent(name: str) -> None:
     measured = measure_inference(model, (x,)).peak_bytes
     tracked = track_inference(model, (x,), {}).bytes
     assert abs(tracked - measured) <= 0.05 * measured, (tracked, measured)
+
+
+def test_cost_foreach_on_meta() -> None:
+    """--foreach: the implementation CUDA picks, planned on meta: Adam's foreach step
+    holds one temporary of every parameter at once (the for-loop one, two of one)."""
+    args = ("cost", "sample_models.decoder:Decoder", "--device", "meta", "--optimizer", "adam")
+    on = run_json(*args, "--foreach")["totals"]
+    off = run_json(*args, "--no-foreach")["totals"]
+    assert on["step_optimizer_foreach"] is True and off["step_optimizer_foreach"] is False
+    assert on["step_peak_phase"] == "step" and on["step_peak_module"].endswith("foreach)")
+    assert on["step_peak_by_kind"]["activations"] >= on["param_bytes"]
+    assert off["step_peak_by_kind"]["activations"] < off["param_bytes"]

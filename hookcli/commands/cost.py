@@ -71,6 +71,15 @@ CheckpointOpt = Annotated[
         show_default=False,
     ),
 ]
+ForeachOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--foreach/--no-foreach",
+        help="The optimizer's foreach implementation on or off (default: torch's choice "
+        "on the device: for-loop on cpu and meta, foreach on cuda). Turns --backward on.",
+        show_default=False,
+    ),
+]
 FitOpt = Annotated[
     str | None,
     typer.Option(
@@ -127,6 +136,7 @@ def command(
     zero_grad: ZeroGradOpt = None,
     checkpoint: CheckpointOpt = None,
     fit: FitOpt = None,
+    foreach: ForeachOpt = None,
     max_memory: MaxMemoryOpt = None,
     memory_for: MemoryForOpt = MemoryTotal.TRAIN,
     max_flops: MaxFlopsOpt = None,
@@ -169,6 +179,7 @@ def command(
         zero_grad=zero_grad,
         checkpoint=checkpoint,
         fit=fit,
+        foreach=foreach,
         max_memory=max_memory,
         memory_for=memory_for,
         max_flops=max_flops,

@@ -32,6 +32,7 @@ def cli_command(
     zero_grad: Any,
     checkpoint: str | None,
     fit: str | None,
+    foreach: bool | None,
     max_memory: str | None,
     memory_for: Any,
     max_flops: str | None,
@@ -69,6 +70,7 @@ def cli_command(
         zero_grad,
         checkpoint,
         fit,
+        foreach,
     )
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)

@@ -103,6 +103,7 @@ class CostPlan:
     zero_grad: ZeroGrad = ZeroGrad.NONE
     checkpoint: str | None = None  # --checkpoint CLASS
     fit: int | None = None  # --fit SIZE, bytes
+    foreach: bool | None = None  # --foreach/--no-foreach; None: torch's choice
 
     @property
     def step(self) -> bool:
@@ -122,6 +123,7 @@ def plan_cost(
     zero_grad: str | ZeroGrad | None = None,
     checkpoint: str | None = None,
     fit: str | int | None = None,
+    foreach: bool | None = None,
 ) -> CostPlan:
     """Check the options of ``cost`` (UsageError): sizes like ``24GiB``, counts like ``4.1G``.
 
@@ -142,7 +144,7 @@ def plan_cost(
     fit_bytes = parse_size(fit) if isinstance(fit, str) else fit
     if fit_bytes is not None and fit_bytes <= 0:
         raise UsageError("--fit needs a size above 0")
-    backward = backward or zero_grad is not None or checkpoint is not None or fit is not None
+    backward = backward or any(v is not None for v in (zero_grad, checkpoint, fit, foreach))
     return CostPlan(
         backward,
         opt,
@@ -155,6 +157,7 @@ def plan_cost(
         zeros,
         checkpoint,
         fit_bytes,
+        foreach,
     )
 
 
@@ -262,6 +265,7 @@ def step_memory(prepared: Prepared, plan: CostPlan) -> dict[str, Any]:
             k,
             loss_fn,
             optimizer=plan.optimizer.value,
+            foreach=plan.foreach,
             forward_context=amp.autocast,
             run_context=run_context,
             zero_grad=plan.zero_grad.value,

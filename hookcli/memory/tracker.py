@@ -233,7 +233,9 @@ class LiveBytes(TorchDispatchMode):
         out = func(*args, **kwargs)
         if not self.open:
             return out
-        if self.phase == "step":  # the parameter (or its grad, its state) the op is about
+        if self.phase == "step" and func.__name__.startswith("_foreach"):
+            self.step_param = "(every parameter: foreach)"
+        elif self.phase == "step":  # the parameter (or its grad, its state) the op is about
             for t in _tensors(args):
                 st = _storage(t)
                 if st is not None and (name := self.param_names.get(st._cdata)):
