@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test test-browser browser screenshots run lint zoo slow bench bench-docs docs-check clean golden matrix matrix-zoo hf-coverage timm-coverage
+.PHONY: install test test-browser browser screenshots run lint zoo slow bench bench-memory bench-docs docs-check clean golden matrix matrix-zoo hf-coverage timm-coverage
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -65,6 +65,12 @@ slow: $(STAMP)
 # Every benchmark to the end; the figures go to benchmarks/last-run.json.
 bench: $(STAMP)
 	$(BIN)/python benchmarks/run.py --json benchmarks/last-run.json
+
+# The training-step peak: hookcli's tracker vs the allocator vs PyTorch's MemTracker
+# (benchmarks/bench_memory.py; MEMORY=quick for a handful of models and settings).
+MEMORY ?=
+bench-memory: $(STAMP)
+	HOOKCLI_BENCH_MEMORY=$(MEMORY) $(BIN)/python benchmarks/run.py memory
 
 # One command: run every benchmark, then write README's and docs/performance.md's tables.
 bench-docs: bench

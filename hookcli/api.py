@@ -380,8 +380,9 @@ def cost(
     Args:
         model, *inputs, forward_kwargs, mode, global_hooks, depth, seed: as for ``inspect``.
         backward: also run a backward pass and count ``backward_flops``.
-        optimizer: ``"adam"``, ``"adamw"``, ``"sgd"``, ``"sgd-momentum"`` or ``"none"``:
-            whose state the training-step total holds.
+        optimizer: ``"adam"``, ``"adamw"``, ``"sgd"``, ``"sgd-momentum"``, ``"adafactor"``
+            or ``"none"``: whose state the training-step total holds (and, with
+            ``backward``, the optimizer of the tracked step: ``totals["step_peak_bytes"]``).
         max_memory: a ``max-memory`` check on the total ``memory_for`` names
             (``"train"`` or ``"inference"``): bytes, or a size such as ``"24GiB"``.
         max_flops: a ``max-flops`` check on the forward FLOPs (``"4.1G"`` or a number).

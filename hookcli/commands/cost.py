@@ -30,7 +30,7 @@ from hookcli.cliopts import (
     UpdateBaselineOpt,
     WeightsOpt,
 )
-from hookcli.cost.runner import MemoryTotal, Optimizer
+from hookcli.cost.runner import MemoryTotal, Optimizer, ZeroGrad
 from hookcli.distributed.options import BackendOpt, DistTimeoutOpt, FsdpOpt, ShardOpt
 from hookcli.options import Format
 
@@ -46,7 +46,49 @@ BackwardOpt = Annotated[
 ]
 OptimizerOpt = Annotated[
     Optimizer,
-    typer.Option("--optimizer", help="Optimizer state in the training-step memory total."),
+    typer.Option(
+        "--optimizer",
+        help="The optimizer of the training step (its state, and its step's temporaries "
+        "with the implementation torch picks on the device: for-loop or foreach).",
+    ),
+]
+ZeroGradOpt = Annotated[
+    ZeroGrad | None,
+    typer.Option(
+        "--zero-grad",
+        help="The step's zero_grad: none (set_to_none, the default) or zeros (grads kept). "
+        "Turns --backward on.",
+        show_default=False,
+    ),
+]
+CheckpointOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--checkpoint",
+        metavar="CLASS",
+        help="torch.utils.checkpoint around every module of class CLASS in the training "
+        "step. Turns --backward on.",
+        show_default=False,
+    ),
+]
+ForeachOpt = Annotated[
+    bool | None,
+    typer.Option(
+        "--foreach/--no-foreach",
+        help="The optimizer's foreach implementation on or off (default: torch's choice "
+        "on the device: for-loop on cpu and meta, foreach on cuda). Turns --backward on.",
+        show_default=False,
+    ),
+]
+FitOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--fit",
+        metavar="SIZE",
+        help="The largest batch size whose training-step peak fits in SIZE (80GiB), "
+        "searched on meta. Turns --backward on.",
+        show_default=False,
+    ),
 ]
 MaxMemoryOpt = Annotated[
     str | None,
@@ -91,6 +133,10 @@ def command(
     backward: BackwardOpt = False,
     loss: LossOpt = None,
     optimizer: OptimizerOpt = Optimizer.ADAM,
+    zero_grad: ZeroGradOpt = None,
+    checkpoint: CheckpointOpt = None,
+    fit: FitOpt = None,
+    foreach: ForeachOpt = None,
     max_memory: MaxMemoryOpt = None,
     memory_for: MemoryForOpt = MemoryTotal.TRAIN,
     max_flops: MaxFlopsOpt = None,
@@ -130,6 +176,10 @@ def command(
         backward=backward,
         loss=loss,
         optimizer=optimizer,
+        zero_grad=zero_grad,
+        checkpoint=checkpoint,
+        fit=fit,
+        foreach=foreach,
         max_memory=max_memory,
         memory_for=memory_for,
         max_flops=max_flops,

@@ -29,6 +29,10 @@ def cli_command(
     backward: bool,
     loss: str | None,
     optimizer: Any,
+    zero_grad: Any,
+    checkpoint: str | None,
+    fit: str | None,
+    foreach: bool | None,
     max_memory: str | None,
     memory_for: Any,
     max_flops: str | None,
@@ -55,7 +59,18 @@ def cli_command(
     from hookcli.pipeline import emit, prepare
 
     plan = plan_cost(
-        backward, optimizer, max_memory, memory_for, max_flops, depth, global_hooks, loss
+        backward,
+        optimizer,
+        max_memory,
+        memory_for,
+        max_flops,
+        depth,
+        global_hooks,
+        loss,
+        zero_grad,
+        checkpoint,
+        fit,
+        foreach,
     )
     ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
     mopts = model_options(model, kwargs, weights, trust_pickle, seed)

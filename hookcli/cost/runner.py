@@ -7,6 +7,7 @@ counting itself is ``hookcli.cost.probe``; the FLOP formulas ``hookcli.cost.flop
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import functools
 import sys
@@ -40,7 +41,15 @@ class Optimizer(str, enum.Enum):
     ADAMW = "adamw"
     SGD = "sgd"
     SGD_MOMENTUM = "sgd-momentum"
+    ADAFACTOR = "adafactor"
     NONE = "none"
+
+
+class ZeroGrad(str, enum.Enum):
+    """How the step's ``zero_grad`` leaves the gradients (``--zero-grad``)."""
+
+    NONE = "none"  # set_to_none=True: freed until backward makes them again
+    ZEROS = "zeros"  # set_to_none=False: kept, zeroed, alive through the whole step
 
 
 # Tensors of state per trainable parameter element, each the parameter's size and dtype:
@@ -53,8 +62,23 @@ STATE_COPIES = {
     Optimizer.ADAMW: 2,
     Optimizer.SGD: 0,
     Optimizer.SGD_MOMENTUM: 1,
+    Optimizer.ADAFACTOR: 0,  # factored: a row and a column vector per matrix (_state_bytes)
     Optimizer.NONE: 0,
 }
+
+
+def _state_bytes(optimizer: Optimizer, params: list[Any]) -> int:
+    """Bytes of the optimizer's state tensors for the trainable ``params``."""
+    if optimizer is not Optimizer.ADAFACTOR:
+        return STATE_COPIES[optimizer] * sum(p.numel() * p.element_size() for p in params)
+    total = 0
+    for p in params:  # torch's Adafactor: row and column variances of a matrix, else in full
+        if p.dim() >= 2:
+            rows, cols = p.shape[-2], p.shape[-1]
+            total += (p.numel() // cols + p.numel() // rows) * p.element_size()
+        else:
+            total += p.numel() * p.element_size()
+    return total
 
 
 class MemoryTotal(str, enum.Enum):
@@ -76,6 +100,15 @@ class CostPlan:
     depth: int | None = None
     global_hooks: bool = False
     loss: Loss = DEFAULT_LOSS  # --loss: where --backward starts
+    zero_grad: ZeroGrad = ZeroGrad.NONE
+    checkpoint: str | None = None  # --checkpoint CLASS
+    fit: int | None = None  # --fit SIZE, bytes
+    foreach: bool | None = None  # --foreach/--no-foreach; None: torch's choice
+
+    @property
+    def step(self) -> bool:
+        """Whether one steady-state training step runs under the live-bytes tracker."""
+        return self.backward
 
 
 def plan_cost(
@@ -87,18 +120,45 @@ def plan_cost(
     depth: int | None = None,
     global_hooks: bool = False,
     loss: str | Loss | None = None,
+    zero_grad: str | ZeroGrad | None = None,
+    checkpoint: str | None = None,
+    fit: str | int | None = None,
+    foreach: bool | None = None,
 ) -> CostPlan:
-    """Check the options of ``cost`` (UsageError): sizes like ``24GiB``, counts like ``4.1G``."""
+    """Check the options of ``cost`` (UsageError): sizes like ``24GiB``, counts like ``4.1G``.
+
+    ``--zero-grad``, ``--checkpoint`` and ``--fit`` are about the training step: each
+    turns ``--backward`` on."""
     from hookcli.cost.sizes import parse_count, parse_size
     from hookcli.errors import UsageError
 
     try:
         opt, total = Optimizer(optimizer), MemoryTotal(memory_for)
+        zeros = ZeroGrad(zero_grad) if zero_grad is not None else ZeroGrad.NONE
     except ValueError as err:
         raise UsageError(str(err)) from None
+    if checkpoint is not None and not checkpoint.isidentifier():
+        raise UsageError(f"--checkpoint takes a module class name, got {checkpoint!r}")
     limit = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
     flops = parse_count(max_flops) if isinstance(max_flops, str) else max_flops
-    return CostPlan(backward, opt, limit, total, flops, depth, global_hooks, loss_arg(loss))
+    fit_bytes = parse_size(fit) if isinstance(fit, str) else fit
+    if fit_bytes is not None and fit_bytes <= 0:
+        raise UsageError("--fit needs a size above 0")
+    backward = backward or any(v is not None for v in (zero_grad, checkpoint, fit, foreach))
+    return CostPlan(
+        backward,
+        opt,
+        limit,
+        total,
+        flops,
+        depth,
+        global_hooks,
+        loss_arg(loss),
+        zeros,
+        checkpoint,
+        fit_bytes,
+        foreach,
+    )
 
 
 def _progress(message: str) -> None:
@@ -161,6 +221,105 @@ def measure(
     return probe, records, error
 
 
+def step_memory(prepared: Prepared, plan: CostPlan) -> dict[str, Any]:
+    """The live-bytes tracker's peaks: one steady-state training step, one inference
+    forward (``hookcli.memory``), as totals; ``step_peak_error`` where the step failed."""
+    from hookcli import amp
+    from hookcli.errors import HookcliError, UsageError, first_line
+    from hookcli.losses import make_loss
+    from hookcli.memory.step import track_inference, track_step
+
+    assert prepared.inputs is not None
+    model = prepared.model
+    if plan.checkpoint is not None:
+        classes = {type(m).__name__ for m in model.modules()}
+        if plan.checkpoint not in classes:
+            shown = ", ".join(sorted(classes)[:8])
+            raise UsageError(
+                f"--checkpoint {plan.checkpoint}: no module of that class in the model "
+                f"(its classes: {shown}{', ...' if len(classes) > 8 else ''})"
+            )
+    args, kwargs = prepared.inputs.args, dict(prepared.inputs.kwargs)
+    on_meta = prepared.settings.get("device") == "meta"
+    if plan.fit is not None and not on_meta:
+        raise UsageError("--fit searches batch sizes on meta: add --device meta")
+
+    def run_context() -> contextlib.AbstractContextManager[Any]:
+        from hookcli.cost.probe import _FusedAttentionOnMeta
+
+        # on meta, the CPU's attention kernel, as the measured pass counts it
+        return _FusedAttentionOnMeta() if on_meta else contextlib.nullcontext()
+
+    def forward_context() -> contextlib.ExitStack:
+        stack = contextlib.ExitStack()
+        stack.enter_context(run_context())
+        stack.enter_context(amp.autocast())
+        return stack
+
+    loss_fn = make_loss(plan.loss, prepared.inputs)
+
+    def step(a: tuple[Any, ...], k: dict[str, Any]) -> Any:
+        return track_step(
+            model,
+            a,
+            k,
+            loss_fn,
+            optimizer=plan.optimizer.value,
+            foreach=plan.foreach,
+            forward_context=amp.autocast,
+            run_context=run_context,
+            zero_grad=plan.zero_grad.value,
+            checkpoint=plan.checkpoint,
+        )
+
+    _progress("one steady-state training step under the live-bytes tracker")
+    try:
+        found = step(args, kwargs)
+        inference = track_inference(model, args, kwargs, forward_context)
+        fit = _fit(plan.fit, step, args, kwargs) if plan.fit is not None else {}
+    except HookcliError:
+        raise
+    except Exception as err:  # the model's own failure in train mode: said, not fatal
+        return {"step_peak_error": first_line(err)}
+    peak = found.train
+    return {
+        "step_peak_bytes": peak.bytes,
+        "step_peak_phase": peak.phase,
+        "step_peak_module": peak.module,
+        "step_peak_op": peak.op,
+        "step_peak_by_kind": peak.as_dict()["by_kind"],
+        "step_optimizer_foreach": found.foreach,
+        "step_checkpointed_modules": found.checkpointed,
+        "inference_peak_bytes": inference.bytes,
+        "inference_peak_module": inference.module,
+        "inference_peak_by_kind": inference.as_dict()["by_kind"],
+        **fit,
+    }
+
+
+def _fit(limit: int, step: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
+    """--fit: the largest batch whose tracked step peak fits in ``limit`` (on meta)."""
+    from hookcli.errors import UsageError
+    from hookcli.memory.fit import batch_of, largest_fitting, rebatched
+
+    batch = batch_of([args, kwargs])
+    if batch is None:
+        raise UsageError("--fit: no input tensor has a batch dimension to vary")
+
+    def peak_at(b: int) -> int:
+        _progress(f"--fit: batch {b}")
+        return int(step(rebatched(args, batch, b), rebatched(kwargs, batch, b)).train.bytes)
+
+    found = largest_fitting(peak_at, limit)
+    return {
+        "fit_limit_bytes": found.limit,
+        "fit_batch": found.batch,
+        "fit_peak_bytes": found.peak,
+        "fit_next_peak_bytes": found.next_peak,
+        "fit_evaluations": found.evaluations,
+    }
+
+
 def memory_totals(model: nn.Module, probe: CostProbe, optimizer: Optimizer) -> dict[str, Any]:
     """The memory totals in bytes: components, a training step, inference."""
     from hookcli.modelinfo import totals
@@ -168,7 +327,7 @@ def memory_totals(model: nn.Module, probe: CostProbe, optimizer: Optimizer) -> d
     t = totals(model)
     params = list({id(p): p for p in model.parameters()}.values())
     grad_bytes = sum(p.numel() * p.element_size() for p in params if p.requires_grad)
-    state = STATE_COPIES[optimizer] * grad_bytes
+    state = _state_bytes(optimizer, [p for p in params if p.requires_grad])
     saved = probe.total_saved_bytes()
     peak = probe.ledger.peak_bytes
     # tensors in plain module attributes (a KV cache): held by the model, not activations
@@ -383,6 +542,8 @@ def _checks(totals: dict[str, Any], plan: CostPlan) -> tuple[CheckResult, ...]:
         )
     if limit is not None:
         key = "train_step_bytes" if memory_for is MemoryTotal.TRAIN else "inference_bytes"
+        if memory_for is MemoryTotal.TRAIN and "step_peak_bytes" in totals:
+            key = "step_peak_bytes"  # the tracked step's peak, where it ran
         value = totals[key]
         ok = value <= limit
         out.append(
@@ -402,8 +563,10 @@ def build_report(
     records: tuple[CallRecord, ...],
     error: RunError | None,
     plan: CostPlan,
+    peaks: dict[str, Any] | None = None,
 ) -> Report:
-    """The cost report of a measured pass (table columns and totals included)."""
+    """The cost report of a measured pass (table columns and totals included); ``peaks``:
+    the tracked step's (``step_memory``)."""
     from hookcli.layers import layer_rows
     from hookcli.modelinfo import totals as model_totals
     from hookcli.options import HookKind
@@ -424,11 +587,15 @@ def build_report(
         totals["backward_flops"] = bwd
         totals["backward_macs"] = bwd // 2
     totals.update(memory_totals(model, probe, optimizer))
+    totals.update(peaks or {})
     totals["uncounted_op_count"] = len(probe.uncounted)
     checks = () if error is not None else _checks(totals, plan)
     settings = {**prepared.settings, "optimizer": optimizer.value, "backward": backward}
     if backward:
         settings["loss"] = plan.loss.value
+    if plan.step:
+        settings["zero_grad"] = plan.zero_grad.value
+        settings["checkpoint"] = plan.checkpoint
     return Report(
         command="cost",
         model=prepared.model_info(),
@@ -444,7 +611,7 @@ def build_report(
         },
         error=error.message if error else None,
         columns=tuple(_table_columns(kinds, probe.backward_ran)),
-        table_totals=tuple(_table_totals(totals, probe, optimizer)),
+        table_totals=tuple(_table_totals(totals, probe, optimizer, plan)),
     )
 
 
@@ -467,7 +634,10 @@ def run_cost(prepared: Prepared, plan: CostPlan, launch: Launch | None = None) -
             backward=plan.backward,
             loss=plan.loss,
         )
-        return build_report(prepared, probe, records, error, plan), error
+        # under --fsdp the per-rank step is not tracked (yet): the ranks' sums stay
+        tracked = plan.step and error is None and (launch is None or not launch.distributed)
+        peaks = step_memory(prepared, plan) if tracked else None
+        return build_report(prepared, probe, records, error, plan, peaks), error
 
     if launch is None or not launch.distributed:
         return once()
@@ -589,8 +759,73 @@ def _table_columns(kinds: Any, backward: bool) -> list[Column]:
     return cols
 
 
+_KIND_WORDS = {
+    "params": "params",
+    "buffers": "buffers",
+    "inputs": "inputs",
+    "grads": "grads",
+    "optimizer_state": "{opt} state",
+    "saved": "saved activations",
+    "activations": "other activations and temporaries",
+}
+
+
+def _kinds(by_kind: dict[str, int], optimizer: Optimizer) -> str:
+    return ", ".join(
+        f"{_KIND_WORDS[k].format(opt=optimizer.value)} {_size(v)}" for k, v in by_kind.items() if v
+    )
+
+
+def _peak_lines(t: dict[str, Any], optimizer: Optimizer, plan: CostPlan) -> list[tuple[str, str]]:
+    if "step_peak_error" in t:
+        return [("Step peak", f"not measured: {t['step_peak_error']}")]
+    if "step_peak_bytes" not in t:
+        return []
+    where = t["step_peak_module"] or "(outside any module)"
+    foreach = t["step_optimizer_foreach"]
+    how = (
+        f"{optimizer.value} ({'foreach' if foreach else 'for-loop'})"
+        if foreach is not None
+        else "no optimizer"
+    )
+    extra = f", --checkpoint {plan.checkpoint} x{t['step_checkpointed_modules']}"
+    return [
+        (
+            "Step peak",
+            f"{_size(t['step_peak_bytes'])} in {t['step_peak_phase']} at {where} "
+            f"({t['step_peak_op']}); one steady-state step: {how}, "
+            f"zero_grad {plan.zero_grad.value}{extra if plan.checkpoint else ''}",
+        ),
+        ("  alive at it", _kinds(t["step_peak_by_kind"], optimizer)),
+        (
+            "Inference peak",
+            f"{_size(t['inference_peak_bytes'])} at "
+            f"{t['inference_peak_module'] or '(outside any module)'}: "
+            f"{_kinds(t['inference_peak_by_kind'], optimizer)}",
+        ),
+        *_fit_lines(t),
+    ]
+
+
+def _fit_lines(t: dict[str, Any]) -> list[tuple[str, str]]:
+    if "fit_batch" not in t:
+        return []
+    limit, batch = _size(t["fit_limit_bytes"]), t["fit_batch"]
+    nxt = t["fit_next_peak_bytes"]
+    after = f"; batch {batch + 1} peaks at {_size(nxt)}" if nxt is not None else ""
+    if batch == 0:
+        return [("Fits in " + limit, f"no batch: batch 1 peaks at {_size(nxt)}")]
+    return [
+        (
+            "Fits in " + limit,
+            f"batch {batch} (peak {_size(t['fit_peak_bytes'])}){after} "
+            f"({t['fit_evaluations']} steps tracked on meta)",
+        )
+    ]
+
+
 def _table_totals(
-    t: dict[str, Any], probe: CostProbe, optimizer: Optimizer
+    t: dict[str, Any], probe: CostProbe, optimizer: Optimizer, plan: CostPlan
 ) -> list[tuple[str, str]]:
     from hookcli.render import fmt_count, fmt_int
 
@@ -638,4 +873,5 @@ def _table_totals(
             f"{_size(t['peak_activation_bytes'])}",
         )
     )
+    out.extend(_peak_lines(t, optimizer, plan))
     return out

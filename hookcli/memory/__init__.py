@@ -1,0 +1,1 @@
+"""Memory: the live-bytes tracker (``tracker``) and the step it follows (``step``)."""

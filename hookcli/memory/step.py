@@ -1,0 +1,246 @@
+"""One steady-state training step (and one inference forward) under the live-bytes tracker.
+
+``track_step`` runs a first step untracked, so the optimizer's state exists, then the
+measured one: forward (in ``forward_context()``: autocast; ``torch.utils.checkpoint``
+around every module of the class ``checkpoint``), the loss, backward (all of it in
+``run_context()``: on meta, the attention kernel the CPU picks, which
+checkpointing's recomputation in backward must also see), ``optimizer.step()``,
+``zero_grad``. The model is left as it was found: parameters and buffers are copied
+before and put back after, gradients and the train/eval mode too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookcli.memory.tracker import LiveBytes, Peak
+
+OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "adafactor", "none")
+
+
+def make_optimizer(
+    name: str, params: list[nn.Parameter], foreach: bool | None = None
+) -> torch.optim.Optimizer | None:
+    """The torch optimizer of ``--optimizer`` (``foreach=None``: torch's choice)."""
+    opt = torch.optim
+    if name == "none":
+        return None
+    if name == "adam":
+        return opt.Adam(params, lr=1e-4, foreach=foreach)
+    if name == "adamw":
+        return opt.AdamW(params, lr=1e-4, foreach=foreach)
+    if name == "sgd":
+        return opt.SGD(params, lr=1e-4, foreach=foreach)
+    if name == "sgd-momentum":
+        return opt.SGD(params, lr=1e-4, momentum=0.9, foreach=foreach)
+    if name == "adafactor":
+        return opt.Adafactor(params, lr=1e-4, foreach=foreach)
+    raise ValueError(name)
+
+
+@contextlib.contextmanager
+def checkpointing(model: nn.Module, class_name: str | None) -> Iterator[int]:
+    """``torch.utils.checkpoint`` (non-reentrant) around every module of ``class_name``."""
+    if not class_name:
+        yield 0
+        return
+    from torch.utils.checkpoint import checkpoint
+
+    found = [m for m in model.modules() if type(m).__name__ == class_name]
+
+    def wrap(forward: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(forward)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+
+        return run
+
+    for m in found:
+        m.forward = wrap(m.forward)
+    try:
+        yield len(found)
+    finally:
+        for m in found:
+            vars(m).pop("forward", None)
+
+
+@contextlib.contextmanager
+def _kept(model: nn.Module) -> Iterator[None]:
+    """Parameters, buffers, grads and the mode as they were, whatever the step did."""
+    mode = model.training
+    params = list(model.parameters())
+    grads = [p.grad for p in params]
+    with torch.no_grad():
+        saved = [t.detach().clone() for t in params] + [b.clone() for b in model.buffers()]
+    try:
+        yield
+    finally:
+        with torch.no_grad():
+            for t, s in zip([*params, *model.buffers()], saved, strict=False):
+                t.copy_(s)
+        for p, g in zip(params, grads, strict=True):
+            p.grad = g
+        model.train(mode)
+
+
+@contextlib.contextmanager
+def _module_stack(model: nn.Module, tracker: LiveBytes) -> Iterator[None]:
+    names = {id(m): n or "(root)" for n, m in model.named_modules()}
+    handles = []
+
+    def pre(m: nn.Module, _args: Any) -> None:
+        tracker.enter(names.get(id(m), type(m).__name__))
+
+    def post(m: nn.Module, _args: Any, _out: Any) -> None:
+        tracker.leave()
+
+    for m in model.modules():
+        handles.append(m.register_forward_pre_hook(pre))
+        handles.append(m.register_forward_hook(post, always_call=True))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+def _inputs(args: Any, kwargs: dict[str, Any]) -> list[Any]:
+    from hookcli.structures import iter_tensors
+
+    return list(iter_tensors([args, kwargs]))
+
+
+@dataclass(frozen=True)
+class StepPeaks:
+    """What the tracked step found."""
+
+    train: Peak
+    optimizer: str
+    foreach: bool | None  # the implementation torch picked (None: no optimizer)
+    checkpointed: int  # modules wrapped by --checkpoint
+
+
+def _foreach_used(opt: torch.optim.Optimizer | None) -> bool | None:
+    if opt is None:
+        return None
+    chosen = opt.defaults.get("foreach")
+    if chosen is not None:
+        return bool(chosen)
+    from torch.optim.optimizer import _default_to_fused_or_foreach
+
+    params = [p for g in opt.param_groups for p in g["params"]]
+    return bool(_default_to_fused_or_foreach(params, False, False)[1])
+
+
+def track_step(
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    loss_fn: Callable[[Any], torch.Tensor],
+    *,
+    optimizer: str = "adam",
+    foreach: bool | None = None,
+    forward_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    run_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    zero_grad: str = "none",
+    checkpoint: str | None = None,
+) -> StepPeaks:
+    """The peak of one steady-state training step (see the module's doc)."""
+    set_to_none = zero_grad == "none"
+    with _kept(model):
+        model.train()
+        for p in model.parameters():
+            p.grad = None
+        params = [p for p in model.parameters() if p.requires_grad]
+        opt = make_optimizer(optimizer, params, foreach)
+
+        tracker = LiveBytes()
+
+        def run(tracked: bool) -> None:
+            with checkpointing(model, checkpoint), run_context():
+                with forward_context():
+                    output = model(*args, **kwargs)
+                loss = loss_fn(output)
+                del output
+                if tracked:
+                    tracker.phase = "backward"
+                loss.backward()
+                del loss
+            if tracked:
+                tracker.phase = "step"
+                for p in params:  # the step's ops name the parameter by its grad, its state
+                    state = opt.state.get(p, {}) if opt is not None else {}
+                    for t in [p.grad, *state.values()]:
+                        if isinstance(t, torch.Tensor) and t.layout is torch.strided:
+                            tracker.param_names[t.untyped_storage()._cdata] = names.get(id(p), "")
+            if opt is not None:
+                opt.step()
+                opt.zero_grad(set_to_none=set_to_none)
+            else:
+                for p in params:
+                    if set_to_none:
+                        p.grad = None
+                    elif p.grad is not None:
+                        p.grad.zero_()
+
+        names = {id(p): n for n, p in model.named_parameters()}
+        run(tracked=False)  # the optimizer's state, as after the first step
+        tracker.hold(model.parameters(), "params")
+        tracker.hold(model.buffers(), "buffers")
+        tracker.hold((p.grad for p in params), "grads")
+        if opt is not None:
+            for state in opt.state.values():
+                tracker.hold(state.values(), "optimizer_state")
+        tracker.hold(_inputs(args, kwargs), "inputs")
+        for p in model.parameters():
+            tracker.param_names[p.untyped_storage()._cdata] = names.get(id(p), "")
+        with checkpointing(model, checkpoint) as wrapped:
+            pass  # counted only
+        hooks = [
+            p.register_post_accumulate_grad_hook(lambda p: tracker.mark(p.grad, "grads"))
+            for p in params
+        ]
+
+        def pack(t: torch.Tensor) -> torch.Tensor:
+            if tracker.phase == "forward":
+                tracker.mark(t, "saved")
+            return t
+
+        try:
+            saving = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+            with _module_stack(model, tracker), tracker, saving:
+                run(tracked=True)
+        finally:
+            tracker.close()
+            for h in hooks:
+                h.remove()
+    return StepPeaks(tracker.peak, optimizer, _foreach_used(opt), wrapped)
+
+
+def track_inference(
+    model: nn.Module,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    forward_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> Peak:
+    """The peak of one eval, no_grad forward whose output is dropped at once."""
+    mode = model.training
+    tracker = LiveBytes()
+    tracker.hold(model.parameters(), "params")
+    tracker.hold(model.buffers(), "buffers")
+    tracker.hold(_inputs(args, kwargs), "inputs")
+    model.eval()
+    try:
+        with torch.no_grad(), forward_context(), _module_stack(model, tracker), tracker:
+            model(*args, **kwargs)
+    finally:
+        tracker.close()
+        model.train(mode)
+    return tracker.peak

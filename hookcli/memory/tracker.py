@@ -1,0 +1,254 @@
+"""The live-bytes tracker: every storage an op makes, until it is freed, and the peak.
+
+``LiveBytes`` is a ``TorchDispatchMode``: each aten op's outputs that own a new storage
+are added (views and in-place results share one already known, and are not); a weak
+reference on the storage takes its bytes out again when the last tensor on it goes.
+The tensors alive before (parameters, buffers, gradients, optimizer state, inputs) are
+``hold``-en first, by kind. Each storage has a kind that can change as the step goes
+(an activation packed for backward becomes *saved*, a gradient that autograd puts in
+``.grad`` becomes *grads*), so the bytes alive by kind are known at every op, and kept
+at the peak with where it is: the phase (forward, backward, step), the module, the op.
+
+Kernels allocate what the dispatcher never sees; two are modelled here, alive while
+the op runs: a matmul's copy of an operand BLAS cannot read in place (an expanded
+gradient, stride 0), and the blocked-layout buffers of a CPU float32 2-D convolution's
+forward (oneDNN). Those of convolution backward are not modelled.
+Works on meta (no data) as on a real device.
+"""
+
+from __future__ import annotations
+
+import bisect
+import functools
+import weakref
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+KINDS = (
+    "params",
+    "buffers",
+    "inputs",
+    "grads",
+    "optimizer_state",
+    "saved",
+    "activations",  # outputs not saved, activation gradients, op temporaries
+)
+
+_aten = torch.ops.aten
+_MATMULS = {_aten.mm.default, _aten.addmm.default, _aten.bmm.default, _aten.baddbmm.default}
+
+
+@dataclass
+class Peak:
+    """The most bytes alive at once, where, and by kind."""
+
+    bytes: int = 0
+    phase: str = ""
+    module: str = ""
+    op: str = ""
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "bytes": self.bytes,
+            "phase": self.phase,
+            "module": self.module,
+            "op": self.op,
+            "by_kind": {k: self.by_kind.get(k, 0) for k in KINDS},
+        }
+
+
+def _tensors(out: Any) -> Iterator[torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        yield out
+    elif isinstance(out, (tuple, list)):
+        for o in out:
+            yield from _tensors(o)
+
+
+def _storage(t: torch.Tensor) -> Any:
+    if t.layout is not torch.strided:
+        return None
+    try:
+        return t.untyped_storage()
+    except (RuntimeError, NotImplementedError, TypeError):
+        return None
+
+
+def _blas_copy_bytes(t: Any) -> int:
+    """Bytes a matmul kernel copies ``t`` into when BLAS cannot read it in place: neither
+    it nor its transpose has a unit stride in its last two dims with a leading stride that
+    covers a row (an expanded tensor, stride 0, is the common case: ``sum``'s gradient)."""
+    if not isinstance(t, torch.Tensor) or t.dim() < 2:
+        return 0
+    rows, cols = t.shape[-2], t.shape[-1]
+    s0, s1 = t.stride()[-2], t.stride()[-1]
+    if (s1 == 1 and s0 >= max(1, cols)) or (s0 == 1 and s1 >= max(1, rows)):
+        return 0
+    if rows == 1 or cols == 1:
+        return 0
+    return t.numel() * t.element_size()
+
+
+def next_sequence_nr() -> int:
+    """The sequence number the next autograd node will get (one throwaway node)."""
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    with _disable_current_modes(), torch.enable_grad():
+        node = torch.zeros((), requires_grad=True).view(()).grad_fn
+    assert node is not None
+    return int(node._sequence_nr()) + 1
+
+
+def _onednn_conv_bytes(args: Any, out: Any) -> int:
+    """Bytes a CPU float32 2-D convolution takes from the allocator beyond its output
+    (oneDNN): a blocked-layout output, then the plain one it is copied to; before that,
+    copies of the weight and (from 16 input channels) of the input in the blocked layout.
+    So ``max(input + weight, output)`` more than the output, measured with the
+    allocator oracle on an AMD EPYC with torch 2.15 (tests/test_memory_tracker.py)."""
+    x, w = args[0], args[1]
+    if not (
+        isinstance(x, torch.Tensor)
+        and isinstance(w, torch.Tensor)
+        and isinstance(out, torch.Tensor)
+        and x.device.type == "cpu"
+        and x.dtype == torch.float32
+        and x.dim() == 4
+        and x.is_contiguous()
+        and torch.backends.mkldnn.is_available()
+        and torch.backends.mkldnn.enabled
+    ):
+        return 0
+    size = x.element_size()
+    copies = (x.numel() * size if x.shape[1] >= 16 else 0) + w.numel() * size
+    return max(copies, out.numel() * out.element_size())
+
+
+class LiveBytes(TorchDispatchMode):
+    """Bytes alive by kind at every op; the peak (see the module's doc)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.live: dict[int, list[Any]] = {}  # cdata -> [bytes, kind, weakref]
+        self.by_kind: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self.live_bytes = 0
+        self.peak = Peak()
+        self.phase = "forward"
+        self.modules: list[str] = []  # the forward's module stack
+        # (sequence nr of the next autograd node, module) each time the forward enters
+        # or leaves a module: a backward node's module is the last one at or below its nr
+        self.spans: list[tuple[int, str]] = []
+        self.param_names: dict[int, str] = {}  # cdata -> parameter name (for step)
+        self.step_param = ""
+        self.open = True
+
+    # -- storages --------------------------------------------------------------------
+
+    def _free(self, key: int, ref: Any) -> None:
+        entry = self.live.get(key)
+        if self.open and entry is not None and entry[2] is ref:
+            del self.live[key]
+            self.live_bytes -= entry[0]
+            self.by_kind[entry[1]] -= entry[0]
+
+    def _add(self, st: Any, kind: str) -> bool:
+        key = st._cdata
+        if key in self.live:
+            return False
+        nbytes = st.nbytes()
+        entry = [nbytes, kind, None]
+        entry[2] = weakref.ref(st, functools.partial(self._free, key))
+        self.live[key] = entry
+        self.live_bytes += nbytes
+        self.by_kind[kind] += nbytes
+        return True
+
+    def hold(self, tensors: Iterable[Any], kind: str) -> None:
+        """Tensors alive before the tracked work (each storage once, the first kind kept)."""
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and (st := _storage(t)) is not None:
+                self._add(st, kind)
+
+    def mark(self, t: Any, kind: str) -> None:
+        """The storage under ``t`` is of ``kind`` from now on (a tensor saved for backward,
+        a gradient put in ``.grad``); added if unknown."""
+        if not isinstance(t, torch.Tensor) or (st := _storage(t)) is None:
+            return
+        entry = self.live.get(st._cdata)
+        if entry is None:
+            self._add(st, kind)
+            self._check_peak("")
+        elif entry[1] in ("activations", "saved") and entry[1] != kind:
+            self.by_kind[entry[1]] -= entry[0]
+            self.by_kind[kind] += entry[0]
+            entry[1] = kind
+
+    def close(self) -> None:
+        self.open = False
+        self.live.clear()
+
+    # -- where -----------------------------------------------------------------------
+
+    def _where(self, args: Any) -> str:
+        if self.phase == "step":  # the parameter the optimizer updates now
+            return self.step_param
+        if self.modules:
+            return self.modules[-1]
+        if self.phase == "backward":
+            node = torch._C._current_autograd_node()
+            if node is not None and self.spans:
+                i = bisect.bisect_right(self.spans, (node._sequence_nr(), "\uffff")) - 1
+                return self.spans[i][1] if i >= 0 else ""
+        return ""
+
+    def enter(self, name: str) -> None:
+        """The forward enters module ``name``."""
+        self.modules.append(name)
+        if self.phase == "forward":
+            self.spans.append((next_sequence_nr(), name))
+
+    def leave(self) -> None:
+        """The forward leaves the innermost module."""
+        if self.modules:
+            self.modules.pop()
+        if self.phase == "forward":
+            self.spans.append((next_sequence_nr(), self.modules[-1] if self.modules else ""))
+
+    def _check_peak(self, op: str, extra: int = 0, args: Any = (), extra_kind: str = "") -> None:
+        total = self.live_bytes + extra
+        if total > self.peak.bytes:
+            by_kind = dict(self.by_kind)
+            if extra:
+                by_kind[extra_kind or "activations"] += extra
+            self.peak = Peak(total, self.phase, self._where(args), op, by_kind)
+
+    # -- the mode --------------------------------------------------------------------
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if not self.open:
+            return out
+        if self.phase == "step" and func.__name__.startswith("_foreach"):
+            self.step_param = "(every parameter: foreach)"
+        elif self.phase == "step":  # the parameter (or its grad, its state) the op is about
+            for t in _tensors(args):
+                st = _storage(t)
+                if st is not None and (name := self.param_names.get(st._cdata)):
+                    self.step_param = name
+                    break
+        for t in _tensors(out):
+            st = _storage(t)
+            if st is not None:
+                self._add(st, "activations")
+        scratch = 0
+        if func in _MATMULS:
+            scratch = sum(_blas_copy_bytes(a) for a in args[-2:])
+        elif func is _aten.convolution.default:
+            scratch = _onednn_conv_bytes(args, out)
+        self._check_peak(str(func.overloadpacket), scratch, args)
+        return out
