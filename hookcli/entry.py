@@ -1,5 +1,5 @@
-"""The console script and ``python -m hookcli``: the watching parent first (where it
-applies, hookcli/watch.py), then the CLI in the child.
+"""The console script and ``python -m hookcli``: the guarding parent first (where it
+applies, hookcli/exitguard.py), then the CLI in the child.
 
 The herald (the function that tells the parent a pass, with its token) goes straight
 into ``cli.main``: no module attribute of hookcli's holds it.
@@ -9,9 +9,9 @@ import sys
 
 
 def main() -> None:
-    from hookcli import watch
+    from hookcli import exitguard
 
-    herald = watch.watch() if watch.should_watch(sys.argv[1:]) else None  # forks
+    herald = exitguard.guard() if exitguard.should_guard(sys.argv[1:]) else None  # forks
     from hookcli.cli import main as cli_main
 
     cli_main(herald)
