@@ -26,6 +26,7 @@ Usage: ``python benchmarks/bench_watch.py [--rounds 3] [--steps 200]``; ``--smok
 from __future__ import annotations
 
 import argparse
+import functools
 import itertools
 import os
 import subprocess
@@ -48,7 +49,7 @@ from benchmarks.common import (  # noqa: E402
 
 SCRIPTS = ROOT / "tests" / "watch_scripts"
 # (key, script, its arguments, what)
-RUNS = (
+RUNS: tuple[tuple[str, str, list[str], str], ...] = (
     ("gpt", "gpt_char.py", [], "the GPT-style char model"),
     (
         "resnet18",
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 {
                     "bare": runner.bare,
                     "watch": runner.watched,
-                    "every50": lambda r=runner: r.watched("--every", "50"),
+                    "every50": functools.partial(runner.watched, "--every", "50"),
                 },
                 n,
             )

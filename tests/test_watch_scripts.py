@@ -238,11 +238,11 @@ class Observer:
             register_optimizer_step_pre_hook(self.pre),
             register_optimizer_step_post_hook(self.post),
         ]
-        torch.Tensor.backward = backward  # type: ignore[method-assign]
+        setattr(torch.Tensor, "backward", backward)  # noqa: B010
         try:
             yield self
         finally:
-            torch.Tensor.backward = original  # type: ignore[method-assign]
+            setattr(torch.Tensor, "backward", original)  # noqa: B010
             for h in handles:
                 h.remove()
 
