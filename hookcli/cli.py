@@ -537,7 +537,10 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
     _add_amp(wrapper, fn, name)
     from hookcli.helpfmt import PanelCommand
 
-    app.command(name, help=help_text or fn.__doc__, cls=PanelCommand)(wrapper)
+    settings = getattr(fn, "context_settings", None)  # watch: COMMAND keeps its own flags
+    app.command(name, help=help_text or fn.__doc__, cls=PanelCommand, context_settings=settings)(
+        wrapper
+    )
 
 
 def _add_option(wrapper: Any, sig: Any, after: str, name: str, annotation: Any) -> None:

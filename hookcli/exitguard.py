@@ -52,8 +52,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-# the commands that run no model code; every other command does (a new one is guarded)
-_NO_MODEL = frozenset({"diff", "models"})
+# the commands that run no model code in this process; every other command does (a new
+# one is guarded). watch runs the training in child processes of its own, whose exit
+# status it passes through.
+_NO_MODEL = frozenset({"diff", "models", "watch"})
 _RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_RUN = 4  # hookcli.errors' values, not imported: the parent stays this module only
 EXIT_RESOURCE = 5
