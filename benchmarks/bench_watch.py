@@ -12,7 +12,8 @@ each, run unchanged as whole processes, timed from start to exit (what a user wa
 Three ways to run each: ``bare`` (``python SCRIPT ARGS``), ``watch`` (``python -m hookcli
 watch --out DIR -- python SCRIPT ARGS``, the defaults) and ``every50`` (the same with
 ``--every 50``), in interleaved rounds (``interleave``: one warm-up of each, the order
-rotating); the figure is the median of the per-round ratios against ``bare``. Targets:
+rotating); the figure is the median of the per-round wall-time ratios against ``bare``
+(the processes' CPU seconds are printed beside, from ``RUSAGE_CHILDREN``). Targets:
 <= 1.05 at the defaults, <= 1.02 with ``--every 50``. Every process runs with
 ``PYTHONPATH`` set to this checkout, so this checkout's hookcli is the one measured, and
 with torch's default thread count. The watched runs must train exactly as the bare ones:
@@ -29,6 +30,8 @@ import argparse
 import functools
 import itertools
 import os
+import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,7 +43,6 @@ sys.path.insert(0, str(ROOT))
 from benchmarks.common import (  # noqa: E402
     benchmark,
     interleave,
-    ratio_line,
     record,
     rounds,
     smoke,
@@ -78,17 +80,24 @@ class Runner:
         self.count = itertools.count()
         self.bare_lines: list[str] | None = None
         self.env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # CPU seconds (user + system) of each run's processes, by way of running
+        self.cpu: dict[str, list[float]] = {}
 
-    def _run(self, cmd: list[str]) -> str:
+    def _run(self, cmd: list[str], way: str) -> str:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         done = subprocess.run(
             cmd, env=self.env, capture_output=True, text=True, timeout=1800, check=False
         )
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        self.cpu.setdefault(way, []).append(cpu)
         if done.returncode != 0:
             raise SystemExit(f"run failed ({done.returncode}): {cmd}\n{done.stderr[-2000:]}")
-        return done.stdout
+        # both streams: the script's lines may come on either under watch
+        return done.stdout + "\n" + done.stderr
 
     def bare(self) -> None:
-        lines = _training(self._run(self.command))
+        lines = _training(self._run(self.command, "bare"))
         if not lines:
             raise SystemExit(f"no training lines from {self.command}")
         self.bare_lines = lines
@@ -96,7 +105,7 @@ class Runner:
     def watched(self, *options: str) -> None:
         out = self.tmp / f"run{next(self.count)}"
         cmd = [sys.executable, "-m", "hookcli", "watch", *options, "--out", str(out), "--"]
-        lines = _training(self._run([*cmd, *self.command]))
+        lines = _training(self._run([*cmd, *self.command], "every50" if options else "watch"))
         if self.bare_lines is not None and lines != self.bare_lines:
             raise SystemExit(
                 f"the watched run trained differently from the bare one: {cmd + self.command}"
@@ -114,7 +123,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     result: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for key, script, extra, what in RUNS:
-            runner = Runner(script, [*extra, "--steps", str(steps), "--seed", "0"], Path(tmp))
+            folder = Path(tmp, key)
+            folder.mkdir()
+            runner = Runner(script, [*extra, "--steps", str(steps), "--seed", "0"], folder)
             res = interleave(
                 {
                     "bare": runner.bare,
@@ -124,8 +135,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 n,
             )
             print(f"{what}, {steps} steps, {n} rounds:")
-            print(ratio_line("  hookcli watch (defaults)", res, "watch"))
-            print(ratio_line("  hookcli watch --every 50", res, "every50"))
+            # the timed runs' (interleave's warm-up of each way is the first)
+            cpu = {way: statistics.median(t[1:] or t) for way, t in runner.cpu.items()}
+            for way, label in (
+                ("bare", "unwatched"),
+                ("watch", "watched"),
+                ("every50", "--every 50"),
+            ):
+                print(
+                    f"  {label}: median wall {res[way]['wall']:.2f} s, "
+                    f"median CPU {cpu[way]:.2f} s (the run's processes)"
+                )
             print(
                 target_line(
                     "  watched / unwatched, defaults", res["watch"]["ratio"], f"watch_{key}"
