@@ -19,18 +19,23 @@ from torch import nn
 
 
 class Poison(nn.Module):
-    """Multiplies by NaN on the step given (forward), else passes its input through."""
+    """On the forward call given: multiplies by NaN (``forward``), or adds a term that
+    is 0 forward and NaN backward (``backward``: sqrt's gradient at 0 times 0); else
+    passes its input through."""
 
     def __init__(self) -> None:
         super().__init__()
         self.at = -1
+        self.phase = "forward"
         self.calls = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         self.calls += 1
-        if self.calls == self.at:
+        if self.calls != self.at:
+            return x
+        if self.phase == "forward":
             return x * float("nan")
-        return x
+        return x + torch.sqrt(x * 0.0) * 0.0
 
 
 class Net(nn.Module):
@@ -64,6 +69,7 @@ def main() -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--opt", default="sgd", choices=["sgd", "adam", "none"])
     p.add_argument("--nan-at", type=int, default=-1, help="the forward call that goes NaN")
+    p.add_argument("--nan-phase", default="forward", choices=["forward", "backward"])
     p.add_argument("--accumulate", type=int, default=1)
     p.add_argument("--eval", action="store_true", help="a no_grad eval forward per step")
     p.add_argument("--exit", type=int, default=0, help="exit status at the end")
@@ -76,6 +82,7 @@ def main() -> int:
     torch.manual_seed(args.seed)
     model = Net(dead=args.dead, unused=args.unused)
     model.poison.at = args.nan_at
+    model.poison.phase = args.nan_phase
     if args.compile:
         model.fc2 = torch.compile(model.fc2, backend=args.compile)
     opt: torch.optim.Optimizer | None = None
