@@ -53,10 +53,6 @@ from torch import nn
 
 from hookcli.watch.config import STEPS_SCHEMA, WatchConfig, logged
 
-# Wrappers whose one child is the model people name modules under.
-_WRAPPERS = frozenset(
-    {"DistributedDataParallel", "DataParallel", "OptimizedModule", "FullyShardedDataParallel"}
-)
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 _MAX_NAMES = 20  # names listed in one event
 
@@ -734,7 +730,9 @@ class Monitor:
         module: str | None = None
         exact = False
         how = "unknown"
-        origin = step.origin if step.origin and step.origin.get("what") == what else None
+        # a NaN may come from an Inf made first (inf - inf, 0 * inf): either kind of
+        # non-finite output is the origin of a NaN; only an Inf is the origin of an Inf
+        origin = step.origin if step.origin and what in ("nan", step.origin["what"]) else None
         act_origin = self._origin_from_stats(track, step, what, values)
         if origin is not None:
             phase, module, exact, how = origin["phase"], origin["module"], True, "nan-origin"
@@ -775,10 +773,9 @@ class Monitor:
         for j, i in enumerate(step.act_order):
             vec = values[first + j]
             mn, mx = vec[2], vec[3]
-            kind = _nonfinite_kind(mn) or _nonfinite_kind(mx)
-            if what == "nan" and any(math.isnan(v) for v in vec[:4]):
+            if what == "nan" and not all(math.isfinite(v) for v in vec[:4]):
                 return track.modules[i].name
-            if what == "inf" and kind == "inf":
+            if what == "inf" and "inf" in (_nonfinite_kind(mn), _nonfinite_kind(mx)):
                 return track.modules[i].name
         return None
 
@@ -1035,41 +1032,23 @@ def _tops(modules: list[nn.Module]) -> list[nn.Module]:
 
 
 def _roots(modules: list[nn.Module], stepped: set[int]) -> list[nn.Module]:
-    """The models that own the stepped parameters: the outermost modules holding them,
-    fewest first-covering; through wrappers (DDP, ``torch.compile``'s) to the model, and
-    through a container whose one child holds all of them while others hold other
-    parameters (a GAN's two nets, a frozen teacher beside a student)."""
+    """The models that own the stepped parameters: the outermost modules holding them
+    (a DDP or ``torch.compile`` wrapper included: names are as ``named_modules()`` of
+    what the training calls), the one holding most first, until every stepped
+    parameter that a module holds is covered."""
     remaining = set(stepped)
     found: list[nn.Module] = []
-    tops = _tops(modules)
     covers = []
-    for m in tops:
+    for m in _tops(modules):
         own = {id(p) for p in m.parameters()} & remaining
         if own:
-            covers.append((len(own), len(list(m.modules())), m, own))
-    covers.sort(key=lambda c: (-c[0], -c[1]))
-    for _, _, m, own in covers:
-        if not own & remaining:
-            continue
-        remaining -= own
-        found.append(_descend(m, own))
+            covers.append((len(own), m, own))
+    covers.sort(key=lambda c: -c[0])
+    for _, m, own in covers:
+        if own & remaining:
+            remaining -= own
+            found.append(m)
     return found
-
-
-def _descend(m: nn.Module, stepped: set[int]) -> nn.Module:
-    while True:
-        kids = [c for c in m.children()]
-        if type(m).__name__ in _WRAPPERS and len(kids) == 1:
-            m = kids[0]
-            continue
-        if any(id(p) in stepped for p in m.parameters(recurse=False)):
-            return m
-        holding = [c for c in kids if {id(p) for p in c.parameters()} & stepped]
-        others = [c for c in kids if c not in holding and any(True for _ in c.parameters())]
-        if len(holding) == 1 and others:
-            m = holding[0]
-            continue
-        return m
 
 
 def _first_float(output: Any) -> torch.Tensor | None:
