@@ -357,9 +357,9 @@ class Monitor:
         backward.__doc__ = real.__doc__
         torch.autograd.backward = backward
         self._backward_wrapper = backward
+        _LIVE.add(self)
         if process:
             atexit.register(self.finish)
-            os.register_at_fork(after_in_child=self._forked)
         return self
 
     def uninstall(self) -> None:
@@ -377,6 +377,7 @@ class Monitor:
     def _forked(self) -> None:
         """A forked child (a data-loader worker) records nothing: the parent does."""
         self._dead = True
+        self._queue = []
 
     def _off(self) -> bool:
         return self._dead or os.getpid() != self._pid or torch.compiler.is_compiling()
@@ -594,12 +595,24 @@ class Monitor:
                 ],
             }
         )
-        self._ensure_forward_hook()
+        self._sync_forward_hook()
         return track
 
-    def _ensure_forward_hook(self) -> None:
-        if self._forward is None:
+    def _sync_forward_hook(self) -> None:
+        """The global forward hook is there only while a next step logs activations (or
+        under --nan-origin): other steps' module calls stay on PyTorch's fast path. Once
+        torch.compile is in use it stays, so that compiled code is not re-traced each
+        time it would come and go (under compilation the hook does nothing)."""
+        wanted = (
+            self.config.nan_origin
+            or any(t.next_logged for t in self._all_tracks)
+            or "torch._dynamo" in sys.modules
+        )
+        if wanted and self._forward is None and not self._dead:
             self._forward = nn.modules.module.register_module_forward_hook(self._forward_hook)
+        elif not wanted and self._forward is not None:
+            self._forward.remove()
+            self._forward = None
 
     def _pre(self, opt: Any, args: Any, kwargs: Any) -> None:
         if self._off() or (self.optimizer is not None and opt is not self.optimizer):
@@ -796,6 +809,7 @@ class Monitor:
             step.before = None
             post = _Host([step.updates])
         track.next_logged = logged(track.steps + 1, self.config.every)
+        self._sync_forward_hook()
         pre: _Host = step._host  # type: ignore[attr-defined]
         self._queue.append((track, step, pre, post))
         self._drain()
@@ -877,8 +891,6 @@ class Monitor:
             return
         found = self._names.get(id(module))
         if found is None or self._dead or not torch.is_grad_enabled():
-            return
-        if os.getpid() != self._pid:
             return
         track, index = found
         try:
@@ -995,6 +1007,16 @@ class Monitor:
 
 
 # -- helpers ----------------------------------------------------------------------------
+
+_LIVE: weakref.WeakSet[Monitor] = weakref.WeakSet()
+
+
+def _after_fork() -> None:
+    for monitor in list(_LIVE):
+        monitor._forked()
+
+
+os.register_at_fork(after_in_child=_after_fork)
 
 
 def _num(value: Any) -> float | None:
