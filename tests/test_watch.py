@@ -351,7 +351,7 @@ def test_a_failed_check_is_exit_1_and_the_report_says_which(tmp_path: Path) -> N
     [
         ((), [], "needs the command to run"),
         ((), ["no-such-program-hookcli"], "command not found"),
-        (("--stop-on", "dead"), ["true"], "--stop-on takes"),
+        (("--stop-on", "dead"), ["true"], "in --stop-on"),
         (("--fail-on", "nope"), ["true"], "unknown check"),
         (("--every", "0"), ["true"], "--every"),
         (("--plot", "x.jpg"), ["true"], "PNG"),
@@ -610,3 +610,58 @@ def test_watch_is_not_run_under_the_exit_guard() -> None:
 
     assert not should_guard(["watch", "--", "python", "train.py"])
     assert not runs_model("watch")
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--", "python", "train.py", "--lr", "3"],
+        ["python", "train.py", "--every", "5"],
+        ["--every", "5", "--nan-origin", "--fail-on", "nan,dead", "--", "python", "t.py"],
+        ["--every=3", "--stop-on=nan", "--max-grad-norm", "10", "--min-grad-norm=1e-9", "x"],
+        ["--max-update-ratio", "0.5", "--out", "d", "--plot", "p.png", "--tensorboard", "tb", "x"],
+        ["-f", "json", "-o", "r.json", "--debug", "--", "x", "--debug"],
+        ["--format=csv", "--output=-", "x"],
+    ],
+)
+def test_the_fast_path_parses_as_the_cli_does(
+    argv: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """hookcli.entry hands watch lines to hookcli/watch/fastpath.py first: it must read
+    them exactly as the Typer command does (both call cli_command)."""
+    from hookcli.watch import command as watch_command
+    from hookcli.watch.fastpath import parse
+    from tests.conftest import invoke
+
+    seen: dict[str, Any] = {}
+
+    def record(**kwargs: Any) -> int:
+        seen.update(kwargs)
+        return 0
+
+    monkeypatch.setattr(watch_command, "cli_command", record)
+    monkeypatch.setenv("HOOKCLI_NO_CONFIG", "1")
+    result = invoke("watch", *argv)
+    assert result.exit_code == 0, result.stderr
+    assert parse(argv) == seen
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["-h"],
+        [],
+        ["--every", "x", "--", "x"],
+        ["--every", "0", "x"],
+        ["--max-grad-norm", "-1", "x"],
+        ["--format", "yaml", "x"],
+        ["--bogus", "x"],
+        ["--every"],
+        ["--nan-origin=1", "x"],
+    ],
+)
+def test_the_fast_path_leaves_the_rest_to_the_cli(argv: list[str]) -> None:
+    from hookcli.watch.fastpath import parse
+
+    assert parse(argv) is None

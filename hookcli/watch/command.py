@@ -25,26 +25,21 @@ def cli_command(
     debug: bool,
 ) -> int:
     """Check the options, run COMMAND watched, write the report; the exit status."""
-    from hookcli.cliopts import output_options, parse_fail_on
+    # No typer here: the fast path (hookcli/watch/fastpath.py) calls this too.
     from hookcli.errors import UsageError
-    from hookcli.pipeline import write_text
-    from hookcli.render import render
     from hookcli.watch.checks import WatchGates
-    from hookcli.watch.config import FAIL_ON, STOP_ON
+    from hookcli.watch.config import FAIL_ON, STOP_ON, parse_names
     from hookcli.watch.runner import WatchRun, command_line, watch_command
 
     gates = WatchGates(
-        fail_on=parse_fail_on(fail_on, FAIL_ON),
+        fail_on=parse_names(fail_on, FAIL_ON, "--fail-on"),
         min_grad_norm=min_grad_norm,
         max_grad_norm=max_grad_norm,
         max_update_ratio=max_update_ratio,
     )
-    stops: tuple[str, ...] = ()
-    if stop_on is not None:
-        stops = tuple(dict.fromkeys(p.strip() for p in stop_on.split(",") if p.strip()))
-        bad = [s for s in stops if s not in STOP_ON]
-        if bad or not stops:
-            raise UsageError(f"--stop-on takes {','.join(STOP_ON)}, got {stop_on!r}")
+    stops = parse_names(stop_on, STOP_ON, "--stop-on")
+    if stop_on is not None and not stops:
+        raise UsageError(f"--stop-on takes {','.join(STOP_ON)}, got {stop_on!r}")
     run = WatchRun(
         command=command_line(cmd or []),
         every=every,
@@ -56,6 +51,10 @@ def cli_command(
         tensorboard=tensorboard,
     )
     report, code, _ = watch_command(run)
-    out_opts = output_options(format, output, None, debug)
-    write_text(render(report, out_opts.format, report.columns, report.table_totals), out_opts)
+    from hookcli.options import OutputOptions
+    from hookcli.pipeline import write_text
+    from hookcli.render import render
+
+    target = OutputOptions(format=format, output=output, debug=debug)
+    write_text(render(report, target.format, report.columns, report.table_totals), target)
     return code

@@ -251,6 +251,7 @@ def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
     except OSError as err:
         raise UsageError(f"cannot run {run.command[0]!r}: {err.strerror or err}") from None
     pgid = proc.pid
+    _warm_imports()  # what the report needs, loaded while COMMAND starts
 
     def kill(sig: int) -> None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -301,6 +302,15 @@ def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
         seconds=time.monotonic() - started,
     )
     return outcome, read_run(out)
+
+
+def _warm_imports() -> None:
+    with contextlib.suppress(Exception):
+        import tabulate  # noqa: F401
+
+        import hookcli.atomic
+        import hookcli.render
+        import hookcli.watch.summary  # noqa: F401
 
 
 def exit_status(outcome: Outcome, checks_failed: bool) -> int:
