@@ -113,11 +113,14 @@ def nonfinite_check(name: str, processes: Sequence[Process]) -> CheckResult:
     detail = first.text(several_procs, 2 if several_models else 1)
     if where:
         detail += f"; processes with {word}: {', '.join(where)}"
+    # the first one's module, and every other found in the outputs or grads themselves
+    # (an estimate from parameter gradients elsewhere, say on a rank that got the value
+    # through an all-reduce, is not a module that failed)
     layers = tuple(
         dict.fromkeys(
             f"{f.module or '(root)'}" + (f" ({f.process})" if several_procs else "")
             for f in found
-            if f.module is not None
+            if f.module is not None and (f is first or f.exact)
         )
     )
     return CheckResult(name, False, detail, layers)

@@ -113,8 +113,6 @@ def module_rows(processes: Sequence[Process]) -> list[Row]:
                 ]
                 data["grad_norm_per_rank"] = per_rank
                 data["grad_norm_spread"] = _spread(per_rank)
-            if not m.get("stepped") and all(data[k] is None for k in ("act_mean", "act_absmax")):
-                continue  # a container with no parameters of its own and no statistics
             display = {"name": f"{label}: {name or '(root)'}"} if several else {}
             rows.append(Row.of(data, display))
     return rows
