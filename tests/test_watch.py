@@ -665,3 +665,164 @@ def test_the_fast_path_leaves_the_rest_to_the_cli(argv: list[str]) -> None:
     from hookcli.watch.fastpath import parse
 
     assert parse(argv) is None
+
+
+# -- more of the process: forks, models the registry did not see, no optimizer ------------------
+
+
+def test_a_forked_child_records_nothing_and_an_unseen_model_is_still_found(
+    tmp_path: Path,
+) -> None:
+    """A child forked after the monitor started (as a data-loader worker is) writes no
+    line, even when it steps; a model copied whole (``deepcopy``: no registration hook
+    fires) is found by one scan of the process's objects, with the right names."""
+    code = (
+        "import copy, os, torch\n"
+        "m = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Linear(3, 1))\n"
+        "m = copy.deepcopy(m)\n"
+        "o = torch.optim.SGD(m.parameters(), lr=0.1)\n"
+        "for _ in range(2):\n"
+        "    m(torch.ones(1, 2)).sum().backward(); o.step()\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    m(torch.ones(1, 2)).sum().backward(); o.step(); os._exit(0)\n"
+        "os.waitpid(pid, 0)\n"
+    )
+    r = _bootstrapped(tmp_path, code)
+    assert r.returncode == 0, r.stderr
+    files = list((tmp_path / "run").glob("steps*.jsonl"))
+    assert [f.name for f in files] == ["steps.jsonl"]
+    lines = records(files[0])
+    model = next(x for x in lines if x["kind"] == "model")
+    assert [m["name"] for m in model["modules"] if m["stepped"]] == ["0", "1"]
+    assert [x["step"] for x in lines if x["kind"] == "step"] == [1, 2]
+    assert {x.get("pid") for x in lines if x["kind"] == "start"} != {None}
+
+
+def test_without_an_optimizer_each_backward_is_a_step() -> None:
+    import torch
+    from torch import nn
+
+    import hookcli
+
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(4, 4), nn.Tanh(), nn.Linear(4, 1))
+    norms = []
+    with hookcli.watch(model, every=1) as w:
+        for _ in range(3):
+            model(torch.randn(5, 4)).pow(2).sum().backward()
+            norms.append(math.hypot(*(p.grad.double().norm().item() for p in model.parameters())))
+            with torch.no_grad():
+                for p in model.parameters():
+                    p -= 0.01 * p.grad
+                    p.grad = None
+    steps = [r for r in w.records if r["kind"] == "step"]
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    for s, expected in zip(steps, norms, strict=True):
+        assert math.isclose(s["grad_norm"], expected, rel_tol=REL)
+        assert s["modules"]["0"]["update_ratio"] is None  # no optimizer step to measure
+    assert next(r for r in w.records if r["kind"] == "model")["mode"] == "backward"
+
+
+def test_the_python_api_removes_its_hooks_after_keyboard_interrupt() -> None:
+    import torch
+    from torch import nn
+
+    import hookcli
+    from tests.conftest import global_hook_counts
+
+    before = global_hook_counts()
+    real = (torch.autograd.backward, torch.optim.Optimizer.__init__)
+    model = nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with pytest.raises(KeyboardInterrupt), hookcli.watch(model, opt):
+        model(torch.ones(1, 2)).sum().backward()
+        opt.step()
+        raise KeyboardInterrupt
+    assert global_hook_counts() == before
+    assert (torch.autograd.backward, torch.optim.Optimizer.__init__) == real
+
+
+@pytest.mark.slow
+def test_sigint_reaches_torchrun_and_every_rank(tmp_path: Path) -> None:
+    """Ctrl-C to hookcli watch over torchrun: passed on to the group, every rank ends,
+    both ranks' lines so far are merged, exit 130."""
+    out = tmp_path / "run"
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hookcli",
+            "watch",
+            "--out",
+            str(out),
+            "--",
+            str(TORCHRUN),
+            "--nproc_per_node",
+            "2",
+            "--master_port",
+            str(30500 + os.getpid() % 1000),
+            str(SCRIPTS / "ddp_nan.py"),
+            "--steps",
+            "100000",
+            "--nan-step",
+            "0",
+        ],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        files = [out / "steps.rank0.jsonl", out / "steps.rank1.jsonl"]
+        while time.monotonic() < deadline:
+            if all(f.exists() and f.read_text().count('"kind":"step"') >= 3 for f in files):
+                break
+            time.sleep(0.2)
+        pids = [json.loads(f.read_text().splitlines()[0])["pid"] for f in files]
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=TIMEOUT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 130, stderr[-3000:]
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+    report = report_of(out)
+    assert report["totals"]["ranks"] == [0, 1]
+    assert "SIGINT" in report["error"]
+
+
+@pytest.mark.distributed
+def test_stop_on_under_torchrun_ends_every_rank(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    command = [
+        str(TORCHRUN),
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(31500 + os.getpid() % 1000),
+        str(SCRIPTS / "ddp_nan.py"),
+        "--steps",
+        "50",
+        "--nan-step",
+        "3",
+    ]
+    started = time.monotonic()
+    r = hookcli_watch(out, "--stop-on", "nan", command=command)
+    assert r.returncode == 1, r.stderr[-3000:]
+    stops = [
+        x
+        for rank in (0, 1)
+        if (out / f"steps.rank{rank}.jsonl").exists()
+        for x in records(out / f"steps.rank{rank}.jsonl")
+        if x["kind"] == "stop"
+    ]
+    assert stops and all(s["step"] == 3 for s in stops)
+    assert "rank 0 step 10 " not in r.stderr and "rank 1 step 10 " not in r.stderr
+    assert time.monotonic() - started < TIMEOUT
+    report = report_of(out)
+    assert [c["name"] for c in report["checks"] if not c["passed"]] == ["stop-on"]
