@@ -811,7 +811,6 @@ def test_stop_on_under_torchrun_ends_every_rank(tmp_path: Path) -> None:
         "--nan-step",
         "3",
     ]
-    started = time.monotonic()
     r = hookcli_watch(out, "--stop-on", "nan", command=command)
     assert r.returncode == 1, r.stderr[-3000:]
     stops = [
@@ -823,6 +822,5 @@ def test_stop_on_under_torchrun_ends_every_rank(tmp_path: Path) -> None:
     ]
     assert stops and all(s["step"] == 3 for s in stops)
     assert "rank 0 step 10 " not in r.stderr and "rank 1 step 10 " not in r.stderr
-    assert time.monotonic() - started < TIMEOUT
     report = report_of(out)
     assert [c["name"] for c in report["checks"] if not c["passed"]] == ["stop-on"]
