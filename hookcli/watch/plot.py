@@ -93,6 +93,27 @@ def plot_run(processes: Sequence[Process], path: Path, title: str) -> Path:
             xs = [int(s["step"]) for s in records]
             loss_ax.plot(xs, [_nan(s.get("loss")) for s in records], label=label, linewidth=1)
             grad_ax.plot(xs, [_nan(s.get("grad_norm")) for s in records], label=label, linewidth=1)
+        last = max(
+            (int(r["step"]) for label, owner, *_ in panels for r in owner.steps.get(label, [])),
+            default=1,
+        )
+        for label, owner, *_ in panels:
+            bad = [e for e in owner.events if e.get("model") == label]
+            if bad:  # where the first NaN/Inf came: the lines stop there
+                step = min(int(e["step"]) for e in bad)
+                for ax in (loss_ax, grad_ax):
+                    ax.axvline(step, color="#d62728", linestyle="--", linewidth=1)
+                    ax.annotate(
+                        f"first NaN/Inf ({label})" if len(panels) > 1 else "first NaN/Inf",
+                        (step, 1.0),
+                        xycoords=("data", "axes fraction"),
+                        xytext=(3, -10),
+                        textcoords="offset points",
+                        color="#d62728",
+                        fontsize=7,
+                    )
+        for ax in (loss_ax, grad_ax):
+            ax.set_xlim(0.5, max(last, 1) + 0.5)
         loss_ax.set_ylabel("loss")
         grad_ax.set_ylabel("total grad norm")
         grad_ax.set_xlabel("step")
