@@ -209,6 +209,7 @@ class _Track:
     forward_order: list[int] = field(default_factory=list)  # modules, last logged step
     refs: list[nn.Module] = field(default_factory=list)  # the modules, kept alive
     plans: dict[Any, _Plan] = field(default_factory=dict)  # how to take the norms
+    kept: list[torch.Tensor] | None = None  # the parameter copies, reused (CPU)
 
 
 @dataclass(frozen=True)
@@ -234,10 +235,15 @@ class _Plan:
         return _Plan(plan, tuple(others), len(plan) == 1 and not others)
 
 
-def _copies(params: list[torch.Tensor], plans: dict[Any, _Plan]) -> list[torch.Tensor]:
+def _copies(
+    params: list[torch.Tensor], plans: dict[Any, _Plan], kept: list[torch.Tensor] | None
+) -> list[torch.Tensor]:
     """Copies of the parameters (one fused multiply by 1 where they share a dtype and
-    device: exact, NaN and -0.0 included)."""
+    device: exact, NaN and -0.0 included), into ``kept`` when given (the same shapes)."""
     plan = plans.get("weights") or _Plan.of(params)
+    if kept is not None and len(kept) == len(params) and plan.single:
+        torch._foreach_copy_(kept, params)
+        return kept
     if plan.single:
         return list(torch._foreach_mul(params, 1.0))
     return [p.detach().clone() for p in params]
@@ -246,10 +252,16 @@ def _copies(params: list[torch.Tensor], plans: dict[Any, _Plan]) -> list[torch.T
 def _differences(
     params: list[torch.Tensor], before: list[torch.Tensor], plans: dict[Any, _Plan]
 ) -> list[torch.Tensor]:
+    """``before - params``, written into ``before`` (hookcli's own copies; a new tensor of
+    the parameters' size would cost its allocation again): the update's norm is its
+    difference's, whichever the sign."""
     plan = plans.get("weights") or _Plan.of(params)
     if plan.single:
-        return list(torch._foreach_sub(params, before))
-    return [p.detach() - b for p, b in zip(params, before, strict=True)]
+        torch._foreach_sub_(before, params)
+        return before
+    for b, p in zip(before, params, strict=True):
+        b.sub_(p.detach())
+    return before
 
 
 def _foreach(group: list[torch.Tensor], low: bool) -> tuple[torch.Tensor, ...]:
@@ -739,7 +751,12 @@ class Monitor:
             if log:
                 weights = _norm_vector(track.params, track.plans, "weights")
                 if track.mode == "optimizer":
-                    before = _copies(track.params, track.plans)
+                    before = _copies(track.params, track.plans, track.kept)
+                    if all(b.device.type == "cpu" for b in before[:1]):
+                        # On the CPU a new buffer of the parameters' size costs its page
+                        # faults again on every logged step: the copy is kept for the
+                        # next one (CUDA's caching allocator reuses a freed one anyway).
+                        track.kept = before
         losses, self._losses = self._losses, []
         step = _Step(
             step=k,
