@@ -17,7 +17,7 @@
 Runs are interleaved (plain, hookcli, hookcli with HOOKCLI_FULL_EXIT=1, plain, ...)
 and the medians reported; peak
 RSS is the child's VmHWM read from /proc (``ru_maxrss`` would report the parent's); for
-the ``hookcli`` command, whose watching parent forks the process that does the work,
+the ``hookcli`` command, whose guarding parent forks the process that does the work,
 the worker's VmHWM plus the parent's private pages.
 """
 
@@ -100,7 +100,7 @@ def _field(path: str, *names: str) -> int:
 
 
 def _tree(pid: int) -> list[int]:
-    """``pid`` and its descendants (the `hookcli` command is a watching parent and the
+    """``pid`` and its descendants (the `hookcli` command is a guarding parent and the
     child that runs the command)."""
     found, todo = [], [pid]
     while todo:
@@ -113,7 +113,7 @@ def _tree(pid: int) -> list[int]:
 
 def _tree_peak(pid: int) -> int:
     """The largest process's peak (VmHWM), plus the memory each other process of the
-    tree holds alone (its private pages): the watching parent's own cost, not the pages
+    tree holds alone (its private pages): the guarding parent's own cost, not the pages
     it shares with its child."""
     pids = _tree(pid)
     peaks = {p: _field(f"/proc/{p}/status", "VmHWM") for p in pids}

@@ -62,6 +62,10 @@ README_KEYS = (
     "profile_overhead",
     "ddp",
     "fsdp",
+    "watch_gpt",
+    "watch_gpt_every50",
+    "watch_resnet18",
+    "watch_resnet18_every50",
     "help_s",
 )
 

@@ -7,6 +7,10 @@ The Python API mirrors the commands on a live model (``hookcli.api``)::
     report = hookcli.grads(model, x, fail_on="unused")
     assert report.passed
 
+    with hookcli.watch(model, optimizer) as w:   # a training loop, watched
+        train()
+    print(w.report().render())
+
 The CLI is ``hookcli.cli.app``; errors are ``hookcli.errors``; report records
 are ``hookcli.report``. Importing hookcli does not import torch.
 """
@@ -23,7 +27,19 @@ from hookcli import inspect as _inspect_package  # noqa: F401
 from hookcli import profile as _profile_package  # noqa: F401
 from hookcli import render as _render_module  # noqa: F401  (hands Report.render its renderer)
 from hookcli import stats as _stats_package  # noqa: F401
+from hookcli import watch as _watch_package  # noqa: F401
 from hookcli.api import cost, diff, grads, inspect, profile, stats
 from hookcli.report import Report
+from hookcli.watch.session import watch
 
-__all__ = ["Report", "__version__", "cost", "diff", "grads", "inspect", "profile", "stats"]
+__all__ = [
+    "Report",
+    "__version__",
+    "cost",
+    "diff",
+    "grads",
+    "inspect",
+    "profile",
+    "stats",
+    "watch",
+]

@@ -125,12 +125,12 @@ _REAL_EXIT = os._exit  # hookcli's own immediate exits go through this (by _end)
 
 
 def _end(code: int, herald: Callable[[int], None] | None = None) -> NoReturn:
-    """Leave now with ``code``, told first to the watching parent (hookcli/watch.py).
+    """Leave now with ``code``, told first to the guarding parent (hookcli/exitguard.py).
 
     Without the herald (which only ``main`` holds) the parent hears a failure only: a
     model that calls this with 0 is not believed.
     """
-    from hookcli.watch import announce
+    from hookcli.exitguard import announce
 
     if herald is not None:
         herald(code)
@@ -451,12 +451,12 @@ def _host_kept() -> Iterator[None]:
 def _started() -> None:
     """torch imported before the command body (so model code runs after it), its failure
     said as hookcli's own: "hookcli could not start", never the model's fault. The
-    watching parent is told both steps (hookcli/watch.py ``stage``)."""
-    from hookcli import watch
+    guarding parent is told both steps (hookcli/exitguard.py ``stage``)."""
+    from hookcli import exitguard
     from hookcli.errors import ResourceError, RunError
 
     if "torch" not in sys.modules:
-        watch.stage("torch")
+        exitguard.stage("torch")
         try:
             import torch  # noqa: F401
         except (Exception, SystemExit) as err:  # ImportError, OSError, MemoryError ...
@@ -464,9 +464,9 @@ def _started() -> None:
             memory = is_oom(err) or any(
                 m in why.lower() for m in ("failed to map segment", "cannot allocate memory")
             )
-            line, code = watch.not_started(f"importing torch failed ({why})", memory)
+            line, code = exitguard.not_started(f"importing torch failed ({why})", memory)
             raise (ResourceError if code == EXIT_RESOURCE else RunError)(line) from err
-    watch.stage("model")
+    exitguard.stage("model")
 
 
 def _outcome(fn: Callable[[], int], debug: bool) -> int:
@@ -514,7 +514,7 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
         from typer._click.globals import get_current_context
 
         from hookcli.config import blamed
-        from hookcli.watch import runs_model
+        from hookcli.exitguard import runs_model
 
         ctx = get_current_context(silent=True)
 
@@ -537,7 +537,10 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
     _add_amp(wrapper, fn, name)
     from hookcli.helpfmt import PanelCommand
 
-    app.command(name, help=help_text or fn.__doc__, cls=PanelCommand)(wrapper)
+    settings = getattr(fn, "context_settings", None)  # watch: COMMAND keeps its own flags
+    app.command(name, help=help_text or fn.__doc__, cls=PanelCommand, context_settings=settings)(
+        wrapper
+    )
 
 
 def _add_option(wrapper: Any, sig: Any, after: str, name: str, annotation: Any) -> None:
@@ -629,8 +632,8 @@ _register()
 
 def main(herald: Callable[[int], None] | None = None) -> None:
     """Run the command line in this process (``hookcli.entry.main``, the console script,
-    forks first where hookcli/watch.py says so and calls this in the child, with the
-    herald: the one function that can tell the watching parent a pass)."""
+    forks first where hookcli/exitguard.py says so and calls this in the child, with the
+    herald: the one function that can tell the guarding parent a pass)."""
     # Importing torch and torchvision leaves millions of objects that every gen-2
     # collection would rescan. Collection waits until the model is built; then
     # that heap is frozen out of later collections (pipeline.build_model).
@@ -669,7 +672,7 @@ def _leave(code: object, herald: Callable[[int], None] | None = None) -> None:
     (the interpreter would wait for it), while a process group is initialized, and
     when ``HOOKCLI_FULL_EXIT=1`` is set.
     """
-    from hookcli.watch import announce
+    from hookcli.exitguard import announce
 
     if not isinstance(code, int) or not _fast_exit_ok():
         if isinstance(code, int):

@@ -1,5 +1,6 @@
-"""The console script and ``python -m hookcli``: the watching parent first (where it
-applies, hookcli/watch.py), then the CLI in the child.
+"""The console script and ``python -m hookcli``: the guarding parent first (where it
+applies, hookcli/exitguard.py), then the CLI in the child. ``hookcli watch`` first tries
+its own parser (hookcli/watch/fastpath.py), which starts the training sooner.
 
 The herald (the function that tells the parent a pass, with its token) goes straight
 into ``cli.main``: no module attribute of hookcli's holds it.
@@ -9,9 +10,13 @@ import sys
 
 
 def main() -> None:
-    from hookcli import watch
+    if sys.argv[1:2] == ["watch"]:  # COMMAND starts without building the Typer app first
+        from hookcli.watch.fastpath import main as watch_main
 
-    herald = watch.watch() if watch.should_watch(sys.argv[1:]) else None  # forks
+        watch_main(sys.argv[2:])  # returns only when the full CLI should run it
+    from hookcli import exitguard
+
+    herald = exitguard.guard() if exitguard.should_guard(sys.argv[1:]) else None  # forks
     from hookcli.cli import main as cli_main
 
     cli_main(herald)

@@ -40,7 +40,10 @@ DIRECTIVE = re.compile(r"^\s*<!--\s*docs-check:\s*(.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(\s*)(```|~~~)")
 EXIT = re.compile(r"^# exit (\d+)$")
 # Blocks with these models build torchvision/hf/timm models: seconds each, so slow.
-SLOW_MODEL = re.compile(r"hookcli \w+ (?!sample_models|tests[./]|docs/examples|os:|torch\.nn)\S")
+# hookcli watch runs a training command, not a MODEL: its blocks run in make test.
+SLOW_MODEL = re.compile(
+    r"hookcli (?!watch )\w+ (?!sample_models|tests[./]|docs/examples|os:|torch\.nn)\S"
+)
 SEP = "\x1edocs-check-end"
 # ``torch<2.14: mask Saved`` applies the directive after the colon on those torch only.
 TORCH_COND = re.compile(r"^torch\s*(<|>=)\s*(\d+\.\d+)\s*:\s*(.+)$")

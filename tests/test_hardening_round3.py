@@ -60,17 +60,17 @@ def test_os_exit_in_a_model_thread_is_exit_4() -> None:
 @pytest.mark.parametrize("how", ["ctypes", "exec"])
 def test_a_native_exit_cannot_forge_a_pass(how: str) -> None:
     """Native code that ends the process with status 0 (no Python runs, so the os._exit
-    guard cannot see it): the watching parent finds no exit status announced, exit 4."""
+    guard cannot see it): the guarding parent finds no exit status announced, exit 4."""
     args = ("grads", f"{FIX}:NativeExit", "-k", f"how={how!r}", "--fail-on", "nan")
     r = run_cli(*args)
     assert r.returncode == 4, (r.returncode, r.stderr)
     line = _one_line_error(r.stderr)
     assert "ended with status 0 before hookcli finished" in line, line
-    # unwatched, the same run is the forged pass the parent exists for
+    # unguarded, the same run is the forged pass the parent exists for
     plain = subprocess.run(
         [sys.executable, "-m", "hookcli", *args],
         cwd=ROOT,
-        env={**_env(), "HOOKCLI_WATCH": "0"},
+        env={**_env(), "HOOKCLI_EXIT_GUARD": "0"},
         capture_output=True,
         text=True,
         timeout=120,
@@ -79,11 +79,11 @@ def test_a_native_exit_cannot_forge_a_pass(how: str) -> None:
     assert plain.returncode == 0 and plain.stdout == "", plain
 
 
-def test_which_runs_are_watched(monkeypatch: pytest.MonkeyPatch) -> None:
-    from hookcli.watch import should_watch
+def test_which_runs_are_guarded(monkeypatch: pytest.MonkeyPatch) -> None:
+    from hookcli.exitguard import should_guard
 
-    assert should_watch(["grads", "m", "--fail-on", "nan"])
-    assert should_watch(["profile", "m"]) and should_watch(["params", "m"])
+    assert should_guard(["grads", "m", "--fail-on", "nan"])
+    assert should_guard(["profile", "m"]) and should_guard(["params", "m"])
     for argv in (
         [],
         ["--help"],
@@ -94,9 +94,9 @@ def test_which_runs_are_watched(monkeypatch: pytest.MonkeyPatch) -> None:
         ["grads", "m", "--ddp"],
         ["cost", "m", "--fsdp"],
     ):
-        assert not should_watch(argv), argv
-    monkeypatch.setenv("HOOKCLI_WATCH", "0")
-    assert not should_watch(["grads", "m"])
+        assert not should_guard(argv), argv
+    monkeypatch.setenv("HOOKCLI_EXIT_GUARD", "0")
+    assert not should_guard(["grads", "m"])
 
 
 def test_a_child_killed_by_a_signal_is_reported_as_that_signal() -> None:
@@ -104,7 +104,7 @@ def test_a_child_killed_by_a_signal_is_reported_as_that_signal() -> None:
     assert r.returncode == -9, (r.returncode, r.stderr)  # what the shell shows as 137
 
 
-def test_exit_statuses_pass_through_the_watching_parent(tmp_path: Path) -> None:
+def test_exit_statuses_pass_through_the_guarding_parent(tmp_path: Path) -> None:
     """0, 1 (a failed check) and 2 (usage) reach the caller unchanged, with the report."""
     ok = run_cli("params", "sample_models:LeNet", "--format", "json")
     assert ok.returncode == 0 and json.loads(ok.stdout)["command"] == "params", ok.stderr

@@ -25,9 +25,17 @@ CAPABILITIES = (
     "hookcli.inspect",
     "hookcli.profile",
     "hookcli.stats",
+    "hookcli.watch",
 )
 # What may import a capability: the public API, the CLI and the commands.
-ENTRY_POINTS = ("hookcli", "hookcli.__main__", "hookcli.api", "hookcli.cli", "hookcli.commands")
+ENTRY_POINTS = (
+    "hookcli",
+    "hookcli.__main__",
+    "hookcli.api",
+    "hookcli.cli",
+    "hookcli.commands",
+    "hookcli.entry",  # the console script: hookcli watch takes its fast path from here
+)
 MAX_COMMAND_LINES = 200
 
 

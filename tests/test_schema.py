@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import json
 import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +67,12 @@ CASES: list[tuple[str, str, int]] = [
     ("cost", "cost sample_models:LeNet --backward --max-flops 1G", 0),
     ("cost-meta", "cost sample_models.causal_lm:TinyCausalLM --device meta -d 2", 0),
     ("profile", "profile sample_models:LeNet --backward --warmup 0 --repeat 2 --max-ms fc*:1e6", 0),
+    (
+        "watch",
+        f"watch --every 1 --fail-on nan --out {{tmp}}/run -- {shlex.quote(sys.executable)} "
+        f"{shlex.quote(str(ROOT / 'tests' / 'watch_fixtures' / 'tiny.py'))} --steps 2",
+        0,
+    ),
 ]
 
 # Commands whose case is still to come (a command in progress on another branch).
@@ -106,7 +113,9 @@ def test_report_validates(
     tmp_path: Path,
 ) -> None:
     args = shlex.split(line.format(tmp=tmp_path, **saved_reports))
-    result = invoke(*args, "--format", "json")
+    # hookcli's options go before a watched COMMAND's "--"
+    at = args.index("--") if "--" in args else len(args)
+    result = invoke(*args[:at], "--format", "json", *args[at:])
     assert result.exit_code == code, (result.exit_code, result.stderr[-500:])
     report = json.loads(result.stdout)
     assert report["command"] == args[0]

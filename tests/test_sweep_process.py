@@ -3,7 +3,7 @@ file is written (B2), a run that dies before the model loads (R19), in-process r
 leave ``sys.path`` and the environment as found (R22), and functions whose annotation
 says they return no model (R23).
 
-Subprocess tests run ``python -m hookcli`` (the console command's watching parent
+Subprocess tests run ``python -m hookcli`` (the console command's guarding parent
 included) under an address-space limit, with timeouts; the rest run in-process.
 """
 
@@ -77,7 +77,7 @@ def _spawned(*args: str, ignore_hup: bool = False, **env: str) -> Iterator[subpr
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         preexec_fn=_preexec(ignore_hup=ignore_hup),
-        start_new_session=True,  # so the watched child can be ended with it
+        start_new_session=True,  # so the guarded child can be ended with it
     )
     try:
         yield proc
@@ -119,7 +119,7 @@ def _memory_limited(limit: int | None) -> bool:
     )
 
 
-# -- B1: a model cannot forge a pass to the watching parent --------------------------------
+# -- B1: a model cannot forge a pass to the guarding parent ---------------------------------
 
 
 FORGED = "hookcli: error: the process ended with status 0 before hookcli finished"
@@ -138,10 +138,10 @@ def test_a_forged_pass_is_not_believed(how: str) -> None:
     assert r.stdout.replace("0\n", "") == ""  # no report (the "0"s the model wrote to fd 1)
 
 
-def test_unwatched_the_same_forgery_is_a_pass() -> None:
+def test_unguarded_the_same_forgery_is_a_pass() -> None:
     """What the parent is for: without it the forged run exits 0 with no report."""
     r = _run(
-        "grads", f"{FIX}:Forges", "-k", "how='announce'", "--fail-on", "nan", HOOKCLI_WATCH="0"
+        "grads", f"{FIX}:Forges", "-k", "how='announce'", "--fail-on", "nan", HOOKCLI_EXIT_GUARD="0"
     )
     assert (r.returncode, r.stdout) == (0, ""), r
 
@@ -154,7 +154,7 @@ def test_a_real_pass_still_passes_through_the_parent() -> None:
 
 
 def test_the_parent_believes_only_statuses_with_its_token() -> None:
-    from hookcli.watch import _verdict
+    from hookcli.exitguard import _verdict
 
     token = "ab" * 16
     assert _verdict(f"{token} 0\n".encode(), token).code == 0
@@ -188,18 +188,18 @@ def _saving(folder: Path) -> Callable[[], bool]:
 
 
 @pytest.mark.parametrize(
-    ("watch", "to_group"),
+    ("guard", "to_group"),
     [("1", False), ("0", False), ("1", True)],
-    ids=["watched", "unwatched", "hangup-of-the-group"],
+    ids=["guarded", "unguarded", "hangup-of-the-group"],
 )
 def test_sighup_during_a_save_leaves_no_temp_file(
-    tmp_path: Path, watch: str, to_group: bool
+    tmp_path: Path, guard: str, to_group: bool
 ) -> None:
     """SIGHUP to hookcli, or to its whole process group as a closing terminal sends it
     (the child then gets it twice: its own and the parent's relay): one line, exit 129."""
     target = tmp_path / "f.pt"
     args = ("features", f"{HOSTILE}:BigFeatures", "-k", "mib=32", "-l", "layers.*")
-    with _spawned(*args, "--out", str(target), HOOKCLI_WATCH=watch) as proc:
+    with _spawned(*args, "--out", str(target), HOOKCLI_EXIT_GUARD=guard) as proc:
         _wait_for(_saving(tmp_path), proc)
         if to_group:
             os.killpg(proc.pid, signal.SIGHUP)
@@ -254,16 +254,16 @@ def test_a_native_exit_while_importing_torch_does_not_blame_the_model(
     assert ("memory limit" in line) == limited, line
 
 
-@pytest.mark.parametrize("watch", ["1", "0"])
+@pytest.mark.parametrize("guard", ["1", "0"])
 @pytest.mark.parametrize(
     ("error", "code"),
     [("libtorch_cpu.so: failed to map segment from shared object", 5), ("no luck here", 4)],
 )
 def test_an_import_error_from_torch_is_not_an_internal_error(
-    tmp_path: Path, watch: str, error: str, code: int
+    tmp_path: Path, guard: str, error: str, code: int
 ) -> None:
     path = _fake_torch(tmp_path, f"raise ImportError({error!r})\n")
-    r = _run("inspect", f"{FIX}:Small", limit=None, PYTHONPATH=path, HOOKCLI_WATCH=watch)
+    r = _run("inspect", f"{FIX}:Small", limit=None, PYTHONPATH=path, HOOKCLI_EXIT_GUARD=guard)
     assert r.returncode == code, (r.returncode, r.stderr)
     line = _one_line(r.stderr)
     assert line.startswith(

@@ -23,6 +23,7 @@ _ORDER = (
     "cost",
     "profile",
     "ablate",
+    "watch",
     "diff",
     "models",
 )

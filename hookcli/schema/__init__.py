@@ -1,4 +1,6 @@
-"""The JSON Schema of hookcli's reports (``hookcli.report/1``), shipped as package data.
+"""The JSON Schemas of hookcli's reports (``hookcli.report/1``) and of the lines of
+``watch``'s steps files (``hookcli.steps/1``, ``steps.schema.json``), shipped as package
+data.
 
 Every command's ``--format json`` output validates against ``report.schema.json``
 (JSON Schema draft 2020-12); docs/reference.md describes the keys in words::
@@ -16,21 +18,39 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-__all__ = ["FILENAME", "SCHEMA_ID", "load", "text", "validate"]
+__all__ = [
+    "FILENAME",
+    "SCHEMA_ID",
+    "STEPS_FILENAME",
+    "STEPS_SCHEMA_ID",
+    "load",
+    "load_steps",
+    "text",
+    "validate",
+    "validate_steps",
+]
 
 FILENAME = "report.schema.json"
 SCHEMA_ID = "hookcli.report/1"  # the value of every report's "schema" key
+STEPS_FILENAME = "steps.schema.json"
+STEPS_SCHEMA_ID = "hookcli.steps/1"  # the "schema" of a steps file's start record
 
 
 @cache
-def text() -> str:
-    """The schema file's text, exactly as shipped."""
-    return resources.files(__name__).joinpath(FILENAME).read_text(encoding="utf-8")
+def text(filename: str = FILENAME) -> str:
+    """A schema file's text, exactly as shipped (the report's by default)."""
+    return resources.files(__name__).joinpath(filename).read_text(encoding="utf-8")
 
 
 def load() -> dict[str, Any]:
     """The report schema as a fresh dict (callers may change their copy)."""
     schema: dict[str, Any] = json.loads(text())
+    return schema
+
+
+def load_steps() -> dict[str, Any]:
+    """The schema of one line of a ``watch`` steps file, as a fresh dict."""
+    schema: dict[str, Any] = json.loads(text(STEPS_FILENAME))
     return schema
 
 
@@ -47,3 +67,15 @@ def validate(report: Any) -> None:
             "hookcli.schema.validate needs the jsonschema package: pip install jsonschema"
         ) from err
     jsonschema.Draft202012Validator(load()).validate(report)
+
+
+def validate_steps(record: Any) -> None:
+    """Raise ``jsonschema.ValidationError`` unless ``record`` (one parsed line of a steps
+    file) is valid. Needs the ``jsonschema`` package."""
+    try:
+        import jsonschema
+    except ImportError as err:
+        raise ImportError(
+            "hookcli.schema.validate_steps needs the jsonschema package: pip install jsonschema"
+        ) from err
+    jsonschema.Draft202012Validator(load_steps()).validate(record)

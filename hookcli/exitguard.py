@@ -1,6 +1,6 @@
-"""A parent process that watches the exit status, so a model cannot forge one.
+"""A parent process that guards the exit status, so a model cannot forge one.
 
-``hookcli.entry.main`` (the console script, ``python -m hookcli``) calls ``watch``.
+``hookcli.entry.main`` (the console script, ``python -m hookcli``) calls ``guard``.
 In-process, ``os._exit`` is guarded (``cli._ExitGuard``), which names the module that
 called it. Native code is out of its reach: ``ctypes.CDLL(None)._exit(0)`` or
 ``os.execv("/bin/true", ...)`` in a model's ``forward`` ends the process with status 0
@@ -13,7 +13,7 @@ parent says so and exits 4.
 
 Which statuses the parent believes (``_verdict``): a pass (0) only on a line that
 carries the token, 32 random hex digits the parent draws just before the fork. In the
-child the token lives only inside the function ``watch`` returns (the *herald*), which
+child the token lives only inside the function ``guard`` returns (the *herald*), which
 ``entry.main`` hands to ``cli.main`` and which only the CLI's last step calls, once the
 report is out; it is in no module attribute, no environment variable, no file and
 no descriptor, and nothing is written with it before the end. A failure needs no token
@@ -36,9 +36,9 @@ kills the parent with the same signal, so the shell sees what it would have seen
 signal the parent was started ignoring (``nohup``'s SIGHUP) stays ignored. The child
 dies with the parent (``PR_SET_PDEATHSIG``, Linux).
 
-Not watched (``should_watch``): ``--help``/``--version``, commands that run no model
+Not guarded (``should_guard``): ``--help``/``--version``, commands that run no model
 (``models``, ``diff``), runs under ``--ddp``/``--fsdp`` (torchrun tracks the ranks'
-processes itself), platforms without ``fork``, and ``HOOKCLI_WATCH=0``.
+processes itself), platforms without ``fork``, and ``HOOKCLI_EXIT_GUARD=0``.
 """
 
 from __future__ import annotations
@@ -52,19 +52,21 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import NoReturn
 
-# the commands that run no model code; every other command does (a new one is watched)
-_NO_MODEL = frozenset({"diff", "models"})
+# the commands that run no model code in this process; every other command does (a new
+# one is guarded). watch runs the training in child processes of its own, whose exit
+# status it passes through.
+_NO_MODEL = frozenset({"diff", "models", "watch"})
 _RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 EXIT_RUN = 4  # hookcli.errors' values, not imported: the parent stays this module only
 EXIT_RESOURCE = 5
 
-_fd: int | None = None  # the child's end of the pipe, once watched
-_pid = 0  # the watched child (a process the model forks says nothing)
+_fd: int | None = None  # the child's end of the pipe, once guarded
+_pid = 0  # the guarded child (a process the model forks says nothing)
 
 
-def should_watch(argv: list[str]) -> bool:
-    """Whether this command line runs model code that a watching parent should guard."""
-    if not hasattr(os, "fork") or os.environ.get("HOOKCLI_WATCH", "") == "0":
+def should_guard(argv: list[str]) -> bool:
+    """Whether this command line runs model code that a guarding parent should protect."""
+    if not hasattr(os, "fork") or os.environ.get("HOOKCLI_EXIT_GUARD", "") == "0":
         return False
     if any(a.startswith("_") and a.endswith("_COMPLETE") for a in os.environ):
         return False  # shell completion
@@ -86,10 +88,10 @@ def _say(line: str) -> None:
 
 
 def announce(code: int) -> None:
-    """A failure hookcli decided, told to the parent (a no-op when unwatched).
+    """A failure hookcli decided, told to the parent (a no-op when unguarded).
 
     A pass cannot be said here: the parent ignores ``0`` from this function and names
-    it as a forged status. Only the herald ``watch`` returned says a pass.
+    it as a forged status. Only the herald ``guard`` returned says a pass.
     """
     _say(f"status {code}\n")
 
@@ -99,7 +101,7 @@ def stage(name: str) -> None:
     _say(f"stage {name}\n")
 
 
-def watch() -> Callable[[int], None]:
+def guard() -> Callable[[int], None]:
     """Fork; return the herald in the child, which runs hookcli; the parent never returns."""
     global _fd, _pid
     token = os.urandom(16).hex()

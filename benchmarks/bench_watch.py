@@ -1,0 +1,182 @@
+"""``hookcli watch``'s cost on whole training runs: watched / unwatched wall time.
+
+Two real training scripts of the tests (``tests/watch_scripts/``), 200 optimizer steps
+each, run unchanged as whole processes, timed from start to exit (what a user waits for):
+
+- ``gpt_char.py``: the 2-block GPT-style character model (AdamW, warm-up + cosine
+  ``LambdaLR``, gradient clipping), batch 16 of 32 characters;
+- ``cnn_bn.py --model resnet18``: torchvision's resnet18 (no weights) on random
+  3x32x32 images, batch 8, SGD with momentum, a ``torch.no_grad()`` evaluation every
+  5 steps.
+
+Three ways to run each: ``bare`` (``python SCRIPT ARGS``), ``watch`` (``python -m hookcli
+watch --out DIR -- python SCRIPT ARGS``, the defaults) and ``every50`` (the same with
+``--every 50``), in interleaved rounds (``interleave``: one warm-up of each, the order
+rotating); the figure is the median of the per-round wall-time ratios against ``bare``
+(the processes' CPU seconds are printed beside, from ``RUSAGE_CHILDREN``). Targets:
+<= 1.05 at the defaults, <= 1.02 with ``--every 50``. Every process runs with
+``PYTHONPATH`` set to this checkout, so this checkout's hookcli is the one measured, and
+with torch's default thread count. The watched runs must train exactly as the bare ones:
+the scripts print every loss as ``float.hex`` and a digest of the final weights, and a
+watched run whose lines differ fails the benchmark.
+
+Usage: ``python benchmarks/bench_watch.py [--rounds 3] [--steps 200] [--only gpt]``; ``--smoke``
+(``benchmarks/run.py --smoke watch``): 3 steps, one round.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import itertools
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.common import (  # noqa: E402
+    benchmark,
+    interleave,
+    record,
+    rounds,
+    smoke,
+    target_line,
+)
+
+SCRIPTS = ROOT / "tests" / "watch_scripts"
+# (key, script, its arguments, what)
+RUNS: tuple[tuple[str, str, list[str], str], ...] = (
+    ("gpt", "gpt_char.py", [], "the GPT-style char model"),
+    (
+        "resnet18",
+        "cnn_bn.py",
+        ["--model", "resnet18", "--batch", "8", "--size", "32"],
+        "resnet18 on random 3x32x32",
+    ),
+)
+
+
+def _training(stdout: str) -> list[str]:
+    """The lines that say how the run trained: every loss and the final weights."""
+    return [
+        line
+        for line in stdout.splitlines()
+        if line.startswith("step ") or line.startswith("weights sha256 ")
+    ]
+
+
+class Runner:
+    """One script run three ways; remembers what the bare run printed."""
+
+    def __init__(self, script: str, args: list[str], tmp: Path):
+        self.command = [sys.executable, str(SCRIPTS / script), *args]
+        self.tmp = tmp
+        self.count = itertools.count()
+        self.bare_lines: list[str] | None = None
+        self.env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # CPU seconds (user + system) of each run's processes, by way of running
+        self.cpu: dict[str, list[float]] = {}
+
+    def _run(self, cmd: list[str], way: str) -> str:
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        done = subprocess.run(
+            cmd, env=self.env, capture_output=True, text=True, timeout=1800, check=False
+        )
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+        self.cpu.setdefault(way, []).append(cpu)
+        if done.returncode != 0:
+            raise SystemExit(f"run failed ({done.returncode}): {cmd}\n{done.stderr[-2000:]}")
+        # both streams: the script's lines may come on either under watch
+        return done.stdout + "\n" + done.stderr
+
+    def bare(self) -> None:
+        lines = _training(self._run(self.command, "bare"))
+        if not lines:
+            raise SystemExit(f"no training lines from {self.command}")
+        self.bare_lines = lines
+
+    def watched(self, *options: str) -> None:
+        out = self.tmp / f"run{next(self.count)}"
+        cmd = [sys.executable, "-m", "hookcli", "watch", *options, "--out", str(out), "--"]
+        lines = _training(self._run([*cmd, *self.command], "every50" if options else "watch"))
+        if self.bare_lines is not None and lines != self.bare_lines:
+            raise SystemExit(
+                f"the watched run trained differently from the bare one: {cmd + self.command}"
+            )
+
+
+@benchmark
+def main(argv: list[str] | None = None) -> dict[str, float]:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=200)
+    parser.add_argument(
+        "--only", default="", help="comma-separated keys of the runs to time (gpt, resnet18)"
+    )
+    args = parser.parse_args([] if argv is None else argv)
+    only = {k for k in args.only.split(",") if k}
+    steps = 3 if smoke() else args.steps
+    n = rounds(args.rounds)
+    result: dict[str, float] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for key, script, extra, what in RUNS:
+            if only and key not in only:
+                continue
+            folder = Path(tmp, key)
+            folder.mkdir()
+            runner = Runner(script, [*extra, "--steps", str(steps), "--seed", "0"], folder)
+            res = interleave(
+                {
+                    "bare": runner.bare,
+                    "watch": runner.watched,
+                    "every50": functools.partial(runner.watched, "--every", "50"),
+                },
+                n,
+            )
+            print(f"{what}, {steps} steps, {n} rounds:")
+            # the timed runs' (interleave's warm-up of each way is the first)
+            cpu = {way: statistics.median(t[1:] or t) for way, t in runner.cpu.items()}
+            for way, label in (
+                ("bare", "unwatched"),
+                ("watch", "watched"),
+                ("every50", "--every 50"),
+            ):
+                print(
+                    f"  {label}: median wall {res[way]['wall']:.2f} s, "
+                    f"median CPU {cpu[way]:.2f} s (the run's processes)"
+                )
+            print(
+                target_line(
+                    "  watched / unwatched, defaults", res["watch"]["ratio"], f"watch_{key}"
+                )
+            )
+            print(
+                target_line(
+                    "  watched / unwatched, --every 50",
+                    res["every50"]["ratio"],
+                    f"watch_{key}_every50",
+                )
+            )
+            label = f"`hookcli watch` / unwatched wall time, {what}, {steps} steps"
+            record(f"watch_{key}", res["watch"]["ratio"], what=f"{label}, defaults")
+            record(f"watch_{key}_every50", res["every50"]["ratio"], what=f"{label}, `--every 50`")
+            record(
+                f"watch_{key}_bare",
+                res["bare"]["wall"],
+                what=f"unwatched wall time, {what}, {steps} steps",
+                unit="s",
+            )
+            result[f"watch_{key}"] = res["watch"]["ratio"]
+            result[f"watch_{key}_every50"] = res["every50"]["ratio"]
+    return result
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,174 @@
+"""``hookcli watch [OPTIONS] -- COMMAND [ARGS...]``: watch a real training run, unchanged."""
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from hookcli.cliopts import DebugOpt, FormatOpt, OutputOpt
+from hookcli.options import Format
+from hookcli.watch.config import DEFAULT_EVERY
+
+NAME = "watch"
+
+CommandArg = Annotated[
+    list[str] | None,
+    typer.Argument(
+        metavar="-- COMMAND [ARGS]...",
+        help="The command that trains (python train.py, python -m pkg.train, torchrun ..., "
+        "accelerate launch ...), after --.",
+        show_default=False,
+    ),
+]
+EveryOpt = Annotated[
+    int,
+    typer.Option(
+        "--every",
+        metavar="N",
+        min=1,
+        help="Per-module figures (grad norm, weight norm, update/weight ratio, activation "
+        "statistics) on the first step and every N-th; loss, total grad norm, learning "
+        "rates and step time on every step.",
+        rich_help_panel="Run",
+    ),
+]
+NanOriginOpt = Annotated[
+    bool,
+    typer.Option(
+        "--nan-origin",
+        help="Check every module's output and input gradient on every step, so the first "
+        "NaN/Inf is traced to the module that produced it (slower: see docs/watch.md).",
+        rich_help_panel="Run",
+    ),
+]
+WatchFailOnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--fail-on",
+        metavar="CHECKS",
+        help="Comma-separated checks that fail the run (exit 1): nan, inf, dead, vanishing, "
+        "exploding, unused.",
+        show_default=False,
+        rich_help_panel="Checks",
+    ),
+]
+StopOnOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--stop-on",
+        metavar="nan[,inf]",
+        help="End the run at the first NaN (or Inf) in a loss or gradient, before the "
+        "optimizer applies it (exit 1).",
+        show_default=False,
+        rich_help_panel="Checks",
+    ),
+]
+MinGradNormOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--min-grad-norm",
+        metavar="X",
+        min=0.0,
+        help="vanishing: a module's grad norm below X on a logged step (default 1e-8).",
+        show_default=False,
+        rich_help_panel="Checks",
+    ),
+]
+MaxGradNormOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-grad-norm",
+        metavar="X",
+        min=0.0,
+        help="exploding: a module's (or the total) grad norm above X (default 1e3).",
+        show_default=False,
+        rich_help_panel="Checks",
+    ),
+]
+MaxUpdateRatioOpt = Annotated[
+    float | None,
+    typer.Option(
+        "--max-update-ratio",
+        metavar="X",
+        min=0.0,
+        help="exploding: a module's ||w_after - w_before|| / ||w_before|| above X (default 1).",
+        show_default=False,
+        rich_help_panel="Checks",
+    ),
+]
+OutDirOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--out",
+        metavar="DIR",
+        help="Where steps.jsonl (one per rank) and report.json go (default: a new "
+        "hookcli-runs/<time>/).",
+        show_default=False,
+        rich_help_panel="Output",
+    ),
+]
+PlotOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--plot",
+        metavar="FILE.png",
+        help="Save a heatmap of log grad norm (modules x steps) with the loss and total grad "
+        "norm (needs matplotlib: pip install 'hookcli[plot]').",
+        show_default=False,
+        rich_help_panel="Output",
+    ),
+]
+TensorboardOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--tensorboard",
+        metavar="DIR",
+        help="Write the per-step scalars as TensorBoard event files while the run goes "
+        "(needs tensorboard: pip install 'hookcli[tensorboard]').",
+        show_default=False,
+        rich_help_panel="Output",
+    ),
+]
+
+
+def command(
+    cmd: CommandArg = None,
+    every: EveryOpt = DEFAULT_EVERY,
+    nan_origin: NanOriginOpt = False,
+    fail_on: WatchFailOnOpt = None,
+    stop_on: StopOnOpt = None,
+    min_grad_norm: MinGradNormOpt = None,
+    max_grad_norm: MaxGradNormOpt = None,
+    max_update_ratio: MaxUpdateRatioOpt = None,
+    out: OutDirOpt = None,
+    plot: PlotOpt = None,
+    tensorboard: TensorboardOpt = None,
+    format: FormatOpt = Format.TABLE,
+    output: OutputOpt = None,
+    debug: DebugOpt = False,
+) -> int:
+    """Watch a real training run, unchanged: per-step loss, grad norms, update ratios and
+    activations of every model it trains, the first NaN/Inf and where it came from; checks
+    that fail CI. Runs COMMAND with hookcli's monitor in each of its Python processes."""
+    from hookcli.watch.command import cli_command
+
+    return cli_command(
+        cmd=cmd,
+        every=every,
+        nan_origin=nan_origin,
+        fail_on=fail_on,
+        stop_on=stop_on,
+        min_grad_norm=min_grad_norm,
+        max_grad_norm=max_grad_norm,
+        max_update_ratio=max_update_ratio,
+        out=out,
+        plot=plot,
+        tensorboard=tensorboard,
+        format=format,
+        output=output,
+        debug=debug,
+    )
+
+
+# Everything after COMMAND's first word is COMMAND's own (its --flags too).
+command.context_settings = {"allow_interspersed_args": False}  # type: ignore[attr-defined]

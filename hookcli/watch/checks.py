@@ -1,0 +1,242 @@
+"""The CI gates of ``watch``: pure functions from the steps files to ``CheckResult``s.
+
+``--fail-on nan,inf,dead,vanishing,exploding,unused`` with the thresholds named as
+``grads`` names them (``--min-grad-norm``, ``--max-grad-norm``) plus
+``--max-update-ratio``; a threshold given alone turns its check on. Every check spans
+every process (rank) of the run and names the modules (and ranks) that failed it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hookcli.checks import make_check
+from hookcli.report import CheckResult
+from hookcli.watch.config import (
+    DEFAULT_MAX_GRAD_NORM,
+    DEFAULT_MAX_UPDATE_RATIO,
+    DEFAULT_MIN_GRAD_NORM,
+)
+from hookcli.watch.merge import Process, firsts, number
+
+
+@dataclass(frozen=True)
+class WatchGates:
+    """The gates a run asked for (``fail_on`` in the order given)."""
+
+    fail_on: tuple[str, ...] = ()
+    min_grad_norm: float | None = None
+    max_grad_norm: float | None = None
+    max_update_ratio: float | None = None
+
+    @property
+    def checks(self) -> tuple[str, ...]:
+        """``fail_on``, plus the checks a threshold given alone asks for."""
+        out = list(self.fail_on)
+        if self.min_grad_norm is not None and "vanishing" not in out:
+            out.append("vanishing")
+        if (
+            self.max_grad_norm is not None or self.max_update_ratio is not None
+        ) and "exploding" not in out:
+            out.append("exploding")
+        return tuple(out)
+
+    def thresholds(self) -> dict[str, float]:
+        wanted = self.checks
+        out = {}
+        if "vanishing" in wanted:
+            out["min_grad_norm"] = (
+                self.min_grad_norm if self.min_grad_norm is not None else DEFAULT_MIN_GRAD_NORM
+            )
+        if "exploding" in wanted:
+            out["max_grad_norm"] = (
+                self.max_grad_norm if self.max_grad_norm is not None else DEFAULT_MAX_GRAD_NORM
+            )
+            out["max_update_ratio"] = (
+                self.max_update_ratio
+                if self.max_update_ratio is not None
+                else DEFAULT_MAX_UPDATE_RATIO
+            )
+        return out
+
+
+def run_checks(gates: WatchGates, processes: Sequence[Process]) -> tuple[CheckResult, ...]:
+    """Every requested check, in the order asked."""
+    limits = gates.thresholds()
+    out = []
+    for name in gates.checks:
+        if name in ("nan", "inf"):
+            out.append(nonfinite_check(name, processes))
+        elif name == "dead":
+            out.append(dead_check(processes))
+        elif name == "vanishing":
+            out.append(bound_check(processes, "vanishing", limits["min_grad_norm"], None, None))
+        elif name == "exploding":
+            out.append(
+                bound_check(
+                    processes,
+                    "exploding",
+                    None,
+                    limits["max_grad_norm"],
+                    limits["max_update_ratio"],
+                )
+            )
+        elif name == "unused":
+            out.append(unused_check(processes))
+    return tuple(out)
+
+
+def _label(p: Process, model: str, name: str, several_models: bool, several_procs: bool) -> str:
+    label = name or "(root)"
+    if several_models:
+        label = f"{model}: {label}"
+    if several_procs:
+        label = f"{label} ({p.name})"
+    return label
+
+
+def _shape(processes: Sequence[Process]) -> tuple[bool, bool]:
+    models = {m for p in processes for m in p.models}
+    return len(models) > 1, len(processes) > 1
+
+
+def nonfinite_check(name: str, processes: Sequence[Process]) -> CheckResult:
+    """``nan``/``inf``: any NaN (Inf) in a loss or gradient on any rank."""
+    word = "NaN" if name == "nan" else "Inf"
+    found = firsts(list(processes), name)
+    if not found:
+        return CheckResult(name, True, f"no {word} in any loss or gradient")
+    several_models, several_procs = _shape(processes)
+    first = found[0]
+    where = sorted({f.process for f in found}) if several_procs else []
+    detail = first.text(several_procs, 2 if several_models else 1)
+    if where:
+        detail += f"; processes with {word}: {', '.join(where)}"
+    # the first one's module, and every other found in the outputs or grads themselves
+    # (an estimate from parameter gradients elsewhere, say on a rank that got the value
+    # through an all-reduce, is not a module that failed)
+    layers = tuple(
+        dict.fromkeys(
+            f"{f.module or '(root)'}" + (f" ({f.process})" if several_procs else "")
+            for f in found
+            if f.module is not None and (f is first or f.exact)
+        )
+    )
+    return CheckResult(name, False, detail, layers)
+
+
+def _logged(p: Process) -> list[tuple[str, dict]]:
+    return [(model, s) for model, steps in p.steps.items() for s in steps if "modules" in s]
+
+
+def dead_check(processes: Sequence[Process]) -> CheckResult:
+    """``dead``: a module whose output was all zeros on its last logged step."""
+    several_models, several_procs = _shape(processes)
+    failing = []
+    for p in processes:
+        last: dict[tuple[str, str], float | None] = {}
+        for model, s in _logged(p):
+            for name, entry in s["modules"].items():
+                if "act" in entry:
+                    last[(model, name)] = number(entry["act"].get("zero_frac"))
+        for (model, name), frac in last.items():
+            if frac is not None and frac >= 1.0:
+                failing.append(_label(p, model, name, several_models, several_procs))
+    return make_check(
+        "dead",
+        failing,
+        "every module output had a non-zero element on the last logged step",
+        "{n} module(s) output only zeros on the last logged step",
+    )
+
+
+def bound_check(
+    processes: Sequence[Process],
+    name: str,
+    low: float | None,
+    high: float | None,
+    ratio: float | None,
+) -> CheckResult:
+    """``vanishing`` (a module grad_norm below ``low``) or ``exploding`` (above ``high``,
+    or an update/weight ratio above ``ratio``; also the total grad norm of any step), at
+    any logged step of any rank."""
+    several_models, several_procs = _shape(processes)
+    failing: list[str] = []
+    first: str | None = None
+    for p in processes:
+        for model, steps in p.steps.items():
+            for s in steps:
+                total = number(s.get("grad_norm"))
+                if high is not None and total is not None and total > high:
+                    label = _label(p, model, "(total)", several_models, several_procs)
+                    failing.append(label)
+                    first = first or f"total grad norm {total:.4g} at step {s['step']}"
+                for mod, entry in (s.get("modules") or {}).items():
+                    g = number(entry.get("grad_norm"))
+                    u = number(entry.get("update_ratio"))
+                    why = None
+                    if low is not None and g is not None and g < low:
+                        why = f"grad norm {g:.4g} < {low:g}"
+                    elif high is not None and g is not None and g > high:
+                        why = f"grad norm {g:.4g} > {high:g}"
+                    elif ratio is not None and u is not None and u > ratio:
+                        why = f"update/weight {u:.4g} > {ratio:g}"
+                    if why is not None:
+                        label = _label(p, model, mod, several_models, several_procs)
+                        failing.append(label)
+                        first = first or f"{label}: {why} at step {s['step']}"
+    if name == "vanishing":
+        ok = f"every module grad norm >= {low:g} on the logged steps"
+        bad = f"{{n}} module(s) with a grad norm below {low:g}"
+    else:
+        ok = (
+            f"every grad norm <= {high:g} and every update/weight ratio <= {ratio:g} "
+            "on the logged steps"
+        )
+        bad = (
+            f"{{n}} module(s) with a grad norm above {high:g} "
+            f"or an update/weight ratio above {ratio:g}"
+        )
+    result = make_check(name, failing, ok, bad)
+    if not result.passed and first is not None:
+        return CheckResult(result.name, False, f"{result.detail}; first: {first}", result.layers)
+    return result
+
+
+def unused_check(processes: Sequence[Process]) -> CheckResult:
+    """``unused``: a stepped parameter whose grad stayed None on every step."""
+    several_models, several_procs = _shape(processes)
+    failing: list[str] = []
+    for p in processes:
+        unused: dict[str, list[str]] = {}
+        for model, steps in p.steps.items():
+            logged = [s for s in steps if "unused" in s]
+            if logged:
+                unused[model] = list(logged[-1]["unused"])
+        if p.end is not None:
+            unused.update({k: list(v) for k, v in (p.end.get("unused") or {}).items()})
+        for model, names in unused.items():
+            failing.extend(_label(p, model, n, several_models, several_procs) for n in names)
+    return make_check(
+        "unused",
+        failing,
+        "every stepped parameter got a gradient",
+        "{n} stepped parameter(s) never got a gradient",
+    )
+
+
+def stop_check(processes: Sequence[Process]) -> CheckResult | None:
+    """``stop-on``: the run was ended at its first NaN/Inf (always a failure)."""
+    stops = [(p, s) for p in processes for s in p.stops]
+    if not stops:
+        return None
+    p, s = min(stops, key=lambda ps: (ps[1].get("step") or 0, ps[0].rank or 0))
+    word = "NaN" if s.get("what") == "nan" else "Inf"
+    where = f" on {p.name}" if len(processes) > 1 else ""
+    return CheckResult(
+        "stop-on",
+        False,
+        f"stopped the run at the first {word}: step {s.get('step')} of {s.get('model')}{where}",
+        (),
+    )

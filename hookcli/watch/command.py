@@ -1,0 +1,60 @@
+"""``hookcli watch``: from the parsed options to the exit status."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hookcli.options import Format
+
+
+def cli_command(
+    *,
+    cmd: list[str] | None,
+    every: int,
+    nan_origin: bool,
+    fail_on: str | None,
+    stop_on: str | None,
+    min_grad_norm: float | None,
+    max_grad_norm: float | None,
+    max_update_ratio: float | None,
+    out: Path | None,
+    plot: Path | None,
+    tensorboard: Path | None,
+    format: Format,
+    output: Path | None,
+    debug: bool,
+) -> int:
+    """Check the options, run COMMAND watched, write the report; the exit status."""
+    # No typer here: the fast path (hookcli/watch/fastpath.py) calls this too.
+    from hookcli.errors import UsageError
+    from hookcli.watch.checks import WatchGates
+    from hookcli.watch.config import FAIL_ON, STOP_ON, parse_names
+    from hookcli.watch.runner import WatchRun, command_line, watch_command
+
+    gates = WatchGates(
+        fail_on=parse_names(fail_on, FAIL_ON, "--fail-on"),
+        min_grad_norm=min_grad_norm,
+        max_grad_norm=max_grad_norm,
+        max_update_ratio=max_update_ratio,
+    )
+    stops = parse_names(stop_on, STOP_ON, "--stop-on")
+    if stop_on is not None and not stops:
+        raise UsageError(f"--stop-on takes {','.join(STOP_ON)}, got {stop_on!r}")
+    run = WatchRun(
+        command=command_line(cmd or []),
+        every=every,
+        gates=gates,
+        stop_on=stops,
+        nan_origin=nan_origin,
+        out=out,
+        plot=plot,
+        tensorboard=tensorboard,
+    )
+    report, code, _ = watch_command(run)
+    from hookcli.options import OutputOptions
+    from hookcli.pipeline import write_text
+    from hookcli.render import render
+
+    target = OutputOptions(format=format, output=output, debug=debug)
+    write_text(render(report, target.format, report.columns, report.table_totals), target)
+    return code

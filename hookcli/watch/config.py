@@ -1,0 +1,84 @@
+"""What ``hookcli watch`` tells the monitor in each process, through the environment.
+
+No torch here: the parent (the CLI) and the bootstrap both read it.
+
+- ``HOOKCLI_WATCH_CONFIG``: the options as JSON (``WatchConfig``); its presence is what
+  turns the monitor on in a process that imports torch.
+- ``HOOKCLI_WATCH=0``: no monitor in this process (nor in the processes it starts).
+- ``HOOKCLI_WATCH_PATH``: the folder hookcli is imported from, for a Python that
+  cannot import it by itself (another venv).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+ENV_CONFIG = "HOOKCLI_WATCH_CONFIG"
+ENV_OFF = "HOOKCLI_WATCH"
+ENV_PATH = "HOOKCLI_WATCH_PATH"
+
+DEFAULT_EVERY = 10
+STEPS_SCHEMA = "hookcli.steps/1"  # the "schema" of each steps.jsonl start record
+
+# --fail-on names and --stop-on names
+FAIL_ON = ("nan", "inf", "dead", "vanishing", "exploding", "unused")
+STOP_ON = ("nan", "inf")
+
+# The thresholds a check uses when --fail-on names it and no option gives one.
+DEFAULT_MIN_GRAD_NORM = 1e-8  # vanishing: a module's grad_norm below it
+DEFAULT_MAX_GRAD_NORM = 1e3  # exploding: a module's grad_norm above it
+DEFAULT_MAX_UPDATE_RATIO = 1.0  # exploding: an update as large as the weights
+
+
+@dataclass(frozen=True)
+class WatchConfig:
+    """The monitor's options: figures every ``every`` steps, exact NaN origin, stops."""
+
+    every: int = DEFAULT_EVERY
+    nan_origin: bool = False
+    stop_on: tuple[str, ...] = ()
+    out: str | None = None  # the folder of the steps files (None: in memory only)
+    parent: int | None = None  # the pid of ``hookcli watch``, told when a stop is due
+    t0: float | None = None  # time.time() when the run began
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"))
+
+    @staticmethod
+    def from_env(text: str | None = None) -> WatchConfig:
+        raw = json.loads(text if text is not None else os.environ.get(ENV_CONFIG, "{}"))
+        return WatchConfig(
+            every=max(1, int(raw.get("every") or DEFAULT_EVERY)),
+            nan_origin=bool(raw.get("nan_origin")),
+            stop_on=tuple(raw.get("stop_on") or ()),
+            out=raw.get("out"),
+            parent=raw.get("parent"),
+            t0=raw.get("t0"),
+            extra=dict(raw.get("extra") or {}),
+        )
+
+
+def parse_names(text: str | None, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
+    """``nan,unused`` -> ('nan', 'unused'), in order, once each; an unknown name is a
+    usage error naming the choices."""
+    from hookcli.errors import UsageError
+
+    names: list[str] = []
+    for part in (p.strip() for p in (text or "").split(",")):
+        if not part:
+            continue
+        if part not in allowed:
+            word = "check" if flag == "--fail-on" else "value"
+            raise UsageError(f"unknown {word} {part!r} in {flag}; choose from {','.join(allowed)}")
+        if part not in names:
+            names.append(part)
+    return tuple(names)
+
+
+def logged(step: int, every: int) -> bool:
+    """Whether ``step`` (from 1) carries the per-module figures: the first, then every Nth."""
+    return step == 1 or step % every == 0

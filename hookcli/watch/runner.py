@@ -1,0 +1,452 @@
+"""``hookcli watch -- COMMAND``: run COMMAND with the monitor in each of its Python
+processes, follow the steps files, then merge them into the report.
+
+The parent never imports torch (unless ``--tensorboard`` asks for torch's
+``SummaryWriter``). COMMAND runs in a process group of its own: SIGINT, SIGTERM and
+SIGHUP that reach hookcli are passed on to the whole group (a second one of the same
+kind: SIGKILL), and what the processes recorded until then is still merged and
+written. ``--stop-on``: a monitor that meets its first NaN/Inf writes it, then asks
+the parent (SIGUSR1) to end the whole group with SIGTERM.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from hookcli.errors import UsageError
+from hookcli.watch.checks import WatchGates, run_checks, stop_check
+from hookcli.watch.config import ENV_CONFIG, ENV_OFF, ENV_PATH, WatchConfig
+from hookcli.watch.merge import Process, number, read_run, step_files
+
+BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
+_RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_GRACE_S = 10.0  # after a stop's SIGTERM, SIGKILL for what is still running
+
+
+@dataclass(frozen=True)
+class WatchRun:
+    """What ``hookcli watch`` was asked to do."""
+
+    command: tuple[str, ...]
+    every: int
+    gates: WatchGates
+    stop_on: tuple[str, ...] = ()
+    nan_origin: bool = False
+    out: Path | None = None
+    plot: Path | None = None
+    tensorboard: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def default_out(now: datetime | None = None) -> Path:
+    """``hookcli-runs/<YYYYmmdd-HHMMSS>/`` (``-2``, ``-3``, ... when taken)."""
+    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    base = Path("hookcli-runs") / stamp
+    path, n = base, 1
+    while path.exists():
+        n += 1
+        path = base.with_name(f"{stamp}-{n}")
+    return path
+
+
+def check_run(run: WatchRun) -> None:
+    """Usage errors before anything starts (exit 2)."""
+    if not run.command:
+        raise UsageError(
+            "watch needs the command to run after --, e.g. hookcli watch -- python train.py"
+        )
+    program = run.command[0]
+    if os.sep not in program and shutil.which(program) is None:
+        raise UsageError(f"command not found: {program!r} (the COMMAND after --)")
+    if os.sep in program and not os.access(program, os.X_OK):
+        raise UsageError(f"{program!r} is not an executable file (the COMMAND after --)")
+    if run.out is not None:
+        if run.out.exists() and not run.out.is_dir():
+            raise UsageError(f"--out {run.out}: is a file; give a folder")
+        if run.out.is_dir() and step_files(run.out):
+            raise UsageError(
+                f"--out {run.out}: already holds the steps files of a run; give a new folder"
+            )
+    if run.plot is not None:
+        from hookcli.grads.plot import check_plot_path
+
+        check_plot_path(run.plot)
+    if run.tensorboard is not None:
+        import importlib.util
+
+        if importlib.util.find_spec("tensorboard") is None:
+            raise UsageError(
+                "--tensorboard needs the tensorboard package: pip install 'hookcli[tensorboard]' "
+                "(or pip install tensorboard)"
+            )
+        if run.tensorboard.exists() and not run.tensorboard.is_dir():
+            raise UsageError(f"--tensorboard {run.tensorboard}: is a file; give a folder")
+
+
+def environment(config: WatchConfig, base: dict[str, str] | None = None) -> dict[str, str]:
+    """COMMAND's environment: the bootstrap first on ``PYTHONPATH``, the options."""
+    env = dict(os.environ if base is None else base)
+    old = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(BOOTSTRAP) + (os.pathsep + old if old else "")
+    env[ENV_CONFIG] = config.to_env()
+    env[ENV_PATH] = str(Path(__file__).resolve().parents[2])
+    return env
+
+
+class _Follower:
+    """Reads the steps files while the run goes: new whole lines, per file."""
+
+    def __init__(self, folder: Path, on_record: Callable[[Process, dict[str, Any]], None]):
+        self.folder = folder
+        self.on_record = on_record
+        self.offsets: dict[Path, int] = {}
+        self.processes: dict[Path, Process] = {}
+        self.rest: dict[Path, str] = {}
+
+    def poll(self) -> None:
+        for path in step_files(self.folder):
+            offset = self.offsets.get(path, 0)
+            try:
+                with open(path, encoding="utf-8", errors="replace") as f:
+                    f.seek(offset)
+                    chunk = f.read()
+                    self.offsets[path] = f.tell()
+            except OSError:
+                continue
+            text = self.rest.pop(path, "") + chunk
+            lines = text.split("\n")
+            if lines and lines[-1]:
+                self.rest[path] = lines.pop()
+            process = self.processes.setdefault(path, Process(path))
+            for line in lines:
+                try:
+                    record = json.loads(line)
+                except ValueError:
+                    continue
+                if isinstance(record, dict):
+                    process.add(record)
+                    if record.get("kind") == "step":
+                        self.on_record(process, record)
+
+
+class _Status:
+    """One live line on stderr (a terminal only): step, loss, grad norm, worst module."""
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self.last = 0.0
+        self.text = ""
+        self.worst: dict[str, tuple[str, float]] = {}
+
+    def update(self, process: Process, record: dict[str, Any]) -> None:
+        if not self.enabled:
+            return
+        mods = record.get("modules") or {}
+        grads = [
+            (name, g) for name, e in mods.items() if (g := number(e.get("grad_norm"))) is not None
+        ]
+        model = str(record.get("model"))
+        if grads:
+            self.worst[model] = max(grads, key=lambda ng: ng[1])
+        loss = number(record.get("loss"))
+        grad = number(record.get("grad_norm"))
+        parts = [f"hookcli watch: {model} step {record.get('step')}"]
+        if process.rank is not None:
+            parts[0] += f" (rank {process.rank})"
+        if loss is not None:
+            parts.append(f"loss {loss:.4g}")
+        if grad is not None:
+            parts.append(f"grad norm {grad:.4g}")
+        if model in self.worst:
+            name, g = self.worst[model]
+            parts.append(f"largest: {name or '(root)'} {g:.3g}")
+        self.text = " | ".join(parts)
+        now = time.monotonic()
+        if now - self.last >= 0.25:
+            self.last = now
+            self.draw()
+
+    def draw(self) -> None:
+        if self.enabled and self.text:
+            width = shutil.get_terminal_size((100, 20)).columns
+            with contextlib.suppress(Exception):
+                sys.stderr.write("\r\x1b[K" + self.text[: max(10, width - 1)] + "\r")
+                sys.stderr.flush()
+
+    def clear(self) -> None:
+        if self.enabled and self.text:
+            with contextlib.suppress(Exception):
+                sys.stderr.write("\r\x1b[K")
+                sys.stderr.flush()
+
+
+def _on_terminal() -> bool:
+    try:
+        return sys.stderr.isatty() and os.environ.get("TERM", "") != "dumb"
+    except (AttributeError, ValueError):
+        return False
+
+
+@dataclass
+class Outcome:
+    """How COMMAND ended."""
+
+    returncode: int  # Popen's: negative for a signal
+    signal_received: int | None  # a signal hookcli passed on
+    stop_requested: bool
+    seconds: float
+
+
+def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
+    """Run COMMAND watched; the outcome and what every process recorded."""
+    config = WatchConfig(
+        every=run.every,
+        nan_origin=run.nan_origin,
+        stop_on=run.stop_on,
+        out=str(out.resolve()),
+        parent=os.getpid(),
+        t0=time.time(),
+    )
+    out.mkdir(parents=True, exist_ok=True)
+    env = environment(config)
+    if env.get(ENV_OFF) == "0":
+        print(
+            f"hookcli watch: {ENV_OFF}=0 is set, so no process loads the monitor",
+            file=sys.stderr,
+            flush=True,
+        )
+    status = _Status(_on_terminal())
+    writer = _Boards(run.tensorboard) if run.tensorboard is not None else None
+
+    def on_record(process: Process, record: dict[str, Any]) -> None:
+        status.update(process, record)
+        if writer is not None:
+            writer.add(process, record)
+
+    follower = _Follower(out, on_record)
+    state: dict[str, Any] = {"signal": None, "count": 0, "stop": False, "stop_at": 0.0}
+    started = time.monotonic()
+    try:
+        stdout: Any = sys.stderr.fileno()  # whatever COMMAND prints stays off the report
+    except (AttributeError, ValueError, OSError):
+        stdout = None
+    kwargs: dict[str, Any] = (
+        {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
+    )
+    try:
+        proc = subprocess.Popen(list(run.command), env=env, stdout=stdout, **kwargs)
+    except OSError as err:
+        raise UsageError(f"cannot run {run.command[0]!r}: {err.strerror or err}") from None
+    pgid = proc.pid
+    _warm_imports()  # what the report needs, loaded while COMMAND starts
+
+    def kill(sig: int) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pgid, sig)
+
+    def relay(signum: int, frame: Any) -> None:
+        if state["signal"] == signum:
+            kill(signal.SIGKILL)  # asked twice: now
+            return
+        state["signal"] = state["signal"] or signum
+        kill(signum)
+
+    def stop(signum: int, frame: Any) -> None:
+        if not state["stop"]:
+            state["stop"] = True
+            state["stop_at"] = time.monotonic()
+            kill(signal.SIGTERM)
+
+    previous = {}
+    for s in (*_RELAYED, signal.SIGUSR1):
+        with contextlib.suppress(ValueError, OSError):  # not the main thread
+            previous[s] = signal.signal(s, stop if s == signal.SIGUSR1 else relay)
+    try:
+        while True:
+            try:
+                proc.wait(timeout=0.25)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            follower.poll()
+            if state["stop"] and time.monotonic() - state["stop_at"] > _GRACE_S:
+                kill(signal.SIGKILL)
+        # the group's other processes (a rank's children) go with it
+        if state["stop"] or state["signal"]:
+            kill(signal.SIGKILL)
+        follower.poll()
+    finally:
+        for s, handler in previous.items():
+            with contextlib.suppress(ValueError, OSError, TypeError):
+                signal.signal(s, handler)
+        status.clear()
+        if writer is not None:
+            writer.close()
+    outcome = Outcome(
+        returncode=proc.returncode,
+        signal_received=state["signal"],
+        stop_requested=bool(state["stop"]),
+        seconds=time.monotonic() - started,
+    )
+    return outcome, read_run(out)
+
+
+def _warm_imports() -> None:
+    with contextlib.suppress(Exception):
+        import tabulate  # noqa: F401
+
+        import hookcli.atomic
+        import hookcli.render
+        import hookcli.watch.summary  # noqa: F401
+
+
+def exit_status(outcome: Outcome, checks_failed: bool) -> int:
+    """COMMAND's own failure passes through; a stop or a failed check is 1; a signal
+    hookcli passed on is 128 + its number (130, 143)."""
+    if outcome.signal_received is not None:
+        return 128 + int(outcome.signal_received)
+    if outcome.stop_requested:
+        return 1
+    rc = outcome.returncode
+    if rc < 0:
+        return 128 - rc
+    if rc > 0:
+        return rc
+    return 1 if checks_failed else 0
+
+
+class _Boards:
+    """``--tensorboard DIR``: the per-step scalars as TensorBoard event files (torch's
+    ``SummaryWriter``), written while the run goes; one folder per rank under torchrun."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.writers: dict[Path, Any] = {}
+
+    def _writer(self, process: Process) -> Any:
+        writer = self.writers.get(process.path)
+        if writer is None:
+            from torch.utils.tensorboard import SummaryWriter
+
+            world = process.start.get("world_size")
+            if process.rank is not None and (world or 0) > 1:
+                logdir = self.folder / f"rank{process.rank}"
+            elif process.rank is None and process.path.name.startswith("steps.pid"):
+                logdir = self.folder / f"pid{process.start.get('pid')}"
+            else:
+                logdir = self.folder
+            writer = SummaryWriter(log_dir=str(logdir), flush_secs=5)
+            self.writers[process.path] = writer
+        return writer
+
+    def add(self, process: Process, record: dict[str, Any]) -> None:
+        w = self._writer(process)
+        model = record.get("model")
+        step = int(record.get("step") or 0)
+
+        def scalar(tag: str, value: Any) -> None:
+            v = number(value)
+            if v is not None:
+                w.add_scalar(f"{model}/{tag}", v, step)
+
+        scalar("loss", record.get("loss"))
+        scalar("grad_norm", record.get("grad_norm"))
+        scalar("step_time", record.get("step_time"))
+        for i, lr in enumerate(record.get("lr") or []):
+            scalar(f"lr/{i}", lr)
+        for name, entry in (record.get("modules") or {}).items():
+            label = name or "(root)"
+            for key in ("grad_norm", "weight_norm", "update_ratio"):
+                scalar(f"{key}/{label}", entry.get(key))
+            for key, value in (entry.get("act") or {}).items():
+                scalar(f"act_{key}/{label}", value)
+
+    def close(self) -> None:
+        for w in self.writers.values():
+            with contextlib.suppress(Exception):
+                w.close()
+
+
+def settings_of(run: WatchRun, out: Path) -> dict[str, Any]:
+    return {
+        "every": run.every,
+        "nan_origin": run.nan_origin,
+        "fail_on": list(run.gates.checks),
+        "thresholds": run.gates.thresholds(),
+        "stop_on": list(run.stop_on),
+        "command": list(run.command),
+        "out": str(out),
+    }
+
+
+def watch_command(run: WatchRun) -> tuple[Any, int, Outcome]:
+    """Run, merge, check: the report, the exit status and how COMMAND ended."""
+    from hookcli.watch.summary import build_report
+
+    check_run(run)
+    out = run.out or default_out()
+    outcome, processes = execute(run, out)
+    checks = list(run_checks(run.gates, processes))
+    stopped = stop_check(processes)
+    if stopped is not None:
+        checks.append(stopped)
+    extra = {
+        "returncode": outcome.returncode,
+        "seconds": round(outcome.seconds, 3),
+        "files": {
+            "out": str(out),
+            "steps": [p.path.name for p in processes],
+            "report": "report.json",
+        },
+    }
+    error = None
+    if outcome.signal_received is not None:
+        name = signal.Signals(outcome.signal_received).name
+        error = f"interrupted by {name}: the report holds what was recorded until then"
+    elif outcome.returncode != 0 and not outcome.stop_requested:
+        error = f"the command ended with status {_status_text(outcome.returncode)}"
+    report = build_report(
+        processes,
+        checks,
+        settings_of(run, out),
+        shlex.join(run.command),
+        extra_totals=extra,
+        error=error,
+    )
+    from hookcli.atomic import atomic_write_text
+
+    atomic_write_text(out / "report.json", report.to_json() + "\n", "--out")
+    if run.plot is not None:
+        from hookcli.watch.plot import plot_run
+
+        plot_run(processes, run.plot, shlex.join(run.command))
+    code = exit_status(outcome, any(not c.passed for c in checks))
+    return report, code, outcome
+
+
+def _status_text(rc: int) -> str:
+    if rc < 0:
+        with contextlib.suppress(ValueError):
+            return f"{128 - rc} ({signal.Signals(-rc).name})"
+    return str(rc)
+
+
+def command_line(argv: Sequence[str]) -> tuple[str, ...]:
+    """COMMAND as given (a leading ``--`` dropped)."""
+    args = list(argv)
+    if args and args[0] == "--":
+        args = args[1:]
+    return tuple(args)

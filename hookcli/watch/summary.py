@@ -1,0 +1,264 @@
+"""The ``watch`` report: the steps files of a run -> one ``hookcli.report/1`` Report.
+
+Pure functions, no torch. Rows: one per module of each watched model (qualified names
+under the model), with its figures over the run (last, min, max of the logged steps)
+on the first process (rank 0), and under torchrun the last grad norm of every rank and
+their spread. Totals: steps, loss, total grad norm, step time, learning rates, the first
+NaN/Inf, per-rank figures. Checks: ``--fail-on`` and the thresholds (``watch.checks``).
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from typing import Any
+
+from hookcli.render import fmt_float
+from hookcli.report import CheckResult, Column, Report, Row
+from hookcli.watch.merge import First, Process, finite, firsts, number
+
+
+def _fmt(value: Any) -> str:
+    return fmt_float(value) if value is not None else "-"
+
+
+def _pct(value: Any) -> str:
+    return f"{100 * value:.1f}%" if isinstance(value, float) else "-"
+
+
+COLUMNS = (
+    Column("name", "Module"),
+    Column("type", "Type"),
+    Column("grad_norm", "Grad norm", _fmt, "right"),
+    Column("grad_norm_min", "min", _fmt, "right"),
+    Column("grad_norm_max", "max", _fmt, "right"),
+    Column("weight_norm", "Weight norm", _fmt, "right"),
+    Column("update_ratio", "Update/weight", _fmt, "right"),
+    Column("act_absmax", "Act absmax", _fmt, "right"),
+    Column("act_zero_frac", "Zeros", _pct, "right"),
+)
+
+
+def models_of(processes: Sequence[Process]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, model record) of every watched model, in the order the first process
+    that trained it met it."""
+    seen: dict[str, dict[str, Any]] = {}
+    for p in processes:
+        for label, record in sorted(p.models.items(), key=lambda kv: kv[1].get("opt") or 0):
+            seen.setdefault(label, record)
+    return list(seen.items())
+
+
+def _module_series(steps: Sequence[dict[str, Any]], name: str, key: str) -> list[float | None]:
+    out: list[float | None] = []
+    for s in steps:
+        entry = (s.get("modules") or {}).get(name)
+        if entry is None:
+            continue
+        value = entry.get("act", {}).get(key[4:]) if key.startswith("act_") else entry.get(key)
+        out.append(number(value))
+    return out
+
+
+def _last(values: Sequence[float | None]) -> float | None:
+    return values[-1] if values else None
+
+
+def module_rows(processes: Sequence[Process]) -> list[Row]:
+    """One row per module of every watched model."""
+    rows = []
+    models = models_of(processes)
+    several = len(models) > 1
+    for label, record in models:
+        owners = [p for p in processes if label in p.steps]
+        base = owners[0] if owners else None
+        steps = [s for s in (base.steps.get(label, []) if base else []) if "modules" in s]
+        for m in record.get("modules") or []:
+            name = str(m.get("name", ""))
+            grad = _module_series(steps, name, "grad_norm")
+            data: dict[str, Any] = {
+                "name": name,
+                "type": m.get("type", ""),
+                "depth": m.get("depth", 0),
+                "call": 0,
+                "called": True,
+                "params": m.get("params", 0),
+                "own_params": m.get("own_params", 0),
+                "trainable_params": m.get("trainable_params", 0),
+                "model": label,
+                "logged_steps": len(grad) if m.get("stepped") else 0,
+            }
+            if m.get("stepped"):
+                fin = finite(grad)
+                ratio = _module_series(steps, name, "update_ratio")
+                data.update(
+                    grad_norm=_last(grad),
+                    grad_norm_min=min(fin) if fin else None,
+                    grad_norm_max=max(fin) if fin else None,
+                    weight_norm=_last(_module_series(steps, name, "weight_norm")),
+                    update_ratio=_last([r for r in ratio if r is not None]),
+                    update_ratio_max=max(finite(ratio), default=None),
+                )
+            for key in ("act_mean", "act_std", "act_absmax", "act_zero_frac"):
+                series = _module_series(steps, name, key)
+                data[key] = _last(series)
+            if len(owners) > 1 and m.get("stepped"):
+                per_rank = [
+                    _last(
+                        _module_series(
+                            [s for s in p.steps.get(label, []) if "modules" in s], name, "grad_norm"
+                        )
+                    )
+                    for p in owners
+                ]
+                data["grad_norm_per_rank"] = per_rank
+                data["grad_norm_spread"] = _spread(per_rank)
+            display = {"name": f"{label}: {name or '(root)'}"} if several else {}
+            rows.append(Row.of(data, display))
+    return rows
+
+
+def _spread(values: Sequence[float | None]) -> float | None:
+    """(max - min) / max over the ranks' values: 0 when they agree."""
+    fin = finite(values)
+    if len(fin) < 2 or max(abs(v) for v in fin) == 0:
+        return None if len(fin) < 2 else 0.0
+    return (max(fin) - min(fin)) / max(abs(v) for v in fin)
+
+
+def model_totals(processes: Sequence[Process], label: str) -> dict[str, Any]:
+    """Steps, loss, total grad norm, step time and learning rates of one model."""
+    owners = [p for p in processes if label in p.steps]
+    base = owners[0] if owners else None
+    steps = base.steps.get(label, []) if base else []
+    losses = [number(s.get("loss")) for s in steps]
+    grads = [number(s.get("grad_norm")) for s in steps]
+    times = finite(number(s.get("step_time")) for s in steps)
+    out: dict[str, Any] = {
+        "model": label,
+        "steps": steps[-1]["step"] if steps else 0,
+        "loss_first": next((v for v in losses if v is not None), None),
+        "loss_last": _last([v for v in losses if v is not None]),
+        "loss_min": min(finite(losses), default=None),
+        "grad_norm_last": _last([v for v in grads if v is not None]),
+        "grad_norm_max": max(finite(grads), default=None),
+        "step_time_median": statistics.median(times) if times else None,
+        "lr_last": steps[-1].get("lr") if steps else None,
+    }
+    if len(owners) > 1:
+        out["ranks"] = [
+            {
+                "process": p.name,
+                "rank": p.rank,
+                "steps": p.steps[label][-1]["step"] if p.steps.get(label) else 0,
+                "loss_last": _last(
+                    [number(s.get("loss")) for s in p.steps[label] if s.get("loss") is not None]
+                ),
+                "grad_norm_last": _last(
+                    [
+                        number(s.get("grad_norm"))
+                        for s in p.steps[label]
+                        if s.get("grad_norm") is not None
+                    ]
+                ),
+            }
+            for p in owners
+        ]
+        out["loss_spread"] = _spread([r["loss_last"] for r in out["ranks"]])
+        out["grad_norm_spread"] = _spread([r["grad_norm_last"] for r in out["ranks"]])
+    return out
+
+
+def _first_dict(first: First | None) -> dict[str, Any] | None:
+    if first is None:
+        return None
+    return {
+        "what": first.what,
+        "step": first.step,
+        "model": first.model,
+        "process": first.process,
+        "rank": first.rank,
+        "phase": first.phase,
+        "module": first.module,
+        "exact": first.exact,
+        "found_by": first.found_by,
+    }
+
+
+def build_report(
+    processes: Sequence[Process],
+    checks: Sequence[CheckResult],
+    settings: dict[str, Any],
+    spec: str,
+    extra_totals: dict[str, Any] | None = None,
+    error: str | None = None,
+) -> Report:
+    """The ``watch`` report of a run."""
+    models = models_of(processes)
+    rows = module_rows(processes)
+    per_model = [model_totals(processes, label) for label, _ in models]
+    all_firsts = sorted(
+        [*firsts(list(processes), "nan"), *firsts(list(processes), "inf")],
+        key=lambda f: (f.step, f.phase != "forward", f.rank or 0),
+    )
+    first = all_firsts[0] if all_firsts else None
+    totals: dict[str, Any] = {
+        "processes": len(processes),
+        "ranks": sorted(p.rank for p in processes if p.rank is not None),
+        "models": per_model,
+        "first_nonfinite": _first_dict(first),
+        **(extra_totals or {}),
+    }
+    table_totals: list[tuple[str, str]] = []
+    several_procs = len(processes) > 1
+    for t in per_model:
+        prefix = f"{t['model']} " if len(per_model) > 1 else ""
+        table_totals.append((f"{prefix}steps", str(t["steps"])))
+        table_totals.append(
+            (
+                f"{prefix}loss",
+                f"{_fmt(t['loss_first'])} -> {_fmt(t['loss_last'])} (min {_fmt(t['loss_min'])})",
+            )
+        )
+        table_totals.append(
+            (
+                f"{prefix}grad norm",
+                f"{_fmt(t['grad_norm_last'])} (max {_fmt(t['grad_norm_max'])})",
+            )
+        )
+        if t.get("ranks"):
+            table_totals.append(
+                (
+                    f"{prefix}ranks",
+                    ", ".join(
+                        f"{r['process']}: loss {_fmt(r['loss_last'])} "
+                        f"grad norm {_fmt(r['grad_norm_last'])}"
+                        for r in t["ranks"]
+                    )
+                    + f" (spread {_fmt(t.get('grad_norm_spread'))})",
+                )
+            )
+    if first is not None:
+        table_totals.append(("first NaN/Inf", first.text(several_procs, len(models))))
+    files = (extra_totals or {}).get("files") or {}
+    if files.get("out"):
+        table_totals.append(("files", str(files["out"])))
+    if not processes:
+        notes: tuple[str, ...] = (
+            "no process stepped an optimizer over module parameters or ran a backward: "
+            "nothing was recorded",
+        )
+    else:
+        notes = ()
+    return Report(
+        command="watch",
+        model={"spec": spec, "class": models[0][0] if models else None},
+        settings=settings,
+        layers=tuple(rows),
+        totals=totals,
+        checks=tuple(checks),
+        notes=notes,
+        error=error,
+        columns=COLUMNS,
+        table_totals=tuple(table_totals),
+    )
