@@ -18,6 +18,7 @@ from hookcli.options import (
     ModelOptions,
     OutputOptions,
     RunOptions,
+    format_for,
 )
 
 MODEL_HELP = (
@@ -348,9 +349,6 @@ def run_options(
     )
 
 
-HTML_SUFFIXES = (".html", ".htm")
-
-
 def output_options(
     fmt: Format,
     output: Path | None,
@@ -360,8 +358,7 @@ def output_options(
 ) -> OutputOptions:
     """The output part of the options; ``-o FILE.html`` (or ``.htm``) with the default
     ``--format table`` writes the html page."""
-    if fmt is Format.TABLE and output is not None and output.suffix.lower() in HTML_SUFFIXES:
-        fmt = Format.HTML
+    fmt = format_for(fmt, output)
     return OutputOptions(format=fmt, output=output, depth=depth, debug=debug, ci=ci or CIOptions())
 
 

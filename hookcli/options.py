@@ -241,6 +241,16 @@ class CIOptions:
     atol: float | None = None
 
 
+HTML_SUFFIXES = (".html", ".htm")
+
+
+def format_for(fmt: Format, output: Path | None) -> Format:
+    """``-o FILE.html`` (or ``.htm``) with the default ``--format table``: the html page."""
+    if fmt is Format.TABLE and output is not None and output.suffix.lower() in HTML_SUFFIXES:
+        return Format.HTML
+    return fmt
+
+
 @dataclass(frozen=True)
 class OutputOptions:
     """Where and how the report goes."""

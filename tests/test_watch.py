@@ -168,6 +168,15 @@ def test_figures_equal_plain_pytorch_and_training_is_unchanged(
     assert report["totals"]["first_nonfinite"] is None
     assert report["totals"]["models"][0]["steps"] == int(args[1])
     assert "act" in steps[-1]["modules"][""]  # activation statistics from step 2 on
+    # the report's per-step series (the html page's charts) against the reference too
+    series = report["steps"]
+    refs = json.loads(ref.read_text())["steps"]
+    assert [s["step"] for s in series] == [r["step"] for r in refs]
+    for got, want in zip(series, refs, strict=True):
+        assert float(got["loss"]).hex() == want["loss_hex"]
+        assert close(got["grad_norm"], want["grad_norm"])
+        for mod, figures in want["modules"].items():
+            assert close(got["modules"][mod]["grad_norm"], figures["grad_norm"]), mod
 
 
 def test_two_models_two_optimizers_get_their_own_rows(tmp_path: Path) -> None:
@@ -824,3 +833,19 @@ def test_stop_on_under_torchrun_ends_every_rank(tmp_path: Path) -> None:
     assert "rank 0 step 10 " not in r.stderr and "rank 1 step 10 " not in r.stderr
     report = report_of(out)
     assert [c["name"] for c in report["checks"] if not c["passed"]] == ["stop-on"]
+
+
+def test_the_html_page_of_a_run_draws_the_reports_own_steps(tmp_path: Path) -> None:
+    # --format html: the page embeds the report's per-step series and draws its charts
+    from hookcli.html.page import script_json  # noqa: F401  (the page's own module)
+
+    out, page = tmp_path / "run", tmp_path / "run.html"
+    script = REPO / "docs" / "examples" / "watch_train.py"
+    r = hookcli_watch(out, "-o", str(page), command=python(script, "--steps", "12"))
+    assert r.returncode == 0, r.stderr[-3000:]
+    report = report_of(out)
+    steps = [x for x in records(out / "steps.jsonl") if x["kind"] == "step"]
+    assert [s["step"] for s in report["steps"]] == [s["step"] for s in steps] == list(range(1, 13))
+    assert [s["loss"] for s in report["steps"]] == [s["loss"] for s in steps]
+    text = page.read_text()
+    assert 'id="chart-watch-lines"' in text and 'id="chart-watch-heatmap"' in text

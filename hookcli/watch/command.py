@@ -51,10 +51,11 @@ def cli_command(
         tensorboard=tensorboard,
     )
     report, code, _ = watch_command(run)
-    from hookcli.options import OutputOptions
+    from hookcli.options import OutputOptions, format_for
     from hookcli.pipeline import write_text
     from hookcli.render import render
 
-    target = OutputOptions(format=format, output=output, debug=debug)
+    # -o FILE.html: the html page, as on every command
+    target = OutputOptions(format=format_for(format, output), output=output, debug=debug)
     write_text(render(report, target.format, report.columns, report.table_totals), target)
     return code

@@ -185,6 +185,32 @@ def _first_dict(first: First | None) -> dict[str, Any] | None:
     }
 
 
+def step_series(processes: Sequence[Process]) -> tuple[Row, ...]:
+    """The per-step series of the first process (rank 0 under torchrun), every model of
+    it: one row per recorded step with its loss and total grad norm, and on the steps
+    that logged per-module figures each module's grad norm (the html page's charts)."""
+    if not processes:
+        return ()
+    out: list[Row] = []
+    for label, steps in processes[0].steps.items():
+        for rec in steps:
+            row: dict[str, Any] = {
+                "model": label,
+                "step": rec.get("step"),
+                "loss": rec.get("loss"),
+                "grad_norm": rec.get("grad_norm"),
+            }
+            modules = rec.get("modules")
+            if isinstance(modules, dict):
+                row["modules"] = {
+                    name: {"grad_norm": figures.get("grad_norm")}
+                    for name, figures in modules.items()
+                    if isinstance(figures, dict)
+                }
+            out.append(Row.of(row))
+    return tuple(out)
+
+
 def build_report(
     processes: Sequence[Process],
     checks: Sequence[CheckResult],
@@ -257,6 +283,7 @@ def build_report(
         layers=tuple(rows),
         totals=totals,
         checks=tuple(checks),
+        lists={"steps": step_series(processes)},
         notes=notes,
         error=error,
         columns=COLUMNS,
