@@ -287,7 +287,7 @@ def test_an_instance_gets_its_values_back_after_weights(tmp_path: Path) -> None:
         (hookcli.grads, {"max_grad_norm": "big"}, "max_grad_norm"),
         (hookcli.grads, {"fail_on": [1, 2]}, "fail_on"),
         (hookcli.stats, {"backward": "yes"}, "backward"),
-        (hookcli.cost, {"optimizer": "lion"}, "adam, adamw, sgd, sgd-momentum, none"),
+        (hookcli.cost, {"optimizer": "lion"}, "adam, adamw, sgd, sgd-momentum, adafactor, none"),
         (hookcli.cost, {"memory_for": "both"}, "train, inference"),
         (hookcli.cost, {"max_memory": -5}, "max_memory"),
         (hookcli.inspect, {"forward_kwargs": [1]}, "forward_kwargs"),

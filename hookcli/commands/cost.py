@@ -36,7 +36,6 @@ from hookcli.options import Format
 
 NAME = "cost"
 
-
 BackwardOpt = Annotated[
     bool,
     typer.Option(
@@ -66,8 +65,7 @@ CheckpointOpt = Annotated[
     typer.Option(
         "--checkpoint",
         metavar="CLASS",
-        help="torch.utils.checkpoint around every module of class CLASS in the training "
-        "step. Turns --backward on.",
+        help="torch.utils.checkpoint around every module of class CLASS. Turns --backward on.",
         show_default=False,
     ),
 ]
@@ -75,8 +73,8 @@ ForeachOpt = Annotated[
     bool | None,
     typer.Option(
         "--foreach/--no-foreach",
-        help="The optimizer's foreach implementation on or off (default: torch's choice "
-        "on the device: for-loop on cpu and meta, foreach on cuda). Turns --backward on.",
+        help="The optimizer's foreach implementation on or off (default: torch's choice: "
+        "for-loop on cpu and meta, foreach on cuda). Turns --backward on.",
         show_default=False,
     ),
 ]
