@@ -14,6 +14,8 @@ import math
 import os
 import re
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,6 +29,7 @@ from tests.test_html import COMMANDS
 
 pytestmark = pytest.mark.browser
 
+REPO = Path(__file__).resolve().parent.parent
 TIMEOUT_MS = 20_000  # any one wait in a page; the whole file runs in about a minute
 CANDIDATES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 
@@ -165,10 +168,19 @@ def pages(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         ).exit_code
         == 4
     )
+    # watch: a real training run, its page written by the watching parent
+    out["watch"] = folder / "watch.html"
+    run = subprocess.run(
+        [sys.executable, "-m", "hookcli", "watch", "--out", str(folder / "run"), "-o",
+         str(out["watch"]), "--", sys.executable, str(REPO / "docs" / "examples" /
+         "watch_train.py"), "--steps", "12"],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr[-1000:]
     return out
 
 
-ALL_PAGES = [*sorted(COMMANDS), "diff", "hostile", "nan", "wide", "raises"]
+ALL_PAGES = [*sorted(COMMANDS), "diff", "hostile", "nan", "wide", "raises", "watch"]
 
 
 @pytest.mark.parametrize("name", ALL_PAGES)
@@ -454,5 +466,17 @@ def test_llama_7b_on_meta_first_render(browser: Any, tmp_path: Path) -> None:
         )
         assert shown < rows
         page.check_clean()
+    finally:
+        page.close()
+
+
+def test_a_watch_run_draws_its_steps(browser: Any, pages: dict[str, Path]) -> None:
+    page = Page(browser, pages["watch"])
+    try:
+        page.check_clean()
+        report = page.report()
+        assert [s["step"] for s in report["steps"]] == list(range(1, 13))
+        for chart in ("watch-lines", "watch-heatmap"):
+            assert page.page.locator(f"#chart-{chart} svg").count() == 1, chart
     finally:
         page.close()
