@@ -31,6 +31,11 @@ LIMIT = 6 << 30  # address space for a child: torch plus a small model, never a 
 
 def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (LIMIT, LIMIT))
+    # as a terminal starts a command: a suite run in the background (`make test &`, nohup)
+    # would otherwise hand its ignored SIGINT/SIGHUP down, and hookcli keeps an ignored
+    # signal ignored (nohup's contract), so the signal tests would see no signal at all
+    for sig in (signal.SIGINT, signal.SIGHUP):
+        signal.signal(sig, signal.SIG_DFL)
 
 
 def _env() -> dict[str, str]:

@@ -49,6 +49,10 @@ def _preexec(limit: int | None = LIMIT, ignore_hup: bool = False) -> Callable[[]
     def setup() -> None:
         if limit is not None:
             resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        # as a terminal starts a command, whatever the suite inherited (`make test &` and
+        # nohup ignore SIGINT/SIGHUP, and hookcli keeps an ignored signal ignored)
+        for sig in (signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_DFL)
         if ignore_hup:  # what nohup does
             signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
