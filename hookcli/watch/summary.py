@@ -18,10 +18,6 @@ from hookcli.report import CheckResult, Column, Report, Row
 from hookcli.watch.merge import First, Process, finite, firsts, number
 
 
-def _fmt(value: Any) -> str:
-    return fmt_float(value) if value is not None else "-"
-
-
 def _pct(value: Any) -> str:
     return f"{100 * value:.1f}%" if isinstance(value, float) else "-"
 
@@ -29,12 +25,12 @@ def _pct(value: Any) -> str:
 COLUMNS = (
     Column("name", "Module"),
     Column("type", "Type"),
-    Column("grad_norm", "Grad norm", _fmt, "right"),
-    Column("grad_norm_min", "min", _fmt, "right"),
-    Column("grad_norm_max", "max", _fmt, "right"),
-    Column("weight_norm", "Weight norm", _fmt, "right"),
-    Column("update_ratio", "Update/weight", _fmt, "right"),
-    Column("act_absmax", "Act absmax", _fmt, "right"),
+    Column("grad_norm", "Grad norm", fmt_float, "right"),
+    Column("grad_norm_min", "min", fmt_float, "right"),
+    Column("grad_norm_max", "max", fmt_float, "right"),
+    Column("weight_norm", "Weight norm", fmt_float, "right"),
+    Column("update_ratio", "Update/weight", fmt_float, "right"),
+    Column("act_absmax", "Act absmax", fmt_float, "right"),
     Column("act_zero_frac", "Zeros", _pct, "right"),
 )
 
@@ -243,13 +239,14 @@ def build_report(
         table_totals.append(
             (
                 f"{prefix}loss",
-                f"{_fmt(t['loss_first'])} -> {_fmt(t['loss_last'])} (min {_fmt(t['loss_min'])})",
+                f"{fmt_float(t['loss_first'])} -> {fmt_float(t['loss_last'])} "
+                f"(min {fmt_float(t['loss_min'])})",
             )
         )
         table_totals.append(
             (
                 f"{prefix}grad norm",
-                f"{_fmt(t['grad_norm_last'])} (max {_fmt(t['grad_norm_max'])})",
+                f"{fmt_float(t['grad_norm_last'])} (max {fmt_float(t['grad_norm_max'])})",
             )
         )
         if t.get("ranks"):
@@ -257,11 +254,11 @@ def build_report(
                 (
                     f"{prefix}ranks",
                     ", ".join(
-                        f"{r['process']}: loss {_fmt(r['loss_last'])} "
-                        f"grad norm {_fmt(r['grad_norm_last'])}"
+                        f"{r['process']}: loss {fmt_float(r['loss_last'])} "
+                        f"grad norm {fmt_float(r['grad_norm_last'])}"
                         for r in t["ranks"]
                     )
-                    + f" (spread {_fmt(t.get('grad_norm_spread'))})",
+                    + f" (spread {fmt_float(t.get('grad_norm_spread'))})",
                 )
             )
     if first is not None:
