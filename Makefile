@@ -3,6 +3,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
+# make test's worker processes (pytest-xdist, one test file per worker at a time);
+# JOBS=0 runs the suite in one process.
+JOBS   ?= 2
 
 .PHONY: install test test-browser browser screenshots run lint zoo slow bench bench-memory bench-docs docs-check clean golden matrix matrix-zoo hf-coverage timm-coverage
 
@@ -18,7 +21,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not browser"
+	$(BIN)/python -m pytest -q -m "not slow and not browser" -n $(JOBS) --dist loadfile
 
 # The html pages in a real browser: Debian's chromium (installed here when missing and we are
 # root), driven by Playwright from the `browser` extra; Playwright never downloads a browser.

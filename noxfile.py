@@ -64,6 +64,10 @@ def tests(session: nox.Session, torch: str) -> None:
             "not slow and not browser",
             "-p",
             "no:cacheprovider",
+            "-n",
+            os.environ.get("JOBS", "2"),
+            "--dist",
+            "loadfile",
             *session.posargs,
             env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads},
         )

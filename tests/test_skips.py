@@ -7,6 +7,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 from tests.skips import DOCS_SKIPS, DOCS_TEST, unexpected
 from tests.test_docs_examples import all_blocks
 
@@ -39,9 +41,11 @@ def test_a_cuda_skip_is_expected_exactly_without_cuda() -> None:
     assert bool(bad) == torch.cuda.is_available()
 
 
-def test_a_run_with_an_unexpected_skip_fails(tmp_path: Path) -> None:
+@pytest.mark.parametrize("workers", [None, "2"], ids=["one-process", "xdist"])
+def test_a_run_with_an_unexpected_skip_fails(tmp_path: Path, workers: str | None) -> None:
     # the whole mechanism: pytest on a file of ours whose only test skips for a reason
-    # the ledger does not know exits non-zero and names it
+    # the ledger does not know exits non-zero and names it, in one process and as `make
+    # test` runs it, in pytest-xdist workers (the ledger is kept where reports arrive)
     probe = ROOT / "tests" / f"test_zz_skip_probe_{tmp_path.name}.py"
     probe.write_text(
         textwrap.dedent(
@@ -64,6 +68,7 @@ def test_a_run_with_an_unexpected_skip_fails(tmp_path: Path) -> None:
                 "no:randomly",
                 "-p",
                 "no:cacheprovider",
+                *(["-n", workers] if workers else []),
                 str(probe),
             ],
             cwd=ROOT,
