@@ -20,6 +20,13 @@ beside it).
   outputs and output gradients, not the input gradients, parameter gradients and
   weights that grads also reports.
 
+Every run starts from the model as a factory gives it, with no parameter gradients (as
+``hookcli grads`` sees a model it built): the gradients a run leaves are dropped after it,
+untimed. ``hookcli.grads`` leaves a model as it found it, so where gradients are already
+there it keeps them and backward allocates new ones beside them: a run that followed a
+bare step would pay for a second set of gradients (100 MB on resnet50, and their page
+faults), which the bare step, which throws the old ones away, does not.
+
 One CPU thread by default (``--threads 0``: torch's default). On a shared machine
 torch's threads wait for each other whenever another process holds a core, which
 stretches each run at random (2 threads measured 2 s to 12 s for the same bare run
@@ -168,7 +175,12 @@ def _measure(args: argparse.Namespace, torch: Any) -> dict[str, float]:
         flush=True,
     )
     runs = {"bare": bare, "grads": grads, "floor": floor, "outputs_floor": outputs_floor}
-    res = interleave(runs, rounds(args.repeats))
+
+    def no_grads() -> None:  # untimed, after every run: the next one starts from none
+        for p in model.parameters():
+            p.grad = None
+
+    res = interleave(runs, rounds(args.repeats), reset=no_grads)
     vs_floor = res["grads"]["vs"]["floor"]
     label = (
         f"hookcli.grads({args.model}, x, fail_on='nan,inf,dead') b{args.batch} vs its floor "

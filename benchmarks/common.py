@@ -143,10 +143,18 @@ def benchmark(main: F) -> F:
     return run  # type: ignore[return-value]
 
 
-def interleave(runs: Mapping[str, Callable[[], object]], n: int) -> dict[str, dict[str, Any]]:
-    """Medians over ``n`` interleaved rounds (after a warm-up of each run)."""
+def interleave(
+    runs: Mapping[str, Callable[[], object]],
+    n: int,
+    reset: Callable[[], object] | None = None,
+) -> dict[str, dict[str, Any]]:
+    """Medians over ``n`` interleaved rounds (after a warm-up of each run). ``reset``,
+    untimed, after every run: each run starts from the same state, not from what the
+    run before it left."""
     for fn in runs.values():
         fn()
+        if reset is not None:
+            reset()
     names = list(runs)
     wall: dict[str, list[float]] = {k: [] for k in names}
     cpu: dict[str, list[float]] = {k: [] for k in names}
@@ -156,6 +164,8 @@ def interleave(runs: Mapping[str, Callable[[], object]], n: int) -> dict[str, di
             runs[k]()
             wall[k].append(time.perf_counter() - t0)
             cpu[k].append(time.process_time() - c0)
+            if reset is not None:
+                reset()
     med = statistics.median
     out: dict[str, dict[str, Any]] = {}
     for k in names:
