@@ -122,16 +122,16 @@ def test_a_dot_that_adds_one_element_at_a_time_is_not_trusted(monkeypatch):
         return torch.tensor(np.cumsum(products, dtype=np.float32)[-1])
 
     monkeypatch.setattr(stats_mod, "_dot_accurate", {})
-    x = torch.rand(stats_mod._MAX_CHUNK, generator=_g())
+    x = torch.rand(stats_mod._MT_CHUNK, generator=_g())
     want = torch.dot(x.double(), x.double()).item()
     assert abs(sequential_dot(x, x).item() - want) > 2e-6 * want  # it does drift
     with monkeypatch.context() as m:
         m.setattr(torch, "dot", sequential_dot)
-        assert stats_mod._dot_is_accurate(stats_mod._MAX_CHUNK) is False
+        assert stats_mod._dot_is_accurate(stats_mod._MT_CHUNK) is False
 
 
 @pytest.mark.parametrize("threads", [1, 2])
-@pytest.mark.parametrize("size", [stats_mod._CHUNK, 2 * stats_mod._CHUNK, stats_mod._MAX_CHUNK])
+@pytest.mark.parametrize("size", [stats_mod._CHUNK, 2 * stats_mod._CHUNK, stats_mod._MT_CHUNK])
 def test_the_dot_decision_is_right_for_this_machine(monkeypatch, threads, size):
     # Whatever this machine's BLAS does (MKL on an AMD EPYC is off by ~6e-6 at one
     # thread over 2**20 elements, by ~5e-7 over 2**17, by ~1e-7 on an Intel Xeon),
@@ -168,11 +168,12 @@ def test_the_dot_is_asked_at_the_chunk_size_and_thread_count_in_use(monkeypatch)
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            host_vector(torch.randn(5 * stats_mod._CHUNK, generator=_g()), Scratch())
+            host_vector(torch.randn(stats_mod._MT_CHUNK + 5, generator=_g()), Scratch())
     finally:
         torch.set_num_threads(saved)
-    chunk = stats_mod._CHUNK
-    assert set(asked) == {(chunk, 1), (min(2 * chunk, stats_mod._MAX_CHUNK), 2)}
+    # one thread: chunks that stay in the L2 cache; several: few, large ones (each op
+    # wakes and joins the threads once)
+    assert set(asked) == {(stats_mod._CHUNK, 1), (stats_mod._MT_CHUNK, 2)}
 
 
 # The device reduction's variance overflows float32 where the CPU's falls back to float64.

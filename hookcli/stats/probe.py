@@ -152,15 +152,27 @@ def all_finite(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
     return torch.cat(flags).all()
 
 
-# Elements per chunk on the CPU, per torch thread. Every statistic of a chunk is taken
+# Elements per chunk on the CPU at one torch thread. Every statistic of a chunk is taken
 # while it sits in the L2 cache (this many float32 are 512 KiB, and the scratch buffer
 # as much again): the first reduction brings it in from memory, the others read it from
 # the cache, and the elementwise steps (|x|, x != 0) write into the reused scratch
 # buffer instead of a full-size temporary (page faults on every call). A tensor is read
-# from memory once, not once per statistic. With N threads a chunk is N times this,
-# split among them by each op (docs/stats-speed.md has the timings).
+# from memory once, not once per statistic (docs/stats-speed.md has the timings).
 _CHUNK = 1 << 17
-_MAX_CHUNK = 1 << 20
+# With several torch threads, a chunk this large: each op on a chunk pays for waking the
+# threads and joining them, and over 2**17 elements per thread that cost outweighed what
+# the cache saved (resnet50 b8 at 2 threads on AMD EPYC, stats / floor in interleaved
+# rounds: 1.33 to 1.46 with 2**18-element chunks, 1.22 to 1.36 with 2**22). The scratch
+# buffer stays at most this size (16 MiB of float32), however large the tensor.
+_MT_CHUNK = 1 << 22
+
+
+def _chunk_size() -> int:
+    """Elements per chunk at the thread count in use (``_CHUNK`` on one thread)."""
+    threads = torch.get_num_threads()
+    return _CHUNK if threads <= 1 else _MT_CHUNK
+
+
 # Rows of this length for the sum of squares where torch.dot cannot be trusted to
 # accumulate in several lanes (``_dot_is_accurate``): a float32 L2 norm accumulates
 # lane by lane, and over rows of 512 its square is off by ~5e-8 (relative).
@@ -181,7 +193,7 @@ def _dot_is_accurate(n: int) -> bool:
     is the fastest reduction torch has. How well it does depends on the CPU, the thread
     count and the length: over 2**20 squares MKL is off by ~1e-7 (relative) on an Intel
     Xeon but by 2.5e-6 (2 threads) to 6.4e-6 (1 thread) on an AMD EPYC, and on that
-    AMD EPYC by ~5e-7 over the 2**17 (1 thread) or 2**18 (2 threads) of a chunk; a dot
+    AMD EPYC by ~5e-7 over the 2**17 of a one-thread chunk; a dot
     that adds one element at a time would be off by ~5e-5 over 2**20. This is asked
     once per length and thread count, on seeded uniform values, against float64; the
     blocked norms (about 1.6x the dot's time on a cache-resident chunk) serve where the
@@ -254,7 +266,7 @@ def _nonzero_count(c: torch.Tensor, buf: torch.Tensor) -> int:
 def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
     """The 8 statistics of one CPU tensor, as ``tensor_vector`` gives them.
 
-    One chunk (``_CHUNK`` per torch thread) at a time, every figure of the chunk
+    One chunk (``_chunk_size``) at a time, every figure of the chunk
     while it is in the cache: its min and max first, then its sum and sum of squares,
     then only the passes that its min and max leave open (see the module docstring).
     A finite chunk of one sign without zeros takes four reductions; one whose sign
@@ -265,7 +277,7 @@ def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
         x = x.float()  # reduce half types in float32
     f = _flat(x)
     n = f.numel()
-    chunk = min(_CHUNK * max(1, torch.get_num_threads()), _MAX_CHUNK)
+    chunk = _chunk_size()
     buf = scratch.get(f.dtype, min(n, chunk))
     lo, hi = math.inf, -math.inf
     s = q = abs_sum = 0.0
