@@ -308,3 +308,19 @@ def test_the_issues_example_on_one_layer() -> None:
     assert "step_peak_error" not in t, t.get("step_peak_error")
     assert t["step_checkpointed_modules"] == 1 and rep["settings"]["amp_policy"] == "cuda"
     assert t["fit_batch"] >= 1 and t["fit_peak_bytes"] <= 24 << 30 < t["fit_next_peak_bytes"]
+
+
+def test_the_written_lists_are_torchs() -> None:
+    """The op lists written in the module (used where the dispatcher lists none) are
+    those torch's dispatcher has, but for ops torch 2.6 to 2.15 added or dropped."""
+    drift = {"rms_norm", "cholesky", "qr", "linalg_matrix_sqrth"}
+    for policy in autocast.POLICIES:
+        written = (
+            autocast._LOWER[policy]
+            | autocast._PROMOTE[policy]
+            | autocast._FP32_DTYPE[policy]
+            | autocast._FP32[policy]
+        )
+        # the kernels cuDNN registers exist only where torch was built with it
+        found = registered(policy) | {n for n in written if n.startswith(("cudnn", "_cudnn"))}
+        assert written ^ found <= drift, (policy, sorted(written ^ found))

@@ -7,7 +7,8 @@ memory for, or "cpu", which the tests check against a real CPU autocast):
 
 - which ops autocast handles: the aten ops torch's dispatcher has an autocast kernel for
   on that device (``torch._C._dispatch_get_registrations_for_dispatch_key("AutocastCUDA")``
-  or ``"AutocastCPU"``), read from the torch that runs;
+  or ``"AutocastCPU"``), read from the torch that runs (where it lists none, those
+  written here: ``_FP32`` and the lists below, as torch 2.6 to 2.15 register them);
 - what each does, written here from torch's source (aten/src/ATen/autocast_mode.h and
   autocast_mode.cpp, torch 2.6 to 2.15): the matmul and convolution family
   (``_LOWER``) runs in the autocast dtype, its float32 operands cast; a few ops
@@ -83,6 +84,41 @@ _FP32_DTYPE = {
     ),
     "cpu": frozenset[str](),
 }
+# Run in float32 (fp32), the rest of the ops with an autocast kernel: AT_FORALL_FP32 (CUDA),
+# KERNEL_CPU(..., fp32); as torch 2.6 to 2.15 register them (rms_norm not on 2.6, cholesky
+# and qr up to 2.6). Used where the dispatcher lists none (``registered``).
+_FP32 = {
+    "cuda": _names(
+        "_upsample_bicubic2d_aa _upsample_bilinear2d_aa _upsample_nearest_exact1d "
+        "_upsample_nearest_exact2d _upsample_nearest_exact3d acos asin binary_cross_entropy "
+        "binary_cross_entropy_with_logits cdist cosh cosine_embedding_loss cosine_similarity "
+        "dist erfinv exp expm1 frobenius_norm group_norm hinge_embedding_loss huber_loss "
+        "kl_div l1_loss layer_norm log log10 log1p log2 logsumexp margin_ranking_loss "
+        "mse_loss multi_margin_loss multilabel_margin_loss native_layer_norm nll_loss "
+        "nll_loss2d nuclear_norm pdist poisson_nll_loss pow reciprocal renorm rms_norm rsqrt "
+        "sinh smooth_l1_loss soft_margin_loss softplus tan triplet_margin_loss "
+        "upsample_bicubic2d upsample_bilinear2d upsample_linear1d upsample_nearest1d "
+        "upsample_nearest2d upsample_nearest3d upsample_trilinear3d"
+    ),
+    "cpu": _names(
+        "_grid_sampler_2d_cpu_fallback _lu_with_info adaptive_avg_pool3d adaptive_max_pool3d "
+        "avg_pool3d binary_cross_entropy binary_cross_entropy_with_logits cdist "
+        "cholesky cholesky_inverse cholesky_solve cosine_embedding_loss cross_entropy_loss "
+        "ctc_loss fake_quantize_per_tensor_affine fft_fft fft_fft2 fft_fftn fft_hfft fft_ifft "
+        "fft_ifft2 fft_ifftn fft_ihfft fft_irfft fft_irfft2 fft_irfftn fft_rfft fft_rfft2 "
+        "fft_rfftn fractional_max_pool2d fractional_max_pool3d geqrf grid_sampler "
+        "grid_sampler_2d grid_sampler_3d hinge_embedding_loss huber_loss inverse kl_div "
+        "l1_loss linalg_cholesky linalg_cholesky_ex linalg_cond linalg_eig linalg_eigh "
+        "linalg_eigvals linalg_eigvalsh linalg_householder_product linalg_inv linalg_inv_ex "
+        "linalg_lstsq linalg_matrix_rank linalg_qr linalg_solve linalg_svd linalg_svdvals "
+        "linalg_tensorinv linalg_tensorsolve lu_solve margin_ranking_loss max_pool3d "
+        "max_unpool2d max_unpool3d mse_loss multi_margin_loss multilabel_margin_loss "
+        "multilabel_margin_loss_forward nanquantile nll_loss nll_loss2d orgqr ormqr "
+        "pinverse poisson_nll_loss polar prod qr quantile reflection_pad1d reflection_pad2d "
+        "replication_pad1d replication_pad2d replication_pad3d smooth_l1_loss "
+        "soft_margin_loss stft svd trace triangular_solve triplet_margin_loss view_as_complex"
+    ),
+}
 # Composites with no autocast kernel of their own whose insides autocast casts: C++ ones
 # (the mode sees the call only) and torch's Python functions (the mode is off while it
 # runs one, so their own calls are not seen): the policy of the ops that decide their
@@ -109,13 +145,16 @@ _ALIASES = {"multi_dot": "linalg_multi_dot", "vector_norm": "linalg_vector_norm"
 
 @functools.cache
 def registered(policy: str) -> frozenset[str]:
-    """The aten ops (overload names dropped) torch's dispatcher has an autocast kernel for
-    on the policy's device, in the torch that runs."""
+    """The aten ops (overload names dropped) with an autocast kernel on the policy's device:
+    those torch's dispatcher has in the torch that runs (``rms_norm`` on torch 2.14, not 2.6,
+    ...); those written here where it lists none (a build without the listing)."""
     key = {"cuda": "AutocastCUDA", "cpu": "AutocastCPU"}[policy]
-    names = torch._C._dispatch_get_registrations_for_dispatch_key(key)
-    return frozenset(
-        n.removeprefix("aten::").split(".")[0] for n in names if n.startswith("aten::")
-    )
+    listing = getattr(torch._C, "_dispatch_get_registrations_for_dispatch_key", None)
+    names = listing(key) if listing is not None else []
+    found = {n.removeprefix("aten::").split(".")[0] for n in names if n.startswith("aten::")}
+    if found:
+        return frozenset(found)
+    return _LOWER[policy] | _PROMOTE[policy] | _FP32_DTYPE[policy] | _FP32[policy]
 
 
 @functools.cache
