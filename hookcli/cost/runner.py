@@ -573,6 +573,7 @@ def build_report(
 ) -> Report:
     """The cost report of a measured pass (table columns and totals included); ``peaks``:
     the tracked step's (``step_memory``)."""
+    from hookcli import amp
     from hookcli.layers import layer_rows
     from hookcli.modelinfo import totals as model_totals
     from hookcli.options import HookKind
@@ -597,8 +598,6 @@ def build_report(
     totals["uncounted_op_count"] = len(probe.uncounted)
     checks = () if error is not None else _checks(totals, plan)
     settings = {**prepared.settings, "optimizer": optimizer.value, "backward": backward}
-    from hookcli import amp
-
     if settings.get("amp") and amp.emulated_policy() is not None:
         settings["amp_policy"] = amp.emulated_policy()  # autocast emulated on meta
     if backward:
