@@ -11,6 +11,11 @@ them. Parameters stay in their dtype: autocast casts per op (a matmul's operands
 the autocast dtype, softmax and norms kept in float32), so what cost counts (outputs,
 saved tensors, the live peak) is what autocast really makes.
 
+torch.autocast has no meta device: on meta, ``cost`` (inside ``meta_allowed()``)
+emulates it with the CUDA policy (``META_POLICY``; ``hookcli.memory.autocast``), the
+casts a CUDA GPU would make, which is what a memory plan on meta is for. Elsewhere
+``--amp`` on meta is refused.
+
 No torch import at module level: the ``--help`` path reads ``CHOICES``.
 """
 
@@ -24,8 +29,23 @@ from typing import Any
 # --amp VALUE -> the torch dtype's name
 CHOICES = {"bf16": "bfloat16", "fp16": "float16"}
 
+# whose autocast policy (op lists) --amp follows on meta
+META_POLICY = "cuda"
+
 _requested: str | None = None  # the CLI's --amp, for the command under way
 _active: tuple[str, Any] | None = None  # (device type, torch dtype) while a run uses it
+_meta_allowed = False  # the command emulates autocast on meta (cost)
+
+
+@contextlib.contextmanager
+def meta_allowed() -> Iterator[None]:
+    """``--amp`` on meta, emulated with ``META_POLICY``, for the run inside (cost)."""
+    global _meta_allowed
+    before, _meta_allowed = _meta_allowed, True
+    try:
+        yield
+    finally:
+        _meta_allowed = before
 
 
 @contextlib.contextmanager
@@ -57,9 +77,12 @@ def check(value: str | None, device: Any) -> str | None:
 
     kind = device.type
     if kind == "meta":
+        if _meta_allowed:
+            return value  # emulated (hookcli.memory.autocast)
         raise UsageError(
             "--amp: torch.autocast has no meta device (it casts per device: cpu, cuda, "
-            "mps, xpu); run with --device cpu, or count a cast model with --dtype on meta"
+            "mps, xpu); cost emulates it there, other commands need --device cpu (or a "
+            "cast model: --dtype)"
         )
     available = getattr(torch.amp.autocast_mode, "is_autocast_available", None)
     if available is not None and not available(kind):
@@ -98,9 +121,27 @@ def activate(value: str | None, device: Any) -> str | None:
 
 
 def autocast() -> contextlib.AbstractContextManager[Any]:
-    """``torch.autocast`` for a forward of the run, or nothing without ``--amp``."""
+    """``torch.autocast`` for a forward of the run (on meta, its emulation), or nothing
+    without ``--amp``."""
     if _active is None:
         return contextlib.nullcontext()
+    if _active[0] == "meta":
+        from hookcli.memory.autocast import emulated
+
+        return emulated(META_POLICY, _active[1])
     import torch
 
     return torch.autocast(_active[0], dtype=_active[1])
+
+
+def recompute() -> contextlib.AbstractContextManager[Any]:
+    """What a checkpointed forward's recomputation in backward runs in: the emulation on
+    meta (torch.utils.checkpoint re-enters a real autocast by itself, not that one)."""
+    if _active is not None and _active[0] == "meta":
+        return autocast()
+    return contextlib.nullcontext()
+
+
+def emulated_policy() -> str | None:
+    """The device whose autocast policy the run emulates (on meta), else None."""
+    return META_POLICY if _active is not None and _active[0] == "meta" else None

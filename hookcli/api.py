@@ -366,7 +366,13 @@ def cost(
     forward_kwargs: Mapping[str, Any] | None = None,
     mode: str | Mode = "eval",
     backward: bool = False,
+    loss: str | Loss | None = None,
     optimizer: str = "adam",
+    zero_grad: str | None = None,
+    checkpoint: str | None = None,
+    foreach: bool | None = None,
+    amp: str | None = None,
+    fit: str | int | None = None,
     max_memory: str | int | None = None,
     memory_for: str = "train",
     max_flops: str | int | None = None,
@@ -379,10 +385,23 @@ def cost(
 
     Args:
         model, *inputs, forward_kwargs, mode, global_hooks, depth, seed: as for ``inspect``.
-        backward: also run a backward pass and count ``backward_flops``.
+        backward: also run a backward pass and count ``backward_flops``; and one
+            steady-state training step under the live-bytes tracker (its peak:
+            ``totals["step_peak_bytes"]``).
+        loss: where backward starts, as ``--loss`` takes it (``"sum"``, the default).
         optimizer: ``"adam"``, ``"adamw"``, ``"sgd"``, ``"sgd-momentum"``, ``"adafactor"``
             or ``"none"``: whose state the training-step total holds (and, with
-            ``backward``, the optimizer of the tracked step: ``totals["step_peak_bytes"]``).
+            ``backward``, the optimizer of the tracked step).
+        zero_grad: the step's ``zero_grad``: ``"none"`` (set_to_none, the default) or
+            ``"zeros"``. Turns ``backward`` on, as ``checkpoint``, ``foreach`` and ``fit`` do.
+        checkpoint: ``torch.utils.checkpoint`` around every module of this class name.
+        foreach: the optimizer's foreach implementation on (True) or off (False); None:
+            torch's choice on the device.
+        amp: ``"bf16"`` or ``"fp16"``: every forward under ``torch.autocast`` on the
+            model's device; on meta, autocast emulated with the CUDA policy
+            (``settings["amp_policy"]``).
+        fit: the largest batch whose training-step peak fits in this size (``"80GiB"`` or
+            bytes), searched on meta (the model and inputs on meta): ``totals["fit_batch"]``.
         max_memory: a ``max-memory`` check on the total ``memory_for`` names
             (``"train"`` or ``"inference"``): bytes, or a size such as ``"24GiB"``.
         max_flops: a ``max-flops`` check on the forward FLOPs (``"4.1G"`` or a number).
@@ -392,17 +411,47 @@ def cost(
         ``output_bytes``, ``saved_bytes``...; ``totals`` the memory totals in bytes;
         ``report.lists["uncounted_ops"]`` every op that ran without a FLOP formula.
     """
-    from hookcli.cost.runner import MemoryTotal, Optimizer, plan_cost, run_cost
+    from hookcli.cost.runner import MemoryTotal, Optimizer, ZeroGrad, plan_cost, run_cost
     from hookcli.cost.sizes import MAX_COUNT, MAX_SIZE, parse_count, parse_size
     from hookcli.validate import check_size, choice
 
     _common(forward_kwargs, seed, depth, global_hooks, backward=backward)
     optimizer = choice(optimizer, Optimizer, "optimizer").value
     memory_for = choice(memory_for, MemoryTotal, "memory_for").value
+    if zero_grad is not None:
+        zero_grad = choice(zero_grad, ZeroGrad, "zero_grad").value
+    if checkpoint is not None and not isinstance(checkpoint, str):
+        raise UsageError(f"checkpoint must be a module class name, got {checkpoint!r}")
+    if foreach is not None and not isinstance(foreach, bool):
+        raise UsageError(f"foreach must be True, False or None, got {foreach!r}")
     max_memory = check_size(max_memory, "max_memory", parse_size, MAX_SIZE)
     max_flops = check_size(max_flops, "max_flops", parse_count, MAX_COUNT)
-    plan = plan_cost(backward, optimizer, max_memory, memory_for, max_flops, depth, global_hooks)
-    return on_live(model, inputs, forward_kwargs, _mode(mode), seed, lambda p: run_cost(p, plan))
+    fit = check_size(fit, "fit", parse_size, MAX_SIZE)
+    plan = plan_cost(
+        backward,
+        optimizer,
+        max_memory,
+        memory_for,
+        max_flops,
+        depth,
+        global_hooks,
+        loss,
+        zero_grad,
+        checkpoint,
+        fit,
+        foreach,
+    )
+
+    def run(prepared: Prepared) -> Outcome:
+        from hookcli import amp as autocast
+
+        with autocast.requested(amp), autocast.meta_allowed():
+            device = _device_of(prepared.model, prepared.inputs.args if prepared.inputs else ())
+            if autocast.activate(autocast.check(amp, device), device) is not None:
+                prepared.settings["amp"] = amp
+            return run_cost(prepared, plan)
+
+    return on_live(model, inputs, forward_kwargs, _mode(mode), seed, run)
 
 
 # -- profile -------------------------------------------------------------------------------

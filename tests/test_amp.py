@@ -100,14 +100,15 @@ def test_amp_not_on_build_only_commands() -> None:
 
 
 @pytest.mark.parametrize(
-    ("args", "needle"),
+    ("command", "args", "needle"),
     [
-        (["--amp", "fp8"], "--amp must be one of bf16, fp16"),
-        (["--amp", "bf16", "--device", "meta"], "autocast has no meta device"),
+        ("cost", ["--amp", "fp8"], "--amp must be one of bf16, fp16"),
+        # cost emulates autocast on meta (tests/test_memory_autocast.py); the others refuse
+        ("inspect", ["--amp", "bf16", "--device", "meta"], "autocast has no meta device"),
     ],
 )
-def test_amp_usage_errors(args: list[str], needle: str) -> None:
-    r = hookcli("cost", f"{FIX}:WhisperLike", *args)
+def test_amp_usage_errors(command: str, args: list[str], needle: str) -> None:
+    r = hookcli(command, f"{FIX}:WhisperLike", *args)
     assert r.returncode == 2, r.stderr
     assert needle in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -110,7 +110,10 @@ def cli_command(
             kinds=(),
             global_hooks=global_hooks,
         )
-    report, error = run_cost(prepare(mopts, ropts), plan)
+    from hookcli.amp import meta_allowed
+
+    with meta_allowed():  # --amp on meta: emulated (hookcli.memory.autocast)
+        report, error = run_cost(prepare(mopts, ropts), plan)
     code = emit(report, out)
     if error is not None:
         raise error

@@ -246,9 +246,14 @@ def step_memory(prepared: Prepared, plan: CostPlan) -> dict[str, Any]:
 
     def run_context() -> contextlib.AbstractContextManager[Any]:
         from hookcli.cost.probe import _FusedAttentionOnMeta
+        from hookcli.metavalues import MetaValues
 
-        # on meta, the CPU's attention kernel, as the measured pass counts it
-        return _FusedAttentionOnMeta() if on_meta else contextlib.nullcontext()
+        stack = contextlib.ExitStack()
+        if on_meta:  # the CPU's attention kernel, as the measured pass counts it, and
+            # values where the model reads some (a packed-sequence check in train mode)
+            stack.enter_context(_FusedAttentionOnMeta())
+            stack.enter_context(MetaValues())
+        return stack
 
     def forward_context() -> contextlib.ExitStack:
         stack = contextlib.ExitStack()
@@ -270,6 +275,7 @@ def step_memory(prepared: Prepared, plan: CostPlan) -> dict[str, Any]:
             run_context=run_context,
             zero_grad=plan.zero_grad.value,
             checkpoint=plan.checkpoint,
+            recompute_context=amp.recompute,
         )
 
     _progress("one steady-state training step under the live-bytes tracker")
@@ -567,6 +573,7 @@ def build_report(
 ) -> Report:
     """The cost report of a measured pass (table columns and totals included); ``peaks``:
     the tracked step's (``step_memory``)."""
+    from hookcli import amp
     from hookcli.layers import layer_rows
     from hookcli.modelinfo import totals as model_totals
     from hookcli.options import HookKind
@@ -591,6 +598,8 @@ def build_report(
     totals["uncounted_op_count"] = len(probe.uncounted)
     checks = () if error is not None else _checks(totals, plan)
     settings = {**prepared.settings, "optimizer": optimizer.value, "backward": backward}
+    if settings.get("amp") and amp.emulated_policy() is not None:
+        settings["amp_policy"] = amp.emulated_policy()  # autocast emulated on meta
     if backward:
         settings["loss"] = plan.loss.value
     if plan.step:

@@ -1,1 +1,2 @@
-"""Memory: the live-bytes tracker (``tracker``) and the step it follows (``step``)."""
+"""Memory: the live-bytes tracker (``tracker``), the step it follows (``step``), ``--fit``
+(``fit``) and autocast emulated on meta (``autocast``)."""

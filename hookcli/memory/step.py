@@ -46,8 +46,14 @@ def make_optimizer(
 
 
 @contextlib.contextmanager
-def checkpointing(model: nn.Module, class_name: str | None) -> Iterator[int]:
-    """``torch.utils.checkpoint`` (non-reentrant) around every module of ``class_name``."""
+def checkpointing(
+    model: nn.Module,
+    class_name: str | None,
+    context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+) -> Iterator[int]:
+    """``torch.utils.checkpoint`` (non-reentrant) around every module of ``class_name``;
+    each checkpointed forward in ``context()``, its recomputation in backward too (the
+    autocast emulated on meta, which checkpoint cannot re-enter by itself)."""
     if not class_name:
         yield 0
         return
@@ -57,8 +63,12 @@ def checkpointing(model: nn.Module, class_name: str | None) -> Iterator[int]:
 
     def wrap(forward: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(forward)
+        def inside(*args: Any, **kwargs: Any) -> Any:
+            with context():
+                return forward(*args, **kwargs)
+
         def run(*args: Any, **kwargs: Any) -> Any:
-            return checkpoint(forward, *args, use_reentrant=False, **kwargs)
+            return checkpoint(inside, *args, use_reentrant=False, **kwargs)
 
         return run
 
@@ -151,8 +161,12 @@ def track_step(
     run_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
     zero_grad: str = "none",
     checkpoint: str | None = None,
+    recompute_context: Callable[
+        [], contextlib.AbstractContextManager[Any]
+    ] = contextlib.nullcontext,
 ) -> StepPeaks:
-    """The peak of one steady-state training step (see the module's doc)."""
+    """The peak of one steady-state training step (see the module's doc);
+    ``recompute_context``: what each ``checkpoint``-ed forward runs in (``checkpointing``)."""
     set_to_none = zero_grad == "none"
     with _kept(model):
         model.train()
@@ -164,7 +178,7 @@ def track_step(
         tracker = LiveBytes()
 
         def run(tracked: bool) -> None:
-            with checkpointing(model, checkpoint), run_context():
+            with checkpointing(model, checkpoint, recompute_context), run_context():
                 with forward_context():
                     output = model(*args, **kwargs)
                 loss = loss_fn(output)
