@@ -15,10 +15,12 @@
    (5,204 calls). The per-call overhead is measured in process.
 
 Runs are interleaved (plain, hookcli, hookcli with HOOKCLI_FULL_EXIT=1, plain, ...)
-and the medians reported; peak
-RSS is the child's VmHWM read from /proc (``ru_maxrss`` would report the parent's); for
-the ``hookcli`` command, whose guarding parent forks the process that does the work,
-the worker's VmHWM plus the parent's private pages.
+and the medians reported. Peak RSS is the high-water mark of the command's largest
+process, teardown included: ``ru_maxrss`` from ``wait4`` in a small launcher that
+forks the command (forked from the benchmark itself, the command would inherit the
+benchmark's resident set as its starting high-water mark), or VmHWM polled from /proc
+while it runs, whichever is larger. For the ``hookcli`` command, whose guarding parent
+forks the process that does the work, the parent's private pages are added.
 """
 
 from __future__ import annotations
@@ -69,21 +71,48 @@ with torch.inference_mode():
 """
 
 
+# A small process that starts the measured one and waits for it: ``wait4`` gives the
+# kernel's own high-water mark of the measured tree's largest process, teardown
+# included (a peak that polling /proc can miss when it comes in the last milliseconds
+# before exit). The measured process is forked from the launcher, not from the
+# benchmark, whose resident set a child forked from it would inherit as its starting
+# high-water mark.
+_LAUNCHER = """
+import os, sys, time
+start = time.perf_counter()
+pid = os.fork()
+if pid == 0:
+    os.execvp(sys.argv[1], sys.argv[1:])
+_, status, usage = os.wait4(pid, 0)
+took = time.perf_counter() - start
+sys.stderr.write(f"\\n{MARK} {usage.ru_maxrss} {took}\\n")
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+_MARK = "__bench_modern_child__"
+
+
 def _run(argv: list[str], extra_env: dict[str, str] | None = None) -> tuple[float, int]:
-    """Wall seconds and peak RSS (bytes) of one child process; stdout discarded."""
+    """Wall seconds and peak RSS (bytes) of one command's process tree; stdout discarded.
+
+    The peak is the tree's largest process's high-water mark (``wait4``'s ``ru_maxrss``,
+    or VmHWM read while it runs, whichever is larger) plus the private pages of every
+    other process of the tree (the guarding parent of the ``hookcli`` command)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": str(ROOT), **(extra_env or {})}
+    launcher = [sys.executable, "-c", _LAUNCHER.replace("{MARK}", _MARK), *argv]
     with tempfile.TemporaryFile() as out:
-        start = time.perf_counter()
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=subprocess.PIPE)
-        peak = 0
+        proc = subprocess.Popen(launcher, cwd=ROOT, env=env, stdout=out, stderr=subprocess.PIPE)
+        largest = others = 0
         while proc.poll() is None:
-            peak = max(peak, _tree_peak(proc.pid))
+            big, private = _tree_peak(proc.pid)
+            largest, others = max(largest, big), max(others, private)
             time.sleep(0.02)
-        elapsed = time.perf_counter() - start
         err = proc.stderr.read().decode() if proc.stderr else ""
     if proc.returncode:
         raise RuntimeError(f"{' '.join(argv)} exited {proc.returncode}: {err[-500:]}")
-    return elapsed, peak
+    _, maxrss_kib, took = next(
+        line.split() for line in reversed(err.splitlines()) if line.startswith(_MARK)
+    )
+    return float(took), max(largest, int(maxrss_kib) * 1024) + others
 
 
 def _field(path: str, *names: str) -> int:
@@ -111,11 +140,13 @@ def _tree(pid: int) -> list[int]:
     return found
 
 
-def _tree_peak(pid: int) -> int:
-    """The largest process's peak (VmHWM), plus the memory each other process of the
-    tree holds alone (its private pages): the guarding parent's own cost, not the pages
-    it shares with its child."""
-    pids = _tree(pid)
+def _tree_peak(launcher: int) -> tuple[int, int]:
+    """Below ``launcher``: the largest process's peak so far (VmHWM), and the memory each
+    other process of the tree holds alone (its private pages): the guarding parent's own
+    cost, not the pages it shares with its child."""
+    pids = _tree(launcher)[1:]
+    if not pids:
+        return 0, 0
     peaks = {p: _field(f"/proc/{p}/status", "VmHWM") for p in pids}
     big = max(peaks, key=lambda p: peaks[p])
     private = sum(
@@ -123,7 +154,7 @@ def _tree_peak(pid: int) -> int:
         for p in pids
         if p != big
     )
-    return peaks[big] + private
+    return peaks[big], private
 
 
 FULL_EXIT = {"HOOKCLI_FULL_EXIT": "1"}
