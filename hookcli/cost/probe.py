@@ -33,6 +33,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from hookcli.attention import SwapsAttention
 from hookcli.cost.flops import (
     SPARSE_OPERANDS,
     ZERO_FLOP_OPS,
@@ -381,7 +382,7 @@ def _fused_sdpa(
         return None
 
 
-class _FusedAttentionOnMeta(TorchFunctionMode):
+class _FusedAttentionOnMeta(SwapsAttention, TorchFunctionMode):
     """On meta, run F.scaled_dot_product_attention through the kernel the CPU picks.
 
     The meta device has no fused attention and falls back to the math
@@ -394,31 +395,16 @@ class _FusedAttentionOnMeta(TorchFunctionMode):
     made inside another torch function that the mode handles (the mode is off
     while its handler runs): ``F.multi_head_attention_forward`` calls SDPA so.
     ``torch.nn.functional.scaled_dot_product_attention`` is therefore also
-    replaced while the mode is on, and put back after.
+    replaced while the mode is on, and put back after (``SwapsAttention``).
     """
 
     def __init__(self) -> None:
         super().__init__()
         self._original = torch.nn.functional.scaled_dot_product_attention
 
-    def _sdpa(self, *args: Any, **kwargs: Any) -> Any:
+    def _attention(self, *args: Any, **kwargs: Any) -> Any:
         out = _fused_sdpa(*args, **kwargs)
         return out if out is not None else self._original(*args, **kwargs)
-
-    def __enter__(self) -> _FusedAttentionOnMeta:
-        torch.nn.functional.scaled_dot_product_attention = self._sdpa
-        try:
-            super().__enter__()
-        except BaseException:
-            torch.nn.functional.scaled_dot_product_attention = self._original
-            raise
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            super().__exit__(*exc)
-        finally:
-            torch.nn.functional.scaled_dot_product_attention = self._original
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}

@@ -42,6 +42,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 
+from hookcli.attention import SwapsAttention
+
 POLICIES = ("cuda", "cpu")
 
 
@@ -195,7 +197,7 @@ def _name(func: Any) -> str:
     return name
 
 
-class AutocastOnMeta(TorchFunctionMode):
+class AutocastOnMeta(SwapsAttention, TorchFunctionMode):
     """torch.autocast's casts with ``policy``'s op lists, on meta (see the module's doc).
 
     Enter it through ``emulated()``: nested regions share one weight-cast cache."""
@@ -207,7 +209,6 @@ class AutocastOnMeta(TorchFunctionMode):
         self.policy, self.dtype = policy, dtype
         self.cache: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self._inside = False
-        self._sdpa: Any = None
 
     # -- casts -------------------------------------------------------------------------
 
@@ -275,27 +276,10 @@ class AutocastOnMeta(TorchFunctionMode):
     # -- scaled_dot_product_attention through a module attribute -----------------------
 
     def _attention(self, *args: Any, **kwargs: Any) -> Any:
+        # what was there may be a Python function put there by another mode (cost's
+        # kernel choice on meta), which no torch function mode sees
         how = cast_of(self.policy, "scaled_dot_product_attention")
-        return self._run(how, self._sdpa, args, kwargs)
-
-    def __enter__(self) -> AutocastOnMeta:
-        # F.scaled_dot_product_attention may be a Python function put there by another
-        # mode (cost's kernel choice on meta), which no torch function mode sees
-        functional = torch.nn.functional
-        self._sdpa = functional.scaled_dot_product_attention
-        functional.scaled_dot_product_attention = self._attention
-        try:
-            super().__enter__()
-        except BaseException:
-            functional.scaled_dot_product_attention = self._sdpa
-            raise
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        try:
-            super().__exit__(*exc)
-        finally:
-            torch.nn.functional.scaled_dot_product_attention = self._sdpa
+        return self._run(how, self._replaced, args, kwargs)
 
 
 _current: AutocastOnMeta | None = None
