@@ -231,3 +231,23 @@ def test_cost_foreach_on_meta() -> None:
     assert on["step_peak_phase"] == "step" and on["step_peak_module"].endswith("foreach)")
     assert on["step_peak_by_kind"]["activations"] >= on["param_bytes"]
     assert off["step_peak_by_kind"]["activations"] < off["param_bytes"]
+
+
+def test_checkpointing_leaves_a_forward_set_on_the_instance_as_it_was() -> None:
+    # a model whose block had its forward patched on the instance: the checkpointed step
+    # wraps it, runs it, and puts that very function back, not the class's forward
+    torch.manual_seed(0)
+    model = memory_models.llama()
+    block = next(m for m in model.modules() if type(m).__name__ == "Block")
+    calls = []
+
+    def patched(*args: Any, **kwargs: Any) -> Any:
+        calls.append(1)
+        return type(block).forward(block, *args, **kwargs)
+
+    block.forward = patched
+    others = [m for m in model.modules() if type(m).__name__ == "Block" and m is not block]
+    track_step(model, (memory_models.tokens(),), {}, memory_models.first_output_sum,
+               optimizer="sgd", checkpoint="Block")  # fmt: skip
+    assert vars(block)["forward"] is patched and calls  # the patched one ran, and is back
+    assert all("forward" not in vars(m) for m in others)

@@ -62,23 +62,28 @@ def checkpointing(
     found = [m for m in model.modules() if type(m).__name__ == class_name]
 
     def wrap(forward: Callable[..., Any]) -> Callable[..., Any]:
-        @functools.wraps(forward)
         def inside(*args: Any, **kwargs: Any) -> Any:
             with context():
                 return forward(*args, **kwargs)
 
+        @functools.wraps(forward)
         def run(*args: Any, **kwargs: Any) -> Any:
             return checkpoint(inside, *args, use_reentrant=False, **kwargs)
 
         return run
 
+    # a forward set on the instance itself (a patched model) is put back as it was
+    own = {id(m): vars(m)["forward"] for m in found if "forward" in vars(m)}
     for m in found:
         m.forward = wrap(m.forward)
     try:
         yield len(found)
     finally:
         for m in found:
-            vars(m).pop("forward", None)
+            if id(m) in own:
+                m.forward = own[id(m)]
+            else:
+                vars(m).pop("forward", None)
 
 
 @contextlib.contextmanager
