@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from hookcli.cost.probe import CallCost, CostProbe
     from hookcli.distributed.strategy import Launch
     from hookcli.errors import RunError
+    from hookcli.memory.fsdp import FsdpPlan
     from hookcli.pipeline import Outcome, Prepared
     from hookcli.report import CheckResult, Column, Report, Row
     from hookcli.session import CallRecord
@@ -221,9 +222,10 @@ def measure(
     return probe, records, error
 
 
-def step_memory(prepared: Prepared, plan: CostPlan) -> dict[str, Any]:
+def step_memory(prepared: Prepared, plan: CostPlan, fsdp: FsdpPlan | None = None) -> dict[str, Any]:
     """The live-bytes tracker's peaks: one steady-state training step, one inference
-    forward (``hookcli.memory``), as totals; ``step_peak_error`` where the step failed."""
+    forward (``hookcli.memory``), as totals; ``step_peak_error`` where the step failed.
+    ``fsdp``: the step as one rank runs it under FSDP2 (``hookcli.memory.fsdp``)."""
     from hookcli import amp
     from hookcli.errors import HookcliError, UsageError, first_line
     from hookcli.losses import make_loss
@@ -276,12 +278,13 @@ def step_memory(prepared: Prepared, plan: CostPlan) -> dict[str, Any]:
             zero_grad=plan.zero_grad.value,
             checkpoint=plan.checkpoint,
             recompute_context=amp.recompute,
+            fsdp=fsdp,
         )
 
     _progress("one steady-state training step under the live-bytes tracker")
     try:
         found = step(args, kwargs)
-        inference = track_inference(model, args, kwargs, forward_context)
+        inference = track_inference(model, args, kwargs, forward_context, fsdp)
         fit = _fit(plan.fit, step, args, kwargs) if plan.fit is not None else {}
     except HookcliError:
         raise
@@ -299,6 +302,7 @@ def step_memory(prepared: Prepared, plan: CostPlan) -> dict[str, Any]:
         "inference_peak_bytes": inference.bytes,
         "inference_peak_module": inference.module,
         "inference_peak_by_kind": inference.as_dict()["by_kind"],
+        **({"step_peak_fsdp": {"rank": fsdp.rank, "world_size": fsdp.world}} if fsdp else {}),
         **fit,
     }
 
@@ -632,10 +636,11 @@ def run_cost(prepared: Prepared, plan: CostPlan, launch: Launch | None = None) -
     """Measure the model (and its backward, with ``plan.backward``) and build the report.
 
     ``launch``: one process (the default), or every rank of ``--fsdp``: each rank adds its
-    memory under FSDP2's shard plan, and rank 0 sets it beside DDP's (None on the others).
+    memory under FSDP2's shard plan, its step tracked as FSDP2 runs it on that rank
+    (``hookcli.memory.fsdp``), and rank 0 sets it beside DDP's (None on the others).
     """
 
-    def once() -> Outcome:
+    def once(fsdp: FsdpPlan | None = None) -> Outcome:
         probe, records, error = measure(
             prepared,
             mode=Mode(prepared.settings["mode"]),
@@ -643,9 +648,8 @@ def run_cost(prepared: Prepared, plan: CostPlan, launch: Launch | None = None) -
             backward=plan.backward,
             loss=plan.loss,
         )
-        # under --fsdp the per-rank step is not tracked (yet): the ranks' sums stay
-        tracked = plan.step and error is None and (launch is None or not launch.distributed)
-        peaks = step_memory(prepared, plan) if tracked else None
+        tracked = plan.step and error is None
+        peaks = step_memory(prepared, plan, fsdp) if tracked else None
         return build_report(prepared, probe, records, error, plan, peaks), error
 
     if launch is None or not launch.distributed:
@@ -654,24 +658,29 @@ def run_cost(prepared: Prepared, plan: CostPlan, launch: Launch | None = None) -
 
 
 def _memory_per_rank(
-    prepared: Prepared, plan: CostPlan, launch: Any, once: Callable[[], Outcome]
+    prepared: Prepared, plan: CostPlan, launch: Any, once: Callable[..., Outcome]
 ) -> Outcome | None:
     """The cost report, plus memory per rank under FSDP2 and under DDP (rank 0)."""
     import dataclasses
 
+    from hookcli.memory.fsdp import FsdpPlan
     from hookcli.report import Row
 
     model = prepared.model
     units = launch.plan_units(model)
+    ctx = launch.ctx
 
     def measure_rank() -> tuple[Report, RunError | None, dict[str, Any]]:
-        report, error = once()
+        report, error = once(FsdpPlan(tuple(units), ctx.world_size, ctx.rank))
         seen: list[str] = []
         for row in report.layers:
             name = str(row.data["name"])
             if name in units and name not in seen:
                 seen.append(name)
-        return report, error, launch.memory(model, units, seen, STATE_COPIES[plan.optimizer])
+        mem = launch.memory(model, units, seen, STATE_COPIES[plan.optimizer])
+        for key in ("step_peak_bytes", "fit_batch"):  # this rank's tracked step
+            mem[key] = report.totals.get(key)
+        return report, error, mem
 
     report, error, mem = launch.step("measuring", measure_rank)
     gathered = launch.gather(mem)
@@ -727,12 +736,27 @@ def _memory_per_rank(
         "fsdp_train_step_bytes_per_rank": fsdp_totals,
         "all_gather_peak_units": gathered[0]["all_gather_peak_units"],
     }
+    peaks = [g["step_peak_bytes"] for g in gathered]
+    if all(p is not None for p in peaks):  # the step tracked on every rank
+        rows.append(
+            Row.of(
+                {
+                    "component": "step peak (tracked)",
+                    "ddp_bytes": None,
+                    "fsdp_bytes_per_rank": peaks,
+                }
+            )
+        )
+        totals["fsdp_step_peak_bytes_per_rank"] = peaks
+        if "fit_batch" in t:
+            totals["fsdp_fit_batch_per_rank"] = [g["fit_batch"] for g in gathered]
     lines = list(report.table_totals)
     lines.append(("Memory per rank", f"DDP | FSDP2 on {len(gathered)} ranks (rank 0, 1, ...)"))
     for row in rows:
         d = row.data
         fsdp = ", ".join(fmt_bytes(v, binary=True) for v in d["fsdp_bytes_per_rank"])
-        lines.append((f"  {d['component']}", f"{fmt_bytes(d['ddp_bytes'], binary=True)} | {fsdp}"))
+        ddp_b = "-" if d["ddp_bytes"] is None else fmt_bytes(d["ddp_bytes"], binary=True)
+        lines.append((f"  {d['component']}", f"{ddp_b} | {fsdp}"))
     peak_units = " + ".join(gathered[0]["all_gather_peak_units"])
     lines.append(("  all-gather peak is", f"{peak_units}, unsharded"))
     final = dataclasses.replace(
@@ -776,6 +800,8 @@ _KIND_WORDS = {
     "optimizer_state": "{opt} state",
     "saved": "saved activations",
     "activations": "other activations and temporaries",
+    "unsharded_params": "unsharded params (all-gathered)",
+    "comm_buffers": "all-gather and reduce-scatter buffers",
 }
 
 
@@ -798,9 +824,11 @@ def _peak_lines(t: dict[str, Any], optimizer: Optimizer, plan: CostPlan) -> list
         else "no optimizer"
     )
     extra = f", --checkpoint {plan.checkpoint} x{t['step_checkpointed_modules']}"
+    fsdp = t.get("step_peak_fsdp")
+    label = f"Step peak, rank {fsdp['rank']} of {fsdp['world_size']}" if fsdp else "Step peak"
     return [
         (
-            "Step peak",
+            label,
             f"{_size(t['step_peak_bytes'])} in {t['step_peak_phase']} at {where} "
             f"({t['step_peak_op']}); one steady-state step: {how}, "
             f"zero_grad {plan.zero_grad.value}{extra if plan.checkpoint else ''}",
@@ -820,6 +848,8 @@ def _fit_lines(t: dict[str, Any]) -> list[tuple[str, str]]:
     if "fit_batch" not in t:
         return []
     limit, batch = _size(t["fit_limit_bytes"]), t["fit_batch"]
+    if "step_peak_fsdp" in t:
+        limit += " per rank"
     nxt = t["fit_next_peak_bytes"]
     after = f"; batch {batch + 1} peaks at {_size(nxt)}" if nxt is not None else ""
     if batch == 0:

@@ -15,12 +15,15 @@ import contextlib
 import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import nn
 
-from hookcli.memory.tracker import LiveBytes, Peak
+from hookcli.memory.tracker import FSDP_KINDS, LiveBytes, Peak
+
+if TYPE_CHECKING:
+    from hookcli.memory.fsdp import FsdpPlan
 
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "adafactor", "none")
 
@@ -169,18 +172,31 @@ def track_step(
     recompute_context: Callable[
         [], contextlib.AbstractContextManager[Any]
     ] = contextlib.nullcontext,
+    fsdp: FsdpPlan | None = None,
 ) -> StepPeaks:
     """The peak of one steady-state training step (see the module's doc);
-    ``recompute_context``: what each ``checkpoint``-ed forward runs in (``checkpointing``)."""
+    ``recompute_context``: what each ``checkpoint``-ed forward runs in (``checkpointing``);
+    ``fsdp``: one rank's peak under FSDP2 (``hookcli.memory.fsdp``)."""
     set_to_none = zero_grad == "none"
     with _kept(model):
         model.train()
         for p in model.parameters():
             p.grad = None
         params = [p for p in model.parameters() if p.requires_grad]
-        opt = make_optimizer(optimizer, params, foreach)
+        names = {id(p): n for n, p in model.named_parameters()}
+        sharded = None
+        if fsdp is not None:
+            from hookcli.memory.fsdp import FsdpMemory
 
-        tracker = LiveBytes()
+            sharded = FsdpMemory(model, fsdp)
+            if foreach is None:  # what torch picks for the model's own parameters
+                foreach = _foreach_used(make_optimizer(optimizer, params))
+            stepped = [s for s in sharded.shard_params if s.requires_grad]
+            names.update(sharded.names)
+        else:
+            stepped = params
+        opt = make_optimizer(optimizer, stepped, foreach)
+        tracker = LiveBytes(FSDP_KINDS if sharded is not None else ())
 
         def run(tracked: bool) -> None:
             with checkpointing(model, checkpoint, recompute_context), run_context():
@@ -192,9 +208,15 @@ def track_step(
                     tracker.phase = "backward"
                 loss.backward()
                 del loss
+                if sharded is not None and tracked:
+                    sharded.finish_backward()
+            if sharded is not None and not tracked:
+                for p in params:
+                    p.grad = None  # FSDP2 frees the unsharded gradients it reduced
+                sharded.fill_grads()
             if tracked:
                 tracker.phase = "step"
-                for p in params:  # the step's ops name the parameter by its grad, its state
+                for p in stepped:  # the step's ops name the parameter by its grad, its state
                     state = opt.state.get(p, {}) if opt is not None else {}
                     for t in [p.grad, *state.values()]:
                         if isinstance(t, torch.Tensor) and t.layout is torch.strided:
@@ -203,22 +225,23 @@ def track_step(
                 opt.step()
                 opt.zero_grad(set_to_none=set_to_none)
             else:
-                for p in params:
+                for p in stepped:
                     if set_to_none:
                         p.grad = None
                     elif p.grad is not None:
                         p.grad.zero_()
 
-        names = {id(p): n for n, p in model.named_parameters()}
         run(tracked=False)  # the optimizer's state, as after the first step
-        tracker.hold(model.parameters(), "params")
+        if sharded is not None:  # the model's own: FsdpMemory makes what a rank holds
+            tracker.ignore(model.parameters())
+        tracker.hold(model.parameters() if sharded is None else sharded.shard_params, "params")
         tracker.hold(model.buffers(), "buffers")
-        tracker.hold((p.grad for p in params), "grads")
+        tracker.hold((p.grad for p in stepped), "grads")
         if opt is not None:
             for state in opt.state.values():
                 tracker.hold(state.values(), "optimizer_state")
         tracker.hold(_inputs(args, kwargs), "inputs")
-        for p in model.parameters():
+        for p in model.parameters() if sharded is None else sharded.shard_params:
             tracker.param_names[p.untyped_storage()._cdata] = names.get(id(p), "")
         with checkpointing(model, checkpoint) as wrapped:
             pass  # counted only
@@ -234,7 +257,12 @@ def track_step(
 
         try:
             saving = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-            with _module_stack(model, tracker), tracker, saving:
+            with contextlib.ExitStack() as stack:
+                stack.enter_context(_module_stack(model, tracker))
+                if sharded is not None:
+                    stack.enter_context(sharded.installed(tracker, set_to_none))
+                stack.enter_context(tracker)
+                stack.enter_context(saving)
                 run(tracked=True)
         finally:
             tracker.close()
@@ -248,18 +276,31 @@ def track_inference(
     args: tuple[Any, ...],
     kwargs: dict[str, Any],
     forward_context: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext,
+    fsdp: FsdpPlan | None = None,
 ) -> Peak:
-    """The peak of one eval, no_grad forward whose output is dropped at once."""
+    """The peak of one eval, no_grad forward whose output is dropped at once; ``fsdp``:
+    on one rank under FSDP2, each unit all-gathered for its forward."""
     mode = model.training
-    tracker = LiveBytes()
-    tracker.hold(model.parameters(), "params")
-    tracker.hold(model.buffers(), "buffers")
-    tracker.hold(_inputs(args, kwargs), "inputs")
-    model.eval()
-    try:
-        with torch.no_grad(), forward_context(), _module_stack(model, tracker), tracker:
-            model(*args, **kwargs)
-    finally:
-        tracker.close()
-        model.train(mode)
+    tracker = LiveBytes(FSDP_KINDS if fsdp is not None else ())
+    with contextlib.ExitStack() as stack:
+        if fsdp is not None:
+            from hookcli.memory.fsdp import FsdpMemory
+
+            sharded = FsdpMemory(model, fsdp)
+            tracker.ignore(model.parameters())
+            tracker.hold(sharded.shard_params, "params")
+            stack.enter_context(_module_stack(model, tracker))
+            stack.enter_context(sharded.installed(tracker, True))
+        else:
+            tracker.hold(model.parameters(), "params")
+            stack.enter_context(_module_stack(model, tracker))
+        tracker.hold(model.buffers(), "buffers")
+        tracker.hold(_inputs(args, kwargs), "inputs")
+        model.eval()
+        try:
+            with torch.no_grad(), forward_context(), tracker:
+                model(*args, **kwargs)
+        finally:
+            tracker.close()
+            model.train(mode)
     return tracker.peak

@@ -19,6 +19,7 @@ Works on meta (no data) as on a real device.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import functools
 import weakref
 from collections.abc import Iterable, Iterator
@@ -37,6 +38,9 @@ KINDS = (
     "saved",
     "activations",  # outputs not saved, activation gradients, op temporaries
 )
+# under FSDP2 (hookcli.memory.fsdp): parameters all-gathered for a unit's forward or
+# backward, and the all-gather and reduce-scatter buffers
+FSDP_KINDS = ("unsharded_params", "comm_buffers")
 
 _aten = torch.ops.aten
 _MATMULS = {_aten.mm.default, _aten.addmm.default, _aten.bmm.default, _aten.baddbmm.default}
@@ -58,7 +62,10 @@ class Peak:
             "phase": self.phase,
             "module": self.module,
             "op": self.op,
-            "by_kind": {k: self.by_kind.get(k, 0) for k in KINDS},
+            "by_kind": {
+                k: self.by_kind.get(k, 0)
+                for k in (*KINDS, *(k for k in self.by_kind if k not in KINDS))
+            },
         }
 
 
@@ -131,10 +138,12 @@ def _onednn_conv_bytes(args: Any, out: Any) -> int:
 class LiveBytes(TorchDispatchMode):
     """Bytes alive by kind at every op; the peak (see the module's doc)."""
 
-    def __init__(self) -> None:
+    def __init__(self, extra_kinds: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.live: dict[int, list[Any]] = {}  # cdata -> [bytes, kind, weakref]
-        self.by_kind: dict[str, int] = dict.fromkeys(KINDS, 0)
+        self.by_kind: dict[str, int] = dict.fromkeys((*KINDS, *extra_kinds), 0)
+        self.out_kind = "activations"  # the kind of storages ops make now
+        self.ignored: set[int] = set()  # storages never counted (FSDP's unsharded params)
         self.live_bytes = 0
         self.peak = Peak()
         self.phase = "forward"
@@ -157,7 +166,7 @@ class LiveBytes(TorchDispatchMode):
 
     def _add(self, st: Any, kind: str) -> bool:
         key = st._cdata
-        if key in self.live:
+        if key in self.live or key in self.ignored:
             return False
         nbytes = st.nbytes()
         entry = [nbytes, kind, None]
@@ -186,6 +195,21 @@ class LiveBytes(TorchDispatchMode):
             self.by_kind[entry[1]] -= entry[0]
             self.by_kind[kind] += entry[0]
             entry[1] = kind
+
+    def ignore(self, tensors: Iterable[Any]) -> None:
+        """Storages that are not counted, whatever uses them (each held alive by the caller)."""
+        for t in tensors:
+            if isinstance(t, torch.Tensor) and (st := _storage(t)) is not None:
+                self.ignored.add(st._cdata)
+
+    @contextlib.contextmanager
+    def making(self, kind: str) -> Iterator[None]:
+        """Storages the ops make inside are of ``kind`` from the start."""
+        before, self.out_kind = self.out_kind, kind
+        try:
+            yield
+        finally:
+            self.out_kind = before
 
     def close(self) -> None:
         self.open = False
@@ -244,7 +268,7 @@ class LiveBytes(TorchDispatchMode):
         for t in _tensors(out):
             st = _storage(t)
             if st is not None:
-                self._add(st, "activations")
+                self._add(st, self.out_kind)
         scratch = 0
         if func in _MATMULS:
             scratch = sum(_blas_copy_bytes(a) for a in args[-2:])
