@@ -1,0 +1,223 @@
+"""One rank's peak under FSDP2 (``hookcli.memory.fsdp``, ``cost --fsdp``) against the real
+one: ``tests/fsdp_memory_oracle.py`` shards the model with ``fully_shard`` over torch's
+fake process group and measures the step at the CPU allocator, with no hookcli code."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from hookcli.memory.fsdp import FsdpPlan, local_rows, padded_rows
+from hookcli.memory.step import track_inference, track_step
+from tests.test_distributed import report_of, torchrun
+from tests.test_fsdp import DECODER, NEEDS_CPU_FSDP
+
+ROOT = Path(__file__).resolve().parents[1]
+ORACLE = ROOT / "tests" / "fsdp_memory_oracle.py"
+MLP = "sample_models.distributed:HealthyMLP"
+WIDE = json.dumps(
+    {"vocab": 1000, "dim": 256, "layers": 4, "heads": 8, "kv_heads": 4, "hidden": 688}
+)
+
+
+def measured(spec: str, *args: str) -> int:
+    """The oracle's peak (a process of its own: one default process group each)."""
+    run = subprocess.run(
+        [sys.executable, str(ORACLE), spec, *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    return int(json.loads(run.stdout.strip().splitlines()[-1])["peak_bytes"])
+
+
+def predicted(
+    spec: str,
+    world: int,
+    rank: int,
+    x: torch.Tensor,
+    kwargs: str = "{}",
+    blocks: str | None = None,
+    **how: Any,
+) -> int:
+    """hookcli's peak for the same model, inputs and units (built here, not by the oracle)."""
+    import importlib
+
+    module, _, attr = spec.partition(":")
+    torch.manual_seed(0)
+    model: nn.Module = getattr(importlib.import_module(module), attr)(**json.loads(kwargs))
+    if blocks:
+        units = [f"{blocks}.{i}" for i in range(len(getattr(model, blocks)))]
+    else:
+        units = [n for n, c in model.named_children() if next(c.parameters(), None) is not None]
+    plan = FsdpPlan((*units, ""), world, rank)
+    if how.pop("eval", False):
+        return track_inference(model, (x,), {}, fsdp=plan).bytes
+    peak = track_step(model, (x,), {}, lambda out: out.float().sum(), fsdp=plan, **how)
+    return peak.train.bytes
+
+
+@pytest.mark.parametrize("dim0", [1, 2, 3, 7, 64, 1000])
+@pytest.mark.parametrize("world", [1, 2, 3, 8])
+def test_shard_rows_are_torch_chunks_padded_to_the_first(dim0: int, world: int) -> None:
+    chunks = torch.arange(dim0).chunk(world)
+    for rank in range(world):
+        expected = chunks[rank].numel() if rank < len(chunks) else 0
+        assert local_rows(dim0, world, rank) == expected
+    assert padded_rows(dim0, world) == chunks[0].numel()
+
+
+def test_the_model_is_left_as_it_was_found() -> None:
+    from sample_models.decoder import Decoder
+
+    torch.manual_seed(0)
+    model = Decoder()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randint(0, 256, (2, 16))
+    plan = FsdpPlan(("layers.0", "layers.1", ""), 2, 0)
+    track_step(model, (x,), {}, lambda out: out.sum(), fsdp=plan)
+    track_inference(model, (x,), {}, fsdp=plan)
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    assert all(p.grad is None for p in model.parameters()) and model.training
+    assert not any(m._forward_pre_hooks or m._forward_hooks for m in model.modules())
+
+
+CASES = [
+    # (spec, oracle args, predicted kwargs): world, rank, units, optimizer, zero_grad ...
+    pytest.param(
+        DECODER,
+        ["--world", "2", "--rank", "0", "--blocks", "layers", "--ids", "2", "32", "1000"]
+        + ["--kwargs", WIDE],
+        {"world": 2, "rank": 0, "blocks": "layers", "kwargs": WIDE, "ids": (2, 32, 1000)},
+        id="decoder-params-adam",
+    ),
+    pytest.param(
+        DECODER,
+        ["--world", "3", "--rank", "2", "--blocks", "layers", "--ids", "2", "32", "1000"]
+        + ["--optimizer", "sgd-momentum", "--kwargs", WIDE],
+        {
+            "world": 3,
+            "rank": 2,
+            "blocks": "layers",
+            "kwargs": WIDE,
+            "ids": (2, 32, 1000),
+            "optimizer": "sgd-momentum",
+        },
+        id="decoder-3-ranks-uneven-sgd-momentum",
+    ),
+    pytest.param(
+        DECODER,
+        ["--world", "2", "--rank", "1", "--blocks", "layers", "--ids", "2", "32", "1000"]
+        + ["--optimizer", "adamw", "--zero-grad", "zeros", "--kwargs", WIDE],
+        {
+            "world": 2,
+            "rank": 1,
+            "blocks": "layers",
+            "kwargs": WIDE,
+            "ids": (2, 32, 1000),
+            "optimizer": "adamw",
+            "zero_grad": "zeros",
+        },
+        id="decoder-adamw-zeros",
+    ),
+    pytest.param(
+        DECODER,
+        ["--world", "2", "--rank", "0", "--blocks", "layers", "--ids", "4", "64", "256"]
+        + ["--checkpoint", "Block"],
+        {"world": 2, "rank": 0, "blocks": "layers", "ids": (4, 64, 256), "checkpoint": "Block"},
+        id="decoder-activations-checkpointed",
+    ),
+    pytest.param(
+        DECODER,
+        ["--world", "2", "--rank", "1", "--blocks", "layers", "--ids", "4", "64", "256", "--eval"],
+        {"world": 2, "rank": 1, "blocks": "layers", "ids": (4, 64, 256), "eval": True},
+        id="decoder-inference",
+    ),
+    pytest.param(
+        MLP,
+        ["--world", "2", "--rank", "0", "--shape", "64,8", "--kwargs", '{"width": 512}']
+        + ["--optimizer", "sgd"],
+        {
+            "world": 2,
+            "rank": 0,
+            "kwargs": '{"width": 512}',
+            "shape": (64, 8),
+            "optimizer": "sgd",
+        },
+        id="mlp-top-level-children-sgd",
+    ),
+]
+
+
+@pytest.mark.distributed
+@NEEDS_CPU_FSDP
+@pytest.mark.parametrize(("spec", "oracle_args", "how"), CASES)
+def test_rank_peak_matches_fsdp2_measured(
+    spec: str, oracle_args: list[str], how: dict[str, Any]
+) -> None:
+    how = dict(how)
+    ids, shape = how.pop("ids", None), how.pop("shape", None)
+    torch.manual_seed(1)
+    x = torch.randint(0, ids[2], ids[:2]) if ids else torch.randn(*shape)
+    world, rank = how.pop("world"), how.pop("rank")
+    kwargs, blocks = how.pop("kwargs", "{}"), how.pop("blocks", None)
+    real = measured(spec, *oracle_args)
+    mine = predicted(spec, world, rank, x, kwargs, blocks, **how)
+    # within 0.5% (the same bytes on torch 2.15: docs/cost.md)
+    assert abs(mine - real) <= 0.005 * real, (mine, real)
+
+
+@pytest.mark.distributed
+@NEEDS_CPU_FSDP
+def test_cost_fsdp_reports_each_ranks_peak_and_fit_per_rank(tmp_path: Path) -> None:
+    args = ["--world", "2", "--blocks", "layers", "--ids"]
+    real = [measured(DECODER, *args, "4", "64", "256", "--rank", str(r)) for r in (0, 1)]
+    infer = measured(DECODER, *args, "4", "64", "256", "--rank", "0", "--eval")
+
+    run = torchrun(
+        tmp_path, "cost", DECODER, "--fsdp", "--backward", "-i", "int64:4x64:0..256", "-f", "json"
+    )
+    assert run["returncode"] == 0, run
+    report = report_of(run)
+    t = report["totals"]
+    peaks = t["fsdp_step_peak_bytes_per_rank"]
+    assert all(abs(p - r) <= 0.005 * r for p, r in zip(peaks, real, strict=True)), (peaks, real)
+    assert t["step_peak_bytes"] == peaks[0] and t["step_peak_fsdp"] == {"rank": 0, "world_size": 2}
+    assert abs(t["inference_peak_bytes"] - infer) <= 0.005 * infer
+    kinds = t["step_peak_by_kind"]
+    assert sum(kinds.values()) == peaks[0]
+    assert kinds["unsharded_params"] > 0 and kinds["comm_buffers"] > 0
+    rows = {r["component"]: r for r in report["memory_per_rank"]}
+    assert rows["step peak (tracked)"]["fsdp_bytes_per_rank"] == peaks
+
+    # --fit per rank, on meta, against a real search: the largest batch the oracle
+    # measures under the limit (halfway between batch 2's and batch 3's peaks)
+    at = {b: measured(DECODER, *args, str(b), "64", "256", "--rank", "0") for b in (2, 3)}
+    limit = (at[2] + at[3]) // 2
+    fit = torchrun(
+        tmp_path,
+        "cost",
+        DECODER,
+        "--fsdp",
+        "--device",
+        "meta",
+        "-i",
+        "int64:1x64:0..256",
+        "--fit",
+        str(limit),
+        "-f",
+        "json",
+    )
+    assert fit["returncode"] == 0, fit
+    ft = report_of(fit)["totals"]
+    assert ft["fsdp_fit_batch_per_rank"] == [2, 2]
+    assert ft["fit_peak_bytes"] <= limit < ft["fit_next_peak_bytes"]
