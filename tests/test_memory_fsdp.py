@@ -221,3 +221,18 @@ def test_cost_fsdp_reports_each_ranks_peak_and_fit_per_rank(tmp_path: Path) -> N
     ft = report_of(fit)["totals"]
     assert ft["fsdp_fit_batch_per_rank"] == [2, 2]
     assert ft["fit_peak_bytes"] <= limit < ft["fit_next_peak_bytes"]
+
+
+@pytest.mark.distributed
+@NEEDS_CPU_FSDP
+def test_cost_fsdp_amp_on_meta_is_emulated_on_every_rank(tmp_path: Path) -> None:
+    # --amp on meta was refused on the ranks ("torch.autocast has no meta device"),
+    # while one process emulated it
+    run = torchrun(
+        tmp_path, "cost", DECODER, "--fsdp", "--device", "meta", "--amp", "bf16",
+        "--backward", "-f", "json",
+    )  # fmt: skip
+    assert run["returncode"] == 0, run
+    t = report_of(run)["totals"]
+    assert t["step_peak_fsdp"] == {"rank": 0, "world_size": 2}
+    assert len(t["fsdp_step_peak_bytes_per_rank"]) == 2

@@ -93,24 +93,26 @@ def cli_command(
         if found is not None:
             raise ResourceError(f"over --max-memory: {found.detail}")
 
+    from hookcli.amp import meta_allowed
+
     if fsdp or shard or backend is not None:
         from hookcli.distributed.fsdp import Fsdp, launch_fsdp
 
         if backend is not None and not fsdp:
             raise UsageError("--backend needs --fsdp on cost (under torchrun or srun)")
-        return launch_fsdp(
-            lambda ctx: Fsdp(ctx, 0.0, tuple(shard or ())).run(
-                mopts, ropts, out, lambda p, launch: run_cost(p, plan, launch), over, True
-            ),
-            fsdp=fsdp,
-            ddp=False,
-            device=device,
-            backend=backend,
-            timeout_s=dist_timeout,
-            kinds=(),
-            global_hooks=global_hooks,
-        )
-    from hookcli.amp import meta_allowed
+        with meta_allowed():  # --amp on meta: emulated, on every rank
+            return launch_fsdp(
+                lambda ctx: Fsdp(ctx, 0.0, tuple(shard or ())).run(
+                    mopts, ropts, out, lambda p, launch: run_cost(p, plan, launch), over, True
+                ),
+                fsdp=fsdp,
+                ddp=False,
+                device=device,
+                backend=backend,
+                timeout_s=dist_timeout,
+                kinds=(),
+                global_hooks=global_hooks,
+            )
 
     with meta_allowed():  # --amp on meta: emulated (hookcli.memory.autocast)
         report, error = run_cost(prepare(mopts, ropts), plan)
