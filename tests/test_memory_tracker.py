@@ -251,3 +251,47 @@ def test_checkpointing_leaves_a_forward_set_on_the_instance_as_it_was() -> None:
                optimizer="sgd", checkpoint="Block")  # fmt: skip
     assert vars(block)["forward"] is patched and calls  # the patched one ran, and is back
     assert all("forward" not in vars(m) for m in others)
+
+
+@pytest.mark.parametrize("amp", [None, torch.bfloat16], ids=["fp32", "bf16"])
+def test_kernel_buffers_are_measured_on_the_cpu(amp: torch.dtype | None) -> None:
+    """convnext's 7x7 depthwise and 1x1 convolutions, and bfloat16 matmuls: oneDNN takes
+    memory no tensor holds inside their kernels (convnext_tiny's Adam step was 4.8% under
+    in fp32, 9.3% under in bf16). Measured per distinct call, the step is within 0.5%."""
+    import torchvision.models as tvm
+
+    torch.manual_seed(0)
+    model = tvm.convnext_tiny(num_classes=10)
+    x = torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(0))
+    tracked, measured = _both(model, x, amp=amp, optimizer="adam")
+    assert abs(tracked - measured) <= 0.005 * measured, (tracked, measured)
+
+
+def test_a_bf16_linear_step_counts_the_matmul_scratch() -> None:
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(1024, 256), nn.ReLU(), nn.Linear(256, 1024))
+    x = torch.randn(512, 1024)
+    tracked, measured = _both(model, x, amp=torch.bfloat16, optimizer="sgd")
+    assert abs(tracked - measured) <= 0.005 * measured, (tracked, measured)
+
+
+def test_a_measured_kernel_is_measured_once_per_distinct_call() -> None:
+    from hookcli.memory import tracker
+
+    x, w = torch.randn(2, 16, 8, 8), torch.randn(16, 1, 3, 3)
+    args = (x, w, None, [1, 1], [1, 1], [1, 1], False, [0, 0], 16)
+    op = torch.ops.aten.convolution.default
+    before = dict(tracker._scratch_cache)
+    try:
+        tracker._scratch_cache.clear()
+        first = tracker.measured_scratch(op, args, {})
+        assert first is not None and len(tracker._scratch_cache) == 1
+        assert tracker.measured_scratch(op, args, {}) == first
+        assert len(tracker._scratch_cache) == 1
+        tracker.measured_scratch(op, (torch.randn(4, 16, 8, 8), *args[1:]), {})
+        assert len(tracker._scratch_cache) == 2  # another batch: another call
+        on_meta = (x.to("meta"), w.to("meta"), *args[2:])
+        assert tracker.measured_scratch(op, on_meta, {}) is None
+    finally:
+        tracker._scratch_cache.clear()
+        tracker._scratch_cache.update(before)

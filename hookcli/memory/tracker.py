@@ -9,11 +9,15 @@ The tensors alive before (parameters, buffers, gradients, optimizer state, input
 ``.grad`` becomes *grads*), so the bytes alive by kind are known at every op, and kept
 at the peak with where it is: the phase (forward, backward, step), the module, the op.
 
-Kernels allocate what the dispatcher never sees; two are modelled here, alive while
-the op runs: a matmul's copy of an operand BLAS cannot read in place (an expanded
+Kernels allocate what the dispatcher never sees, alive while the op runs. On the CPU,
+the ops whose kernels do (oneDNN's convolutions, forward and backward, and its bfloat16
+and float16 matmuls) are measured: each distinct call (shapes, strides, dtypes, thread
+count) runs once more under the legacy profiler, whose memory records give the bytes
+it took beyond its outputs (``measured_scratch``). Two are modelled, where nothing is
+measured: a matmul's copy of an operand BLAS cannot read in place (an expanded
 gradient, stride 0), and the blocked-layout buffers of a CPU float32 2-D convolution's
-forward (oneDNN). Those of convolution backward are not modelled.
-Works on meta (no data) as on a real device.
+forward (a torch whose legacy profiler gives no records). On meta nothing runs, so
+neither is known. Works on meta (no data) as on a real device.
 """
 
 from __future__ import annotations
@@ -135,6 +139,77 @@ def _onednn_conv_bytes(args: Any, out: Any) -> int:
     return max(copies, out.numel() * out.element_size())
 
 
+# ops whose CPU kernels take memory from the allocator that no tensor holds (oneDNN's
+# convolutions and its low-precision matmuls): measured once per distinct call
+_MEASURED = {
+    _aten.convolution.default,
+    _aten.convolution_backward.default,
+    *_MATMULS,
+}
+_scratch_cache: dict[Any, int] = {}
+
+
+def _key(func: Any, args: Any, kwargs: Any) -> Any:
+    def one(a: Any) -> Any:
+        if isinstance(a, torch.Tensor):
+            return ("T", tuple(a.shape), a.stride(), a.dtype, a.requires_grad)
+        if isinstance(a, (list, tuple)):
+            return tuple(one(x) for x in a)
+        return a
+
+    return (
+        func,
+        one(args),
+        tuple(sorted((k, one(v)) for k, v in kwargs.items())),
+        torch.get_num_threads(),
+    )
+
+
+def measured_scratch(func: Any, args: Any, kwargs: Any) -> int | None:
+    """Bytes the CPU kernel of ``func`` takes from the allocator beyond its outputs,
+    measured on one more call with the same arguments (the legacy profiler's memory
+    records: quiet, a few milliseconds); cached per shapes, strides, dtypes and thread
+    count. None where it is not measured: not the CPU, float32 matmuls (BLAS takes
+    nothing more than the operand copies modelled above), a profiler already on."""
+    tensors = list(_tensors(list(args)))
+    if not tensors or any(t.device.type != "cpu" for t in tensors):
+        return None
+    if func in _MATMULS and tensors[0].dtype in (torch.float32, torch.float64):
+        return None
+    key = _key(func, args, kwargs)
+    if key not in _scratch_cache:
+        try:
+            _scratch_cache[key] = _measure(func, args, kwargs)
+        except Exception:  # a torch without the legacy profiler's records: not measured
+            return None
+    return _scratch_cache[key]
+
+
+def _measure(func: Any, args: Any, kwargs: Any) -> int:
+    from torch._C._autograd import _disable_profiler_legacy, _enable_profiler_legacy
+    from torch.autograd.profiler_legacy import profile
+    from torch.utils._python_dispatch import _disable_current_modes
+
+    if torch.autograd.profiler._is_profiler_enabled:
+        raise RuntimeError("a profiler is on")
+    config = profile(profile_memory=True).config()
+    with _disable_current_modes(), torch.no_grad():
+        _enable_profiler_legacy(config)
+        try:
+            again = func(*args, **kwargs)
+        finally:
+            records = _disable_profiler_legacy()
+        outs = sum(st.nbytes() for t in _tensors(again) if (st := _storage(t)) is not None)
+        del again
+    live = rise = 0
+    for thread in records:
+        for event in thread:
+            if event.kind() == "memory_alloc":
+                live += event.cpu_memory_usage()
+                rise = max(rise, live)
+    return max(0, rise - outs)
+
+
 class LiveBytes(TorchDispatchMode):
     """Bytes alive by kind at every op; the peak (see the module's doc)."""
 
@@ -144,6 +219,7 @@ class LiveBytes(TorchDispatchMode):
         self.by_kind: dict[str, int] = dict.fromkeys((*KINDS, *extra_kinds), 0)
         self.out_kind = "activations"  # the kind of storages ops make now
         self.ignored: set[int] = set()  # storages never counted (FSDP's unsharded params)
+        self.measure = True  # measure the kernels of _MEASURED on the CPU
         self.live_bytes = 0
         self.peak = Peak()
         self.phase = "forward"
@@ -274,5 +350,9 @@ class LiveBytes(TorchDispatchMode):
             scratch = sum(_blas_copy_bytes(a) for a in args[-2:])
         elif func is _aten.convolution.default:
             scratch = _onednn_conv_bytes(args, out)
+        if self.measure and func in _MEASURED:
+            found = measured_scratch(func, args, kwargs)
+            if found is not None:
+                scratch = found
         self._check_peak(str(func.overloadpacket), scratch, args)
         return out
