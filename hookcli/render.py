@@ -43,6 +43,20 @@ def fmt_float(value: Any, digits: int = 4) -> str:
     return f"{v:.{max(digits - 1, 1)}e}"
 
 
+def fmt_pct(value: Any, *, scale: float = 100.0, sign: str = "%") -> str:
+    """A share in percent, one decimal: 0.5 -> '50.0%'; '-' for None; nan, inf and
+    -inf as they are, without the sign.
+
+    ``scale=1``: the value is a percentage already; ``sign=""``: the column's header
+    carries the ``%`` (``profile``'s "Self %")."""
+    if value is None:
+        return "-"
+    v = float(value)
+    if not math.isfinite(v):
+        return str(v)
+    return f"{scale * v:.1f}{sign}"
+
+
 def fmt_shape(shape: Sequence[int]) -> str:
     return "[" + ", ".join(str(d) for d in shape) + "]"
 

@@ -439,13 +439,26 @@ def test_signal_during_a_save_leaves_no_temp_file(
 def test_signal_while_the_report_prints(sig: int, code: int, line: str) -> None:
     proc = spawn("inspect", f"{HOSTILE}:Deep", "-f", "json")
     assert proc.stdout is not None
-    first = proc.stdout.read(100)  # the report has begun; the pipe fills behind it
-    time.sleep(0.3)
-    proc.send_signal(sig)
-    out, err = proc.communicate(timeout=60)
+    try:
+        first = proc.stdout.read(100)  # the report has begun; the pipe fills behind it
+        # Nothing more is read until hookcli has ended: the rest of the report (several
+        # hundred kB) cannot get past the full pipe, so however late the guarding parent
+        # relays the signal, it lands while the report prints. (Draining stdout right
+        # after the signal let a relay slowed by a busy machine arrive after the whole
+        # report was out.) A hookcli that went on writing would block here for good.
+        proc.send_signal(sig)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            pytest.fail("hookcli went on writing the report after the signal")
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
     assert proc.returncode == code, err
     assert one_error_line(err.decode()) == f"hookcli: {line}"
-    # 3000 rows make several hundred kB: the signal landed while they were printing
+    # 3000 rows make several hundred kB: the report stopped where the signal found it
     assert first.startswith(b"{") and len(first + out) < 700_000
 
 

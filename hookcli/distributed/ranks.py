@@ -280,15 +280,6 @@ def fmt_per_rank(fmt: Callable[[Any], str]) -> Callable[[Any], str]:
     return cell
 
 
-def fmt_pct(value: Any) -> str:
-    if value is None:
-        return "-"
-    v = float(value)
-    if math.isnan(v) or math.isinf(v):
-        return str(v)
-    return f"{100 * v:.1f}%"
-
-
 def fmt_ranks(value: Any) -> str:
     return ",".join(str(v) for v in value) if value else "-"
 

@@ -352,9 +352,9 @@ def _ddp_rows(launch: Any, ranks: Sequence[GradsRank]) -> tuple[Row, ...]:
 def _ddp_layout(
     launch: Any, plan: Any, probe: Any, model_totals: Mapping[str, Any]
 ) -> tuple[list[Column], list[tuple[str, str]]]:
-    from hookcli.distributed.ranks import fmt_pct, fmt_per_rank, fmt_unused_per_rank
+    from hookcli.distributed.ranks import fmt_per_rank, fmt_unused_per_rank
     from hookcli.layers import PARAM_COLUMNS, param_totals, shape_columns
-    from hookcli.render import fmt_float
+    from hookcli.render import fmt_float, fmt_pct
     from hookcli.report import Column
 
     skip = {"grad_norm", "weight_norm", "grad_weight_ratio", "unused_params"}

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hookcli.render import fmt_int
+from hookcli.render import fmt_int, fmt_pct
 from hookcli.report import Column
 
 if TYPE_CHECKING:
@@ -17,10 +18,6 @@ if TYPE_CHECKING:
 def fmt_ms(value: Any) -> str:
     """Milliseconds with three decimals; '-' for None."""
     return "-" if value is None else f"{float(value):.3f}"
-
-
-def fmt_pct(value: Any) -> str:
-    return "-" if value is None else f"{float(value):.1f}"
 
 
 def fmt_rate(value: Any) -> str:
@@ -40,6 +37,7 @@ def columns(backward: bool, memory: bool) -> list[Column]:
     """The table columns."""
     from hookcli.render import fmt_count
 
+    pct = partial(fmt_pct, scale=1, sign="")  # the rows hold percentages; the headers say %
     cols = [
         Column("name", "Module"),
         Column("type", "Type"),
@@ -47,8 +45,8 @@ def columns(backward: bool, memory: bool) -> list[Column]:
         Column("forward_ms", "Fwd ms", fmt_ms, "right"),
         Column("forward_iqr_ms", "IQR", fmt_ms, "right"),
         Column("forward_self_ms", "Self ms", fmt_ms, "right"),
-        Column("forward_self_pct", "Self %", fmt_pct, "right"),
-        Column("forward_pct", "% root", fmt_pct, "right"),
+        Column("forward_self_pct", "Self %", pct, "right"),
+        Column("forward_pct", "% root", pct, "right"),
     ]
     if backward:
         cols += [

@@ -42,7 +42,7 @@ from torch import nn
 from hookcli.checks import layer_label
 from hookcli.checks.origin import nonfinite_origin
 from hookcli.options import HookKind
-from hookcli.render import fmt_float, fmt_int
+from hookcli.render import fmt_float, fmt_int, fmt_pct
 from hookcli.report import Column
 from hookcli.session import CallRecord, Frame, HookSession, Probe
 from hookcli.structures import iter_tensors
@@ -87,13 +87,6 @@ class TensorStats:
 def empty_stats(prefix: str = "") -> dict[str, Any]:
     """The columns of a row with no floating tensor to describe."""
     return {prefix + k: None for k in STAT_KEYS}
-
-
-def fmt_pct(value: Any) -> str:
-    """0.5 -> '50.0%'; '-' for None."""
-    if value is None:
-        return "-"
-    return f"{100 * float(value):.1f}%"
 
 
 def _stat_tensors(obj: Any) -> list[torch.Tensor]:

@@ -13,14 +13,9 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from hookcli.render import fmt_float
+from hookcli.render import fmt_float, fmt_pct
 from hookcli.report import CheckResult, Column, Report, Row
 from hookcli.watch.merge import First, Process, finite, firsts, number
-
-
-def _pct(value: Any) -> str:
-    return f"{100 * value:.1f}%" if isinstance(value, float) else "-"
-
 
 COLUMNS = (
     Column("name", "Module"),
@@ -31,7 +26,7 @@ COLUMNS = (
     Column("weight_norm", "Weight norm", fmt_float, "right"),
     Column("update_ratio", "Update/weight", fmt_float, "right"),
     Column("act_absmax", "Act absmax", fmt_float, "right"),
-    Column("act_zero_frac", "Zeros", _pct, "right"),
+    Column("act_zero_frac", "Zeros", fmt_pct, "right"),
 )
 
 
