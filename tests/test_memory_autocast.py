@@ -138,7 +138,10 @@ def test_every_op_has_the_dtype_of_a_real_cpu_autocast(
 
 
 def _peaks(build: Any, x: torch.Tensor, **kw: Any) -> tuple[int, int, int]:
-    """(meta with the emulation, the tracker on the CPU under torch.autocast, the oracle)."""
+    """(meta with the emulation, the tracker on the CPU under torch.autocast counting
+    tensors only, as on meta: no kernel measured, the oracle)."""
+    from hookcli.memory.tracker import LiveBytes
+
     cpu, meta = _cpu_and_meta(build)
 
     def on_meta() -> Any:
@@ -154,9 +157,13 @@ def _peaks(build: Any, x: torch.Tensor, **kw: Any) -> tuple[int, int, int]:
         recompute_context=on_meta,
         **kw,
     ).train.bytes
-    tracked_cpu = track_step(
-        cpu, (x,), {}, _loss, forward_context=lambda: torch.autocast("cpu", dtype=BF16), **kw
-    ).train.bytes
+    LiveBytes.measure = False
+    try:
+        tracked_cpu = track_step(
+            cpu, (x,), {}, _loss, forward_context=lambda: torch.autocast("cpu", dtype=BF16), **kw
+        ).train.bytes
+    finally:
+        LiveBytes.measure = True
     measured = measure_step(steady_step(cpu, (x,), amp=BF16, loss=_loss, **kw)).peak_bytes
     return tracked_meta, tracked_cpu, measured
 

@@ -213,13 +213,14 @@ def _measure(func: Any, args: Any, kwargs: Any) -> int:
 class LiveBytes(TorchDispatchMode):
     """Bytes alive by kind at every op; the peak (see the module's doc)."""
 
+    measure = True  # the kernels of _MEASURED, on the CPU (False: tensors only, as on meta)
+
     def __init__(self, extra_kinds: tuple[str, ...] = ()) -> None:
         super().__init__()
         self.live: dict[int, list[Any]] = {}  # cdata -> [bytes, kind, weakref]
         self.by_kind: dict[str, int] = dict.fromkeys((*KINDS, *extra_kinds), 0)
         self.out_kind = "activations"  # the kind of storages ops make now
         self.ignored: set[int] = set()  # storages never counted (FSDP's unsharded params)
-        self.measure = True  # measure the kernels of _MEASURED on the CPU
         self.live_bytes = 0
         self.peak = Peak()
         self.phase = "forward"
