@@ -284,6 +284,7 @@ def main() -> None:
         settings = _settings(quick)
         if only:
             cases = [c for c in cases if c[0] in only or c[0].removeprefix("hf ") in only]
+    only = {n for n in os.environ.get("HOOKCLI_BENCH_MEMORY_ONLY", "").split(",") if n}
     print(f"device: {device}; one steady-state step per row; errors against the allocator")
     mine: list[float] = []
     peers: list[float] = []
@@ -328,6 +329,50 @@ def main() -> None:
         )
         record(f"memtracker_{device}_median_error", 100 * pmed, what="MemTracker", unit="%")
         record(f"memtracker_{device}_worst_error", 100 * pworst, what="MemTracker", unit="%")
+    if not smoke() and not only:
+        _fsdp()
+
+
+FSDP_WIDE = '{"vocab": 1000, "dim": 256, "layers": 4, "heads": 8, "kv_heads": 4, "hidden": 688}'
+FSDP_CASES = [
+    {"world": 2, "optimizer": "adam"},
+    {"world": 2, "optimizer": "sgd"},
+    {"world": 2, "optimizer": "adamw", "zero_grad": "zeros"},
+    {"world": 3, "optimizer": "sgd-momentum"},
+    {"world": 4, "optimizer": "adam"},
+    {"world": 2, "optimizer": "adam", "checkpoint": "Block", "ids": (4, 64, 1000)},
+    {"world": 2, "eval": True},
+]
+
+
+def _fsdp() -> None:
+    """One rank's peak under FSDP2 (``cost --fsdp``) against ``fully_shard`` measured
+    over torch's fake process group (tests/fsdp_memory_oracle.py), on the CPU: a
+    Llama-style decoder of 4 blocks, every rank of each case."""
+    from hookcli.distributed.fsdp import cpu_fsdp_supported
+    from tests.fixtures.memory_models import fsdp_predicted
+    from tests.fsdp_memory_oracle import measured
+
+    if not cpu_fsdp_supported():
+        print("FSDP2: this torch cannot run it on the CPU; not measured")
+        return
+    errors: list[float] = []
+    spec = "sample_models.decoder:Decoder"
+    for case in FSDP_CASES:
+        for rank in range(case["world"]):
+            how = {"blocks": "layers", "kwargs": FSDP_WIDE, "ids": (2, 32, 1000), **case}
+            how["rank"] = rank
+            m, p = measured(spec, how), fsdp_predicted(spec, how)
+            errors.append(abs(p - m) / m)
+            label = ", ".join(f"{k} {v}" for k, v in case.items() if k != "world")
+            print(
+                f"FSDP2 decoder {case['world']} ranks, rank {rank} ({label}): measured "
+                f"{m / 2**20:8.2f} MiB | hookcli {p / 2**20:8.2f} MiB ({(p - m) / m:+.2%})",
+                flush=True,
+            )
+    med, worst = statistics.median(errors), max(errors)
+    print(f"FSDP2: median abs error {med:.2%}, worst {worst:.2%} over {len(errors)} rank steps")
+    record("memory_fsdp_worst_error", 100 * worst, what="hookcli FSDP2 rank peak", unit="%")
 
 
 if __name__ == "__main__":

@@ -126,5 +126,37 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         dist.destroy_process_group()
 
 
+def args_of(how: dict[str, Any]) -> list[str]:
+    """The command line for one case: ``world``, ``rank``, ``ids`` (B, S, V) or
+    ``shape``, and optionally ``blocks``, ``kwargs``, ``optimizer``, ``zero_grad``,
+    ``checkpoint``, ``eval``."""
+    args = ["--world", str(how["world"]), "--rank", str(how["rank"])]
+    if "ids" in how:
+        args += ["--ids", *(str(n) for n in how["ids"])]
+    else:
+        args += ["--shape", ",".join(str(n) for n in how["shape"])]
+    for key in ("blocks", "kwargs", "optimizer", "zero_grad", "checkpoint"):
+        if key in how:
+            args += [f"--{key.replace('_', '-')}", str(how[key])]
+    return [*args, "--eval"] if how.get("eval") else args
+
+
+def measured(spec: str, how: dict[str, Any]) -> int:
+    """One case's peak, in a process of its own (one default process group each)."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    run = subprocess.run(
+        [sys.executable, __file__, spec, *args_of(how)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+    )
+    if run.returncode != 0:
+        raise RuntimeError(run.stderr[-3000:])
+    return int(json.loads(run.stdout.strip().splitlines()[-1])["peak_bytes"])
+
+
 if __name__ == "__main__":
     print(json.dumps(main()))

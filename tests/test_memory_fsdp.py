@@ -5,65 +5,23 @@ fake process group and measures the step at the CPU allocator, with no hookcli c
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from torch import nn
 
 from hookcli.memory.fsdp import FsdpPlan, local_rows, padded_rows
 from hookcli.memory.step import track_inference, track_step
+from tests.fixtures.memory_models import fsdp_predicted
+from tests.fsdp_memory_oracle import measured
 from tests.test_distributed import report_of, torchrun
 from tests.test_fsdp import DECODER, NEEDS_CPU_FSDP
 
-ROOT = Path(__file__).resolve().parents[1]
-ORACLE = ROOT / "tests" / "fsdp_memory_oracle.py"
 MLP = "sample_models.distributed:HealthyMLP"
 WIDE = json.dumps(
     {"vocab": 1000, "dim": 256, "layers": 4, "heads": 8, "kv_heads": 4, "hidden": 688}
 )
-
-
-def measured(spec: str, *args: str) -> int:
-    """The oracle's peak (a process of its own: one default process group each)."""
-    run = subprocess.run(
-        [sys.executable, str(ORACLE), spec, *args],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    return int(json.loads(run.stdout.strip().splitlines()[-1])["peak_bytes"])
-
-
-def predicted(
-    spec: str,
-    world: int,
-    rank: int,
-    x: torch.Tensor,
-    kwargs: str = "{}",
-    blocks: str | None = None,
-    **how: Any,
-) -> int:
-    """hookcli's peak for the same model, inputs and units (built here, not by the oracle)."""
-    import importlib
-
-    module, _, attr = spec.partition(":")
-    torch.manual_seed(0)
-    model: nn.Module = getattr(importlib.import_module(module), attr)(**json.loads(kwargs))
-    if blocks:
-        units = [f"{blocks}.{i}" for i in range(len(getattr(model, blocks)))]
-    else:
-        units = [n for n, c in model.named_children() if next(c.parameters(), None) is not None]
-    plan = FsdpPlan((*units, ""), world, rank)
-    if how.pop("eval", False):
-        return track_inference(model, (x,), {}, fsdp=plan).bytes
-    peak = track_step(model, (x,), {}, lambda out: out.float().sum(), fsdp=plan, **how)
-    return peak.train.bytes
 
 
 @pytest.mark.parametrize("dim0", [1, 2, 3, 7, 64, 1000])
@@ -89,19 +47,6 @@ def test_the_model_is_left_as_it_was_found() -> None:
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
     assert all(p.grad is None for p in model.parameters()) and model.training
     assert not any(m._forward_pre_hooks or m._forward_hooks for m in model.modules())
-
-
-def oracle_args(how: dict[str, Any]) -> list[str]:
-    """The oracle's command line for one case (the same model, inputs, units and step)."""
-    args = ["--world", str(how["world"]), "--rank", str(how["rank"])]
-    if "ids" in how:
-        args += ["--ids", *(str(n) for n in how["ids"])]
-    else:
-        args += ["--shape", ",".join(str(n) for n in how["shape"])]
-    for key in ("blocks", "kwargs", "optimizer", "zero_grad", "checkpoint"):
-        if key in how:
-            args += [f"--{key.replace('_', '-')}", str(how[key])]
-    return [*args, "--eval"] if how.get("eval") else args
 
 
 WIDE_IDS = {"blocks": "layers", "kwargs": WIDE, "ids": (2, 32, 1000)}
@@ -138,23 +83,17 @@ CASES = [
 @NEEDS_CPU_FSDP
 @pytest.mark.parametrize(("spec", "how"), CASES)
 def test_rank_peak_matches_fsdp2_measured(spec: str, how: dict[str, Any]) -> None:
-    real = measured(spec, *oracle_args(how))
-    how = dict(how)
-    ids, shape = how.pop("ids", None), how.pop("shape", None)
-    torch.manual_seed(1)
-    x = torch.randint(0, ids[2], ids[:2]) if ids else torch.randn(*shape)
-    world, rank = how.pop("world"), how.pop("rank")
-    kwargs, blocks = how.pop("kwargs", "{}"), how.pop("blocks", None)
-    mine = predicted(spec, world, rank, x, kwargs, blocks, **how)
+    real = measured(spec, how)
+    mine = fsdp_predicted(spec, how)
     assert abs(mine - real) <= 0.005 * real, (mine, real)
 
 
 @pytest.mark.distributed
 @NEEDS_CPU_FSDP
 def test_cost_fsdp_reports_each_ranks_peak_and_fit_per_rank(tmp_path: Path) -> None:
-    args = ["--world", "2", "--blocks", "layers", "--ids"]
-    real = [measured(DECODER, *args, "4", "64", "256", "--rank", str(r)) for r in (0, 1)]
-    infer = measured(DECODER, *args, "4", "64", "256", "--rank", "0", "--eval")
+    case = {"world": 2, "blocks": "layers", "ids": (4, 64, 256)}
+    real = [measured(DECODER, {**case, "rank": r}) for r in (0, 1)]
+    infer = measured(DECODER, {**case, "rank": 0, "eval": True})
 
     run = torchrun(
         tmp_path, "cost", DECODER, "--fsdp", "--backward", "-i", "int64:4x64:0..256", "-f", "json"
@@ -174,7 +113,7 @@ def test_cost_fsdp_reports_each_ranks_peak_and_fit_per_rank(tmp_path: Path) -> N
 
     # --fit per rank, on meta, against a real search: the largest batch the oracle
     # measures under the limit (halfway between batch 2's and batch 3's peaks)
-    at = {b: measured(DECODER, *args, str(b), "64", "256", "--rank", "0") for b in (2, 3)}
+    at = {b: measured(DECODER, {**case, "rank": 0, "ids": (b, 64, 256)}) for b in (2, 3)}
     limit = (at[2] + at[3]) // 2
     fit = torchrun(
         tmp_path,
