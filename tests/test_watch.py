@@ -733,6 +733,26 @@ def test_without_an_optimizer_each_backward_is_a_step() -> None:
     assert next(r for r in w.records if r["kind"] == "model")["mode"] == "backward"
 
 
+def test_an_optimizer_of_another_model_leaves_backward_steps_on() -> None:
+    """An optimizer alive elsewhere in the process (another model's, or one a previous
+    piece of code left for the garbage collector) does not step this model: each of its
+    backwards is still a step (it was none, which made the test above order-dependent)."""
+    import torch
+    from torch import nn
+
+    import hookcli
+
+    other = nn.Linear(3, 3)
+    other_opt = torch.optim.SGD(other.parameters(), lr=0.1)
+    model = nn.Linear(4, 1)
+    with hookcli.watch(model, every=1) as w:
+        for _ in range(2):
+            model(torch.randn(5, 4)).sum().backward()
+            model.zero_grad(set_to_none=True)
+    assert [r["step"] for r in w.records if r["kind"] == "step"] == [1, 2]
+    assert other_opt.param_groups  # alive through the run
+
+
 def test_the_python_api_removes_its_hooks_after_keyboard_interrupt() -> None:
     import torch
     from torch import nn

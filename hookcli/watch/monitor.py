@@ -542,9 +542,18 @@ class Monitor:
         self._end(track)
 
     def _optimizers_exist(self) -> bool:
+        """An optimizer in the process that will step the watched model (any model,
+        where none is named): another one, over other tensors, makes no steps here."""
         if self._registry is not None:
-            return bool(self._registry.optimizers)
-        return any(True for _ in _objects(torch.optim.Optimizer))
+            opts = list(self._registry.optimizers)
+        else:
+            opts = list(_objects(torch.optim.Optimizer))
+        if self.model is None:
+            return bool(opts)
+        mine = {id(p) for p in self.model.parameters()}
+        return any(
+            id(p) in mine for opt in opts for group in opt.param_groups for p in group["params"]
+        )
 
     def _backward_mode_track(self) -> _Track | None:
         if self.model is not None:
