@@ -76,6 +76,16 @@ CASES = [
         {"world": 2, "rank": 0, "kwargs": '{"width": 512}', "shape": (64, 8), "optimizer": "sgd"},
         id="mlp-top-level-children-sgd",
     ),
+    pytest.param(
+        "tests.fixtures.fsdp_models:FrozenBlocks",
+        {"world": 2, "rank": 0, "blocks": "layers", "shape": (8, 512)},
+        id="frozen-layers",
+    ),
+    pytest.param(
+        "tests.fixtures.fsdp_models:UnusedUnit",
+        {"world": 2, "rank": 1, "shape": (8, 512), "zero_grad": "zeros"},
+        id="unit-without-gradients-zeros",
+    ),
 ]
 
 
@@ -148,3 +158,29 @@ def test_cost_fsdp_amp_on_meta_is_emulated_on_every_rank(tmp_path: Path) -> None
     t = report_of(run)["totals"]
     assert t["step_peak_fsdp"] == {"rank": 0, "world_size": 2}
     assert len(t["fsdp_step_peak_bytes_per_rank"]) == 2
+
+
+def test_a_unit_that_returns_a_parameter_leaves_no_hook_on_it() -> None:
+    from tests.fixtures.fsdp_models import ReturnsParameter
+
+    model = ReturnsParameter()
+    x = torch.randn(8, 512)
+    plan = FsdpPlan(("pos", "head", ""), 2, 0)
+    track_step(model, (x,), {}, lambda out: out.sum(), fsdp=plan)
+    track_inference(model, (x,), {}, fsdp=plan)
+    assert not model.pos.pe._backward_hooks
+
+
+def test_a_parameter_two_units_share_is_refused_as_fully_shard_does() -> None:
+    from hookcli.errors import UsageError
+    from tests.fixtures.fsdp_models import TiedAcrossUnits
+
+    model = TiedAcrossUnits()
+    plan = FsdpPlan(("embed", "out", ""), 2, 0)
+    with pytest.raises(UsageError, match=r"embed\.weight .*and out\.weight .*--shard"):
+        track_step(model, (torch.randint(0, 100, (2, 5)),), {}, lambda o: o.sum(), fsdp=plan)
+    # the same weight, tied inside one unit (the root), is fine
+    peak = track_step(
+        model, (torch.randint(0, 100, (2, 5)),), {}, lambda o: o.sum(), fsdp=FsdpPlan(("",), 2, 0)
+    )
+    assert peak.train.bytes > 0

@@ -292,6 +292,18 @@ def test_a_measured_kernel_is_measured_once_per_distinct_call() -> None:
         assert len(tracker._scratch_cache) == 2  # another batch: another call
         on_meta = (x.to("meta"), w.to("meta"), *args[2:])
         assert tracker.measured_scratch(op, on_meta, {}) is None
+        if torch.backends.mkldnn.is_available():
+            import warnings
+
+            with warnings.catch_warnings():  # flags() also sets oneDNN's TF32, and says so
+                warnings.simplefilter("ignore")
+                with torch.backends.mkldnn.flags(enabled=False):  # another kernel: anew
+                    tracker.measured_scratch(op, args, {})
+            assert len(tracker._scratch_cache) == 3
+        from torch.autograd.profiler_legacy import profile
+
+        with profile(profile_memory=True):  # the user's own profiler is on: not measured
+            assert tracker.measured_scratch(op, (torch.randn(3, 16, 8, 8), *args[1:]), {}) is None
     finally:
         tracker._scratch_cache.clear()
         tracker._scratch_cache.update(before)

@@ -75,6 +75,38 @@ def local_rows(dim0: int, world: int, rank: int) -> int:
     return max(0, min(dim0, (rank + 1) * chunk) - rank * chunk)
 
 
+def _padded_bytes(p: torch.Tensor, world: int) -> int:
+    """Bytes of one rank's padded shard of ``p``."""
+    dim0, rest = _dims(p)
+    return padded_rows(dim0, world) * rest * p.element_size()
+
+
+def _refuse_shared(model: nn.Module, units: tuple[str, ...]) -> None:
+    """A parameter two units use (tied weights across them): ``fully_shard`` refuses
+    it, so the plan cannot run; said in one line, with what would."""
+    from hookcli.errors import UsageError
+
+    def unit_of(path: str) -> str:
+        inside = [u for u in units if u and (path == u or path.startswith(u + "."))]
+        return max(inside, key=len) if inside else ""
+
+    owner: dict[int, tuple[str, str]] = {}  # id(param) -> (unit, its name there)
+    for path, m in model.named_modules(remove_duplicate=False):
+        unit = unit_of(path)
+        for pname, p in m._parameters.items():
+            if p is None:
+                continue
+            name = f"{path}.{pname}" if path else pname
+            first = owner.setdefault(id(p), (unit, name))
+            if first[0] != unit:
+                raise UsageError(
+                    f"--fsdp: one parameter is both {first[1]} (unit {first[0] or '(root)'}) "
+                    f"and {name} (unit {unit or '(root)'}); FSDP2 cannot shard a parameter "
+                    "two units share (fully_shard refuses it): --shard a class whose "
+                    "modules hold both"
+                )
+
+
 def _bytes(n: int) -> torch.Tensor:
     """A meta storage of ``n`` bytes (FSDP2's flat buffers, as the tracker sees them)."""
     return torch.empty(n, dtype=torch.uint8, device=META)
@@ -86,8 +118,8 @@ class _Unit:
     module: nn.Module
     params: list[nn.Parameter]  # the model's own (unsharded) parameters it manages
     shards: list[nn.Parameter]  # this rank's sharded parameters (meta, local shape)
-    padded_full: int  # bytes: the all-gather output, the unsharded params, the RS input
-    padded_shard: int  # bytes: this rank's shard of all of them (the RS output)
+    padded_full: int  # bytes: the all-gather output, the unsharded params
+    padded_shard: int  # bytes: this rank's shard of them (the RS buffers: those with grads)
     unsharded: torch.Tensor | None = None
     gathered: torch.Tensor | None = None  # an all-gather output not yet copied out
     in_backward: bool = False
@@ -110,6 +142,7 @@ class FsdpMemory:
     """FSDP2's buffers on one rank, made and freed as the step goes (see the module doc)."""
 
     def __init__(self, model: nn.Module, plan: FsdpPlan) -> None:
+        _refuse_shared(model, plan.units)
         self.plan = plan
         self.units: list[_Unit] = []
         self.names: dict[int, str] = {}  # shard param id -> the model's parameter name
@@ -122,9 +155,7 @@ class FsdpMemory:
             shards = [_shard(p, plan.world, plan.rank) for p in mine]
             for p, s in zip(mine, shards, strict=True):
                 self.names[id(s)] = names.get(id(p), "")
-            full = sum(
-                padded_rows(_dims(p)[0], plan.world) * _dims(p)[1] * p.element_size() for p in mine
-            )
+            full = sum(_padded_bytes(p, plan.world) for p in mine)
             self.units.append(_Unit(name, m, mine, shards, full * plan.world, full))
         self.by_module = {id(u.module): u for u in self.units}
         self.root = self.units[-1] if self.units and self.units[-1].name == "" else None
@@ -134,6 +165,7 @@ class FsdpMemory:
         self.forward_order: list[_Unit] = []
         self.set_to_none = True
         self.grad_buffers: dict[int, torch.Tensor] = {}  # unit -> its sharded grads' storage
+        self.handles: list[Any] = []  # tensor hooks on the units' outputs
 
     # -- what the step holds -----------------------------------------------------------
 
@@ -141,19 +173,24 @@ class FsdpMemory:
     def shard_params(self) -> list[nn.Parameter]:
         return [s for u in self.units for s in u.shards]
 
-    def fill_grads(self) -> None:
-        """Sharded gradients, as after a reduce-scatter (views of one buffer per unit)."""
+    def fill_grads(self, with_grad: set[int]) -> None:
+        """Sharded gradients, as after a reduce-scatter, of the parameters (ids of the
+        model's own) that had a gradient: views of one buffer per unit."""
         for u in self.units:
-            self._set_grads(u, torch.zeros(u.padded_shard, dtype=torch.uint8, device=META))
+            which = [i for i, p in enumerate(u.params) if id(p) in with_grad]
+            nbytes = sum(_padded_bytes(u.params[i], self.plan.world) for i in which)
+            if which:
+                self._set_grads(u, torch.zeros(nbytes, dtype=torch.uint8, device=META), which)
 
-    def _set_grads(self, u: _Unit, buffer: torch.Tensor) -> None:
+    def _set_grads(self, u: _Unit, buffer: torch.Tensor, which: list[int]) -> None:
+        """The shards ``which`` (indices into the unit's parameters) get their gradients as
+        views of ``buffer``, in order (FSDP2 reduces only the parameters that have one)."""
         offset = 0
-        for p, s in zip(u.params, u.shards, strict=True):
-            rows = padded_rows(_dims(p)[0], self.plan.world) * _dims(p)[1]
-            nbytes = rows * s.element_size()
-            if s.requires_grad:
-                flat = buffer[offset : offset + nbytes].view(s.dtype)
-                s.grad = flat[: s.numel()].view(s.shape)
+        for i in which:
+            s = u.shards[i]
+            nbytes = _padded_bytes(u.params[i], self.plan.world)
+            flat = buffer[offset : offset + nbytes].view(s.dtype)
+            s.grad = flat[: s.numel()].view(s.shape)
             offset += nbytes
         self.grad_buffers[id(u)] = buffer
 
@@ -208,7 +245,7 @@ class FsdpMemory:
 
         for t in iter_tensors(output):
             if t.requires_grad:
-                t.register_hook(lambda _g, u=u: self.pre_backward(u))
+                self.handles.append(t.register_hook(lambda _g, u=u: self.pre_backward(u)))
         if u is self.root:
             self.kept_gather = None
 
@@ -228,16 +265,16 @@ class FsdpMemory:
         u.reduced = True
         u.unsharded = None  # resharded after backward
         self.kept_reduce = None
-        grads = [p.grad for p in u.params if p.grad is not None]
-        if not grads:
+        which = [i for i, p in enumerate(u.params) if p.grad is not None]
+        if not which:
             return
-        reduce_in = self._new(u.padded_full, "comm_buffers")
+        shard = sum(_padded_bytes(u.params[i], self.plan.world) for i in which)
+        reduce_in = self._new(shard * self.plan.world, "comm_buffers")
         for p in u.params:  # copied in, the autograd gradients are freed
             p.grad = None
-        del grads
-        out = self._new(u.padded_shard, "grads")
+        out = self._new(shard, "grads")
         if self.set_to_none or id(u) not in self.grad_buffers:
-            self._set_grads(u, out)
+            self._set_grads(u, out, which)
         del out  # added to the sharded gradients, with zero_grad zeros
         self.kept_reduce = reduce_in
 
@@ -273,8 +310,9 @@ class FsdpMemory:
         try:
             yield
         finally:
-            for h in handles:
+            for h in [*handles, *self.handles]:
                 h.remove()
+            self.handles.clear()
             self.reset()
             self.tracker = None
 

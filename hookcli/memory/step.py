@@ -211,9 +211,10 @@ def track_step(
                 if sharded is not None and tracked:
                     sharded.finish_backward()
             if sharded is not None and not tracked:
+                had = {id(p) for p in params if p.grad is not None}
                 for p in params:
                     p.grad = None  # FSDP2 frees the unsharded gradients it reduced
-                sharded.fill_grads()
+                sharded.fill_grads(had)
             if tracked:
                 tracker.phase = "step"
                 for p in stepped:  # the step's ops name the parameter by its grad, its state

@@ -162,6 +162,9 @@ def _key(func: Any, args: Any, kwargs: Any) -> Any:
         one(args),
         tuple(sorted((k, one(v)) for k, v in kwargs.items())),
         torch.get_num_threads(),
+        torch.backends.mkldnn.is_available() and torch.backends.mkldnn.enabled,
+        torch.get_float32_matmul_precision(),
+        torch.are_deterministic_algorithms_enabled(),
     )
 
 
@@ -169,13 +172,17 @@ def measured_scratch(func: Any, args: Any, kwargs: Any) -> int | None:
     """Bytes the CPU kernel of ``func`` takes from the allocator beyond its outputs,
     measured on one more call with the same arguments (the legacy profiler's memory
     records: quiet, a few milliseconds); cached per shapes, strides, dtypes and thread
-    count. None where it is not measured: not the CPU, float32 matmuls (BLAS takes
-    nothing more than the operand copies modelled above), a profiler already on."""
+    count and oneDNN's settings. None where it is not measured: not the CPU, float32
+    matmuls (BLAS takes nothing more than the operand copies modelled above), a
+    profiler already on."""
     tensors = list(_tensors(list(args)))
     if not tensors or any(t.device.type != "cpu" for t in tensors):
         return None
     if func in _MATMULS and tensors[0].dtype in (torch.float32, torch.float64):
         return None
+    if torch._C._autograd._profiler_enabled():
+        return None  # the user's own profiler is on: not measured (modelled, as on a torch
+        # whose legacy profiler gives no records)
     key = _key(func, args, kwargs)
     if key not in _scratch_cache:
         try:
@@ -190,8 +197,6 @@ def _measure(func: Any, args: Any, kwargs: Any) -> int:
     from torch.autograd.profiler_legacy import profile
     from torch.utils._python_dispatch import _disable_current_modes
 
-    if torch.autograd.profiler._is_profiler_enabled:
-        raise RuntimeError("a profiler is on")
     config = profile(profile_memory=True).config()
     with _disable_current_modes(), torch.no_grad():
         _enable_profiler_legacy(config)
