@@ -268,14 +268,14 @@ def main() -> None:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     quick = smoke() or os.environ.get("HOOKCLI_BENCH_MEMORY") == "quick"
     cases: list[tuple[str, Callable[[], tuple[Any, dict[str, Any]]]]] = []
+    only = {n.strip() for n in os.environ.get("HOOKCLI_BENCH_MEMORY_ONLY", "").split(",")}
+    only.discard("")
     if smoke():
         from tests.fixtures import memory_models
 
         cases.append(("llama-toy", lambda: (memory_models.llama(), {"x": memory_models.tokens(2)})))
         settings = [{"optimizer": "sgd"}]
     else:
-        only = {n.strip() for n in os.environ.get("HOOKCLI_BENCH_MEMORY_ONLY", "").split(",")}
-        only.discard("")
         few = quick and not only  # named models are taken from the whole list
         for name in QUICK_VISION if few else VISION:
             cases.append((name, lambda n=name: _vision(n)))  # type: ignore[misc]
@@ -284,7 +284,6 @@ def main() -> None:
         settings = _settings(quick)
         if only:
             cases = [c for c in cases if c[0] in only or c[0].removeprefix("hf ") in only]
-    only = {n for n in os.environ.get("HOOKCLI_BENCH_MEMORY_ONLY", "").split(",") if n}
     print(f"device: {device}; one steady-state step per row; errors against the allocator")
     mine: list[float] = []
     peers: list[float] = []

@@ -21,9 +21,8 @@ from hookcli.distributed.fsdp import (
     cpu_fsdp_supported,
     memory_per_rank,
     shard_plan,
-    shard_rows,
-    unit_params,
 )
+from hookcli.memory.fsdp import shard_rows, unit_params
 from tests.conftest import invoke
 from tests.test_distributed import (
     check,

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import torch
 
-from hookcli.memory.fsdp import FsdpPlan, local_rows, padded_rows
+from hookcli.memory.fsdp import FsdpPlan, padded_rows, shard_rows
 from hookcli.memory.step import track_inference, track_step
 from tests.fixtures.memory_models import fsdp_predicted
 from tests.fsdp_memory_oracle import measured
@@ -30,7 +30,7 @@ def test_shard_rows_are_torch_chunks_padded_to_the_first(dim0: int, world: int) 
     chunks = torch.arange(dim0).chunk(world)
     for rank in range(world):
         expected = chunks[rank].numel() if rank < len(chunks) else 0
-        assert local_rows(dim0, world, rank) == expected
+        assert shard_rows(dim0, world, rank) == expected
     assert padded_rows(dim0, world) == chunks[0].numel()
 
 

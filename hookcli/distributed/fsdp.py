@@ -635,26 +635,6 @@ class Fsdp(Ranks):
 # -- cost: memory per rank ------------------------------------------------------------------
 
 
-def shard_rows(dim0: int, world: int, rank: int) -> int:
-    """Rows of dim 0 that ``rank`` holds: FSDP2 splits like ``torch.chunk(world)``."""
-    if dim0 <= 0:
-        return 0
-    chunk = -(-dim0 // world)
-    return max(0, min(dim0, (rank + 1) * chunk) - rank * chunk)
-
-
-def unit_params(model: nn.Module, units: Sequence[str]) -> dict[str, list[Any]]:
-    """unit -> the parameters it manages: its subtree's, less those of units inside it."""
-    taken: set[int] = set()
-    out: dict[str, list[Any]] = {}
-    for name in units:  # deepest first, the root ("") last
-        m = model.get_submodule(name) if name else model
-        mine = [p for p in m.parameters() if id(p) not in taken]
-        taken.update(id(p) for p in mine)
-        out[name] = mine
-    return out
-
-
 def memory_per_rank(
     model: nn.Module,
     units: Sequence[str],
@@ -669,6 +649,8 @@ def memory_per_rank(
     the root's unsharded parameters (FSDP2 keeps the root's from forward to backward)
     plus the largest pair of consecutive units (one computing, the next prefetched).
     """
+    from hookcli.memory.fsdp import shard_rows, unit_params
+
     managed = unit_params(model, units)
     params = grads = 0
     for ps in managed.values():

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -69,10 +69,24 @@ def padded_rows(dim0: int, world: int) -> int:
     return max(1, -(-dim0 // world))
 
 
-def local_rows(dim0: int, world: int, rank: int) -> int:
-    """Rows ``rank`` holds unpadded: FSDP2 splits dim 0 like ``torch.chunk(world)``."""
-    chunk = padded_rows(dim0, world)
+def shard_rows(dim0: int, world: int, rank: int) -> int:
+    """Rows of dim 0 that ``rank`` holds: FSDP2 splits like ``torch.chunk(world)``."""
+    if dim0 <= 0:
+        return 0
+    chunk = -(-dim0 // world)
     return max(0, min(dim0, (rank + 1) * chunk) - rank * chunk)
+
+
+def unit_params(model: nn.Module, units: Sequence[str]) -> dict[str, list[nn.Parameter]]:
+    """unit -> the parameters it manages: its subtree's, less those of units inside it."""
+    taken: set[int] = set()
+    out: dict[str, list[nn.Parameter]] = {}
+    for name in units:  # deepest first, the root ("") last
+        m = model.get_submodule(name) if name else model
+        mine = [p for p in m.parameters() if id(p) not in taken]
+        taken.update(id(p) for p in mine)
+        out[name] = mine
+    return out
 
 
 def _padded_bytes(p: torch.Tensor, world: int) -> int:
@@ -119,7 +133,6 @@ class _Unit:
     params: list[nn.Parameter]  # the model's own (unsharded) parameters it manages
     shards: list[nn.Parameter]  # this rank's sharded parameters (meta, local shape)
     padded_full: int  # bytes: the all-gather output, the unsharded params
-    padded_shard: int  # bytes: this rank's shard of them (the RS buffers: those with grads)
     unsharded: torch.Tensor | None = None
     gathered: torch.Tensor | None = None  # an all-gather output not yet copied out
     in_backward: bool = False
@@ -131,7 +144,7 @@ def _shard(p: nn.Parameter, world: int, rank: int) -> nn.Parameter:
     """This rank's shard of ``p`` on meta: a view of the local rows into a padded storage."""
     dim0, rest = _dims(p)
     rows = padded_rows(dim0, world)
-    local = local_rows(dim0, world, rank)
+    local = shard_rows(dim0, world, rank)
     shape = (local, *tuple(p.shape)[1:]) if p.dim() else (local,)
     storage = torch.empty(rows * rest, dtype=p.dtype, device=META)
     t = storage[: local * rest].view(shape)
@@ -147,16 +160,13 @@ class FsdpMemory:
         self.units: list[_Unit] = []
         self.names: dict[int, str] = {}  # shard param id -> the model's parameter name
         names = {id(p): n for n, p in model.named_parameters()}
-        taken: set[int] = set()
-        for name in plan.units:  # deepest first, the root ("") last
+        for name, mine in unit_params(model, plan.units).items():  # the root ("") last
             m = model.get_submodule(name) if name else model
-            mine = [p for p in m.parameters() if id(p) not in taken]
-            taken.update(id(p) for p in mine)
             shards = [_shard(p, plan.world, plan.rank) for p in mine]
             for p, s in zip(mine, shards, strict=True):
                 self.names[id(s)] = names.get(id(p), "")
             full = sum(_padded_bytes(p, plan.world) for p in mine)
-            self.units.append(_Unit(name, m, mine, shards, full * plan.world, full))
+            self.units.append(_Unit(name, m, mine, shards, full * plan.world))
         self.by_module = {id(u.module): u for u in self.units}
         self.root = self.units[-1] if self.units and self.units[-1].name == "" else None
         self.tracker: LiveBytes | None = None

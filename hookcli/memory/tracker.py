@@ -351,14 +351,15 @@ class LiveBytes(TorchDispatchMode):
             st = _storage(t)
             if st is not None:
                 self._add(st, self.out_kind)
-        scratch = 0
-        if func in _MATMULS:
-            scratch = sum(_blas_copy_bytes(a) for a in args[-2:])
-        elif func is _aten.convolution.default:
-            scratch = _onednn_conv_bytes(args, out)
-        if self.measure and func in _MEASURED:
-            found = measured_scratch(func, args, kwargs)
-            if found is not None:
-                scratch = found
+        scratch = (
+            measured_scratch(func, args, kwargs) if self.measure and func in _MEASURED else None
+        )
+        if scratch is None:  # not measured: modelled where there is a model
+            if func in _MATMULS:
+                scratch = sum(_blas_copy_bytes(a) for a in args[-2:])
+            elif func is _aten.convolution.default:
+                scratch = _onednn_conv_bytes(args, out)
+            else:
+                scratch = 0
         self._check_peak(str(func.overloadpacket), scratch, args)
         return out
