@@ -6,7 +6,8 @@
 - ``@benchmark`` on every benchmark's ``main``: at its start it prints (and keeps, for
   ``benchmarks/last-run.json``) the machine it runs on: the CPU model (``/proc/cpuinfo``'s
   "model name", else ``platform``), the cores, torch's version and thread count, and the
-  load average, since a ratio measured on one CPU kind need not hold on another.
+  load average, since a ratio measured on one CPU kind need not hold on another. It also
+  byte-compiles this checkout's Python first (``compile_sources``).
 - ``interleave(runs, rounds)``: after one warm-up of each, ``rounds`` rounds that each
   time every run once, rotating which goes first, so a neighbour's load on a shared
   machine hits all alike. Medians of wall and process CPU time per run, the median of
@@ -127,12 +128,40 @@ def machine_line(info: dict[str, Any]) -> str:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+_COMPILED: list[bool] = []
+
+
+def compile_sources() -> None:
+    """Byte-compile this checkout's Python (hookcli, the sample models, the tests'
+    scripts), once per process, before anything is timed.
+
+    ``pip install`` compiles a package's modules, and an editable checkout writes its
+    ``__pycache__`` on first import, so a user's hookcli starts from bytecode. Where
+    ``PYTHONDONTWRITEBYTECODE=1`` is set (these machines set it), nothing is written at
+    import, and every process a whole-process benchmark starts would compile hookcli's
+    modules from source again (tens of milliseconds a process), which no user pays, while
+    torch, torchvision and torchinfo, installed by pip, start from bytecode. Compiling
+    here makes both sides start as they would on a user's machine.
+    """
+    if _COMPILED:
+        return
+    _COMPILED.append(True)
+    import compileall
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    for folder in ("hookcli", "sample_models", "tests", "benchmarks"):
+        path = os.path.join(root, folder)
+        if os.path.isdir(path):
+            compileall.compile_dir(path, quiet=2)
+
+
 def benchmark(main: F) -> F:
     """Decorates a benchmark's ``main``: prints and keeps the machine at its start."""
     name = os.path.splitext(os.path.basename(main.__code__.co_filename))[0]
 
     @functools.wraps(main)
     def run(*args: Any, **kwargs: Any) -> Any:
+        compile_sources()
         info = {"bench": name, **machine()}
         CONTEXTS.append(info)
         _CURRENT["bench"] = name

@@ -17,20 +17,60 @@ are ``hookcli.report``. Importing hookcli does not import torch.
 
 __version__ = "0.1.0"
 
-# The module hookcli.diff and the packages named like the API functions are loaded
-# first, so that the names below are the API functions: a later `import hookcli.cost.runner`
-# finds the package in sys.modules and does not rebind the attribute.
-from hookcli import cost as _cost_package  # noqa: F401
-from hookcli import diff as _diff_module  # noqa: F401
-from hookcli import grads as _grads_package  # noqa: F401
-from hookcli import inspect as _inspect_package  # noqa: F401
-from hookcli import profile as _profile_package  # noqa: F401
-from hookcli import render as _render_module  # noqa: F401  (hands Report.render its renderer)
-from hookcli import stats as _stats_package  # noqa: F401
-from hookcli import watch as _watch_package  # noqa: F401
-from hookcli.api import cost, diff, grads, inspect, profile, stats
-from hookcli.report import Report
-from hookcli.watch.session import watch
+import importlib as _importlib
+import sys as _sys
+import types as _types
+from typing import TYPE_CHECKING
+from typing import Any as _Any
+
+# The API's names and the modules they come from. They load on first use, so that
+# ``import hookcli`` (every start of the CLI, the guarding parent, ``hookcli watch``
+# before COMMAND starts) costs the package and nothing else.
+_API = {
+    "cost": "hookcli.api",
+    "diff": "hookcli.api",
+    "grads": "hookcli.api",
+    "inspect": "hookcli.api",
+    "profile": "hookcli.api",
+    "stats": "hookcli.api",
+    "Report": "hookcli.report",
+    "watch": "hookcli.watch.session",
+}
+
+if TYPE_CHECKING:
+    from hookcli.api import cost, diff, grads, inspect, profile, stats
+    from hookcli.report import Report
+    from hookcli.watch.session import watch
+
+
+def __getattr__(name: str) -> _Any:
+    if name in _API:
+        value = getattr(_importlib.import_module(_API[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'hookcli' has no attribute {name!r}")
+
+
+class _Package(_types.ModuleType):
+    """The package's module type. Importing ``hookcli.X`` binds module X as an
+    attribute of the package, which this type sees:
+
+    - several API names are also the names of subpackages and modules (``hookcli.cost``,
+      ``hookcli.diff``, ``hookcli.watch``, ...): that binding is left out, so
+      ``hookcli.cost`` stays the function (the module is in ``sys.modules``);
+    - once ``hookcli.report`` is in, ``hookcli.render`` is loaded, which hands
+      ``Report.render`` its renderer (report cannot import render: render imports it).
+    """
+
+    def __setattr__(self, name: str, value: _Any) -> None:
+        if name in _API and isinstance(value, _types.ModuleType):
+            return
+        super().__setattr__(name, value)
+        if name == "report" and isinstance(value, _types.ModuleType):
+            import hookcli.render  # noqa: F401
+
+
+_sys.modules[__name__].__class__ = _Package
 
 __all__ = [
     "Report",
