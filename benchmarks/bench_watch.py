@@ -20,7 +20,7 @@ with torch's default thread count. The watched runs must train exactly as the ba
 the scripts print every loss as ``float.hex`` and a digest of the final weights, and a
 watched run whose lines differ fails the benchmark.
 
-Usage: ``python benchmarks/bench_watch.py [--rounds 3] [--steps 200] [--only gpt]``; ``--smoke``
+Usage: ``python benchmarks/bench_watch.py [--rounds 5] [--steps 200] [--only gpt]``; ``--smoke``
 (``benchmarks/run.py --smoke watch``): 3 steps, one round.
 """
 
@@ -115,7 +115,7 @@ class Runner:
 @benchmark
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument(
         "--only", default="", help="comma-separated keys of the runs to time (gpt, resnet18)"
