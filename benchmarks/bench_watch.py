@@ -13,7 +13,11 @@ Three ways to run each: ``bare`` (``python SCRIPT ARGS``), ``watch`` (``python -
 watch --out DIR -- python SCRIPT ARGS``, the defaults) and ``every50`` (the same with
 ``--every 50``), in interleaved rounds (``interleave``: one warm-up of each, the order
 rotating); the figure is the median of the per-round wall-time ratios against ``bare``
-(the processes' CPU seconds are printed beside, from ``RUSAGE_CHILDREN``). Targets:
+(the processes' CPU seconds are printed beside, from ``RUSAGE_CHILDREN``). A fourth way,
+``again``, runs the bare command once more in each round: its ratio against ``bare``
+(two identical unwatched runs) is the benchmark's own noise on this machine, printed
+and published beside the figures, since whole processes of a few seconds vary by a few
+per cent from one start to the next on a shared machine. Targets:
 <= 1.05 at the defaults, <= 1.02 with ``--every 50``. Every process runs with
 ``PYTHONPATH`` set to this checkout, so this checkout's hookcli is the one measured, and
 with torch's default thread count. The watched runs must train exactly as the bare ones:
@@ -96,10 +100,12 @@ class Runner:
         # both streams: the script's lines may come on either under watch
         return done.stdout + "\n" + done.stderr
 
-    def bare(self) -> None:
-        lines = _training(self._run(self.command, "bare"))
+    def bare(self, way: str = "bare") -> None:
+        lines = _training(self._run(self.command, way))
         if not lines:
             raise SystemExit(f"no training lines from {self.command}")
+        if self.bare_lines is not None and lines != self.bare_lines:
+            raise SystemExit(f"two unwatched runs trained differently: {self.command}")
         self.bare_lines = lines
 
     def watched(self, *options: str) -> None:
@@ -137,6 +143,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                     "bare": runner.bare,
                     "watch": runner.watched,
                     "every50": functools.partial(runner.watched, "--every", "50"),
+                    "again": functools.partial(runner.bare, "again"),
                 },
                 n,
             )
@@ -147,6 +154,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 ("bare", "unwatched"),
                 ("watch", "watched"),
                 ("every50", "--every 50"),
+                ("again", "unwatched again"),
             ):
                 print(
                     f"  {label}: median wall {res[way]['wall']:.2f} s, "
@@ -164,9 +172,18 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                     f"watch_{key}_every50",
                 )
             )
+            print(
+                f"  unwatched again / unwatched (this machine's noise): {res['again']['ratio']:.3f}"
+            )
             label = f"`hookcli watch` / unwatched wall time, {what}, {steps} steps"
             record(f"watch_{key}", res["watch"]["ratio"], what=f"{label}, defaults")
             record(f"watch_{key}_every50", res["every50"]["ratio"], what=f"{label}, `--every 50`")
+            record(
+                f"watch_{key}_again",
+                res["again"]["ratio"],
+                what=f"the same unwatched run twice, {what}, {steps} steps (the benchmark's "
+                "own noise: 1 where the machine is steady)",
+            )
             record(
                 f"watch_{key}_bare",
                 res["bare"]["wall"],

@@ -64,8 +64,10 @@ README_KEYS = (
     "fsdp",
     "watch_gpt",
     "watch_gpt_every50",
+    "watch_gpt_again",
     "watch_resnet18",
     "watch_resnet18_every50",
+    "watch_resnet18_again",
     "help_s",
 )
 

@@ -42,6 +42,8 @@ if TYPE_CHECKING:
     from hookcli.report import Report
     from hookcli.watch.session import watch
 
+del TYPE_CHECKING
+
 
 def __getattr__(name: str) -> _Any:
     if name in _API:
@@ -49,6 +51,10 @@ def __getattr__(name: str) -> _Any:
         globals()[name] = value
         return value
     raise AttributeError(f"module 'hookcli' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_API))
 
 
 class _Package(_types.ModuleType):
