@@ -212,8 +212,10 @@ def on_live(
     """
     import torch
 
+    from hookcli.pipeline import collection_paused
+
     args = (*inputs, *(forward_kwargs or {}).values())
-    with untouched(_tensors(args)):
+    with untouched(_tensors(args)), collection_paused():
         if seed is not None:
             torch.manual_seed(seed)  # dropout and other random ops reproducible
         report, error = run(live(model, inputs, forward_kwargs, mode, seed))

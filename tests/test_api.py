@@ -221,3 +221,55 @@ def test_cuda_model_rng_left_as_found() -> None:
     assert all(
         torch.equal(a, b) for a, b in zip(states, torch.cuda.get_rng_state_all(), strict=True)
     )
+
+
+class _SeesCollector(nn.Module):
+    """Records whether the cyclic garbage collector ran during its forward."""
+
+    def __init__(self, fail: bool = False) -> None:
+        super().__init__()
+        self.lin = nn.Linear(4, 4)
+        self.fail = fail
+        self.seen: list[bool] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        import gc
+
+        self.seen.append(gc.isenabled())
+        if self.fail:
+            raise ValueError("boom")
+        return self.lin(x)
+
+
+@pytest.mark.parametrize("call", ["inspect", "grads", "stats", "cost", "profile"])
+def test_the_collector_is_paused_during_a_call_and_back_after(call: str) -> None:
+    """The API pauses the cyclic collector for the call (full collections over torch's
+    objects were most of a deep model's inspect) and turns it back on, also when the
+    model raises; it freezes nothing (the CLI's gc.freeze is the CLI's alone)."""
+    import gc
+
+    assert gc.isenabled()
+    frozen = gc.get_freeze_count()
+    model = _SeesCollector()
+    getattr(hookcli, call)(model, torch.randn(2, 4))
+    assert model.seen and not any(model.seen)
+    assert gc.isenabled()
+    assert gc.get_freeze_count() == frozen
+    failing = _SeesCollector(fail=True)
+    with pytest.raises(RunError):
+        hookcli.inspect(failing, torch.randn(2, 4))
+    assert failing.seen == [False]
+    assert gc.isenabled()
+
+
+def test_a_collector_the_caller_turned_off_stays_off() -> None:
+    import gc
+
+    gc.disable()
+    try:
+        model = _SeesCollector()
+        hookcli.inspect(model, torch.randn(2, 4))
+        assert model.seen == [False]
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
