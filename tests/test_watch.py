@@ -23,6 +23,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+import torch
 
 import hookcli.schema
 from tests.conftest import REPO
@@ -32,6 +33,12 @@ TINY = REPO / "tests" / "watch_fixtures" / "tiny.py"
 TORCHRUN = Path(sys.executable).with_name("torchrun")
 TIMEOUT = 240
 REL = 1e-5
+
+# The scripts train on the CPU, and on CUDA where there is a GPU (``--device cuda``):
+# there the monitor's figures reach the host without a sync, read at the next step, and
+# --nan-origin / --stop-on read them at the step itself.
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+DEVICES = ["cpu", pytest.param("cuda", marks=CUDA)]
 
 STEPS_VALIDATOR = jsonschema.Draft202012Validator(hookcli.schema.load_steps())
 REPORT_VALIDATOR = jsonschema.Draft202012Validator(hookcli.schema.load())
@@ -137,19 +144,26 @@ def compare(ref_steps: list[dict[str, Any]], steps: list[dict[str, Any]]) -> int
 # -- real scripts against their plain-PyTorch reference -----------------------------------
 
 
+_GPT = ("--steps", "5")
+_CNN = ("--steps", "4", "--eval-every", "2")
+
+
 @pytest.mark.parametrize(
-    ("name", "args"),
+    ("name", "args", "device"),
     [
-        ("gpt_char", ("--steps", "5")),
-        ("cnn_bn", ("--steps", "4", "--eval-every", "2")),
-        ("accumulate", ("--steps", "3", "--accum", "3")),
+        pytest.param("gpt_char", _GPT, "cpu", id="gpt_char"),
+        pytest.param("cnn_bn", _CNN, "cpu", id="cnn_bn"),
+        pytest.param("accumulate", ("--steps", "3", "--accum", "3"), "cpu", id="accumulate"),
+        pytest.param("gpt_char", _GPT, "cuda", id="gpt_char-cuda", marks=CUDA),
+        pytest.param("cnn_bn", _CNN, "cuda", id="cnn_bn-cuda", marks=CUDA),
     ],
-    ids=["gpt_char", "cnn_bn", "accumulate"],
 )
 def test_figures_equal_plain_pytorch_and_training_is_unchanged(
-    name: str, args: tuple[str, ...], tmp_path: Path
+    name: str, args: tuple[str, ...], device: str, tmp_path: Path
 ) -> None:
     script = SCRIPTS / f"{name}.py"
+    if device != "cpu":
+        args = (*args, "--device", device)
     ref = tmp_path / "ref.json"
     out = tmp_path / "run"
     unwatched = plain(script, *args, "--seed", "1")
@@ -219,11 +233,15 @@ def test_a_compiled_submodule(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("phase", ["forward", "backward"])
-def test_nan_origin_names_the_step_phase_and_module(phase: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_nan_origin_names_the_step_phase_and_module(
+    phase: str, device: str, tmp_path: Path
+) -> None:
     script = SCRIPTS / "goes_nan.py"
     ref = tmp_path / "ref.json"
     out = tmp_path / "run"
     args = ("--steps", "5", "--nan-step", "3", "--phase", phase, "--seed", "0")
+    args = (*args, "--device", device)
     unwatched = plain(script, *args)
     r = hookcli_watch(
         out,
@@ -249,13 +267,15 @@ def test_nan_origin_names_the_step_phase_and_module(phase: str, tmp_path: Path) 
     assert f"step {expected['step']}" in check["detail"]
 
 
-def test_default_nan_detection_and_stop_on(tmp_path: Path) -> None:
+@pytest.mark.parametrize("device", DEVICES)
+def test_default_nan_detection_and_stop_on(device: str, tmp_path: Path) -> None:
     """Without --nan-origin: the step and phase every step, the module named (as an
     estimate) in the backward; --stop-on nan ends the run before step() applies it."""
     script = SCRIPTS / "goes_nan.py"
     ref = tmp_path / "ref.json"
     out = tmp_path / "run"
     args = ("--steps", "8", "--nan-step", "3", "--phase", "backward", "--seed", "0")
+    args = (*args, "--device", device)
     r = hookcli_watch(out, "--stop-on", "nan", command=python(script, *args, "--ref", str(ref)))
     assert r.returncode == 1, r.stderr[-3000:]
     lines = records(out / "steps.jsonl")

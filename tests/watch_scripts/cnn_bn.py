@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 
 import torch
-from reference_figures import RefFile, base_parser, weights_digest
+from reference_figures import RefFile, base_parser, on_device, weights_digest
 from torch import nn
 from torch.nn import functional as F
 
@@ -58,8 +58,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=int, default=5)
     args = parser.parse_args(argv)
 
+    device = on_device(args.device)
     torch.manual_seed(args.seed)
-    model = build(args.model).train()
+    model = build(args.model).train().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9, weight_decay=5e-4)
     ref = RefFile(args.ref)
     track = ref.track("", model, optimizer)
@@ -69,9 +70,11 @@ def main(argv: list[str] | None = None) -> int:
     held_out = [
         (torch.randn(shape, generator=gen), torch.randint(10, (args.batch,), generator=gen))
     ]
+    held_out = [(hx.to(device), hy.to(device)) for hx, hy in held_out]
     for step in range(1, args.steps + 1):
         x = torch.randn(shape, generator=gen)
         y = torch.randint(10, (args.batch,), generator=gen)
+        x, y = x.to(device), y.to(device)
         optimizer.zero_grad()
         loss = F.cross_entropy(model(x), y)
         loss.backward()

@@ -30,7 +30,7 @@ import math
 import sys
 
 import torch
-from reference_figures import RefFile, base_parser, weights_digest
+from reference_figures import RefFile, base_parser, on_device, weights_digest
 from torch import nn
 from torch.nn import functional as F
 
@@ -72,8 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=16)
     args = parser.parse_args(argv)
 
+    device = on_device(args.device)
     torch.manual_seed(args.seed)
-    model = Net().train()
+    model = Net().train().to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     ref = RefFile(args.ref)
     track = ref.track("", model, optimizer)
@@ -86,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
             model.temper.temperature.fill_(left / max(args.nan_step - 1, 1))
         elif step == args.nan_step:
             x[3] = 0.0
+        x, y = x.to(device), y.to(device)
         loss = F.mse_loss(model(x), y)
         optimizer.zero_grad()
         loss.backward()

@@ -18,7 +18,7 @@ import math
 import sys
 
 import torch
-from reference_figures import RefFile, base_parser, weights_digest
+from reference_figures import RefFile, base_parser, on_device, weights_digest
 from torch import nn
 from torch.nn import functional as F
 
@@ -131,10 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clip", type=float, default=1.0, help="clip_grad_norm_ max norm")
     args = parser.parse_args(argv)
 
+    device = on_device(args.device)
     torch.manual_seed(args.seed)
     chars = sorted(set(TEXT))
     data = torch.tensor([chars.index(c) for c in TEXT], dtype=torch.long)
-    model = GPT(len(chars), block_size=args.block_size).train()
+    model = GPT(len(chars), block_size=args.block_size).train().to(device)
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
     optimizer = torch.optim.AdamW(
@@ -157,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
         starts = torch.randint(len(data) - args.block_size - 1, (args.batch,), generator=gen)
         x = torch.stack([data[s : s + args.block_size] for s in starts])
         y = torch.stack([data[s + 1 : s + 1 + args.block_size] for s in starts])
+        x, y = x.to(device), y.to(device)
         logits = model(x)
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
         optimizer.zero_grad(set_to_none=True)

@@ -51,7 +51,7 @@ def rank_path(path: str, rank: int) -> str:
 def _l2(tensors: list[torch.Tensor]) -> float:
     total = torch.zeros((), dtype=torch.float64)
     for t in tensors:
-        total = total + t.detach().to(torch.float64).pow(2).sum()
+        total = total + t.detach().to("cpu", torch.float64).pow(2).sum()  # any device
     return math.sqrt(total.item())  # NaN and Inf pass through
 
 
@@ -184,11 +184,25 @@ def weights_digest(module: nn.Module) -> str:
 
 
 def base_parser(description: str) -> Any:
-    """``--steps N --seed S [--ref PATH]``, which every watch test script takes."""
+    """``--steps N --seed S [--ref PATH] [--device D]``, which every watch test script
+    takes (``--device`` only where the script passes it to ``on_device``)."""
     import argparse
 
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--steps", type=int, default=20, help="optimizer steps")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--ref", default=None, help="write the reference figures (JSON) there")
+    parser.add_argument("--device", default="cpu", help="cpu, or cuda where there is one")
     return parser
+
+
+def on_device(name: str) -> torch.device:
+    """The device to train on. On CUDA the script asks torch for its deterministic
+    kernels (and cuBLAS for a fixed workspace), as any script does whose runs are to be
+    compared bit for bit: two runs of it, watched or not, then compute the same losses.
+    The data stays drawn on the CPU (the same values on every device) and is moved."""
+    device = torch.device(name)
+    if device.type == "cuda":
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    return device
