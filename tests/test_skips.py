@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -46,7 +47,10 @@ def test_a_run_with_an_unexpected_skip_fails(tmp_path: Path, workers: str | None
     # the whole mechanism: pytest on a file of ours whose only test skips for a reason
     # the ledger does not know exits non-zero and names it, in one process and as `make
     # test` runs it, in pytest-xdist workers (the ledger is kept where reports arrive)
-    probe = ROOT / "tests" / f"test_zz_skip_probe_{tmp_path.name}.py"
+    # a name of this process and parametrization: under xdist the two cases can run at
+    # once in two workers, whose tmp_path names are the same (each worker has its own
+    # base), and one would delete the other's file
+    probe = ROOT / "tests" / f"test_zz_skip_probe_{os.getpid()}_{workers or 'one'}.py"
     probe.write_text(
         textwrap.dedent(
             """
