@@ -638,18 +638,65 @@ class SyncCheckedProbe(StatsProbe):
         super().finish(session)
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
-def test_cuda_hooks_never_synchronize_and_match_cpu():
-    prepared = prepare(ModelOptions("resnet18"), RunOptions(inputs=("2x3x64x64",), device="cuda"))
-    probe = SyncCheckedProbe()
-    torch.cuda.set_sync_debug_mode("error")
+def plain_output_figures(model: nn.Module, args: tuple[Any, ...]) -> list[tuple[float, float]]:
+    """(mean |x|, share of zeros) of each module call's output, in float64, in call order:
+    plain forward-pre and forward hooks, no hookcli."""
+    slots: list[tuple[float, float] | None] = []
+    open_calls: list[int] = []
+
+    def pre(module: nn.Module, inputs: Any) -> None:
+        open_calls.append(len(slots))
+        slots.append(None)
+
+    def post(module: nn.Module, inputs: Any, output: torch.Tensor) -> None:
+        x = output.detach().double()
+        slots[open_calls.pop()] = (x.abs().mean().item(), (x == 0).double().mean().item())
+
+    handles = [
+        h
+        for m in model.modules()
+        for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))
+    ]
+    try:
+        with torch.no_grad():
+            model(*args)
+    finally:
+        for h in handles:
+            h.remove()
+    assert all(s is not None for s in slots)
+    return slots  # type: ignore[return-value]
+
+
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda", marks=pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+        ),
+    ],
+)
+def test_each_calls_figures_equal_plain_pytorch_on_the_same_model(device: str) -> None:
+    """resnet18 as hookcli builds it on DEVICE: every call's mean |x| and share of zeros
+    against plain hooks on that same model and input. (A CUDA build draws its weights
+    from CUDA's generator, so a CPU run's figures are no reference for it; first seen on
+    an H100, where an earlier version of this test compared the two.) On CUDA no hook
+    synchronizes: sync debug mode raises on any copy to the host before ``finish``."""
+    prepared = prepare(ModelOptions("resnet18"), RunOptions(inputs=("2x3x64x64",), device=device))
+    prepared.model.eval()
+    expected = plain_output_figures(prepared.model, prepared.inputs.args)
+    probe = SyncCheckedProbe() if device == "cuda" else StatsProbe()
+    if device == "cuda":
+        torch.cuda.set_sync_debug_mode("error")
     try:
         outcome = run_session(prepared, [probe], mode=Mode.EVAL)
     finally:
-        torch.cuda.set_sync_debug_mode(0)
+        if device == "cuda":
+            torch.cuda.set_sync_debug_mode(0)
     assert outcome.error is None
-    gpu = invoke_json("stats", "resnet18", "-i", "2x3x64x64", "--device", "cuda")
-    cpu = invoke_json("stats", "resnet18", "-i", "2x3x64x64")
-    for a, b in zip(cpu["layers"], gpu["layers"], strict=True):
-        assert b["mean_abs"] == pytest.approx(a["mean_abs"], rel=1e-3, abs=1e-4)
-        assert b["zero_fraction"] == pytest.approx(a["zero_fraction"], abs=1e-3)
+    assert len(expected) == len(list(prepared.model.modules())) + 8  # each block: 2 ReLU calls
+    for index, (mean_abs, zeros) in enumerate(expected):
+        got = probe.forward_stats(index)
+        assert got is not None, index
+        assert got.mean_abs == pytest.approx(mean_abs, rel=1e-5), index
+        assert got.zero_fraction == pytest.approx(zeros, abs=1e-9), index
