@@ -24,7 +24,11 @@ with torch's default thread count. The watched runs must train exactly as the ba
 the scripts print every loss as ``float.hex`` and a digest of the final weights, and a
 watched run whose lines differ fails the benchmark.
 
-Usage: ``python benchmarks/bench_watch.py [--rounds 5] [--steps 200] [--only gpt]``; ``--smoke``
+``--device cuda`` trains both on CUDA (the scripts' own ``--device``; the figures' keys
+then end in ``_cuda``, and the targets are the same).
+
+Usage: ``python benchmarks/bench_watch.py [--rounds 5] [--steps 200] [--only gpt]
+[--device cuda]``; ``--smoke``
 (``benchmarks/run.py --smoke watch``): 3 steps, one round.
 """
 
@@ -83,7 +87,9 @@ class Runner:
         self.tmp = tmp
         self.count = itertools.count()
         self.bare_lines: list[str] | None = None
-        self.env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        # this checkout first, then what the caller's PYTHONPATH held (packages there)
+        path = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        self.env = {**os.environ, "PYTHONPATH": os.pathsep.join(path)}
         # CPU seconds (user + system) of each run's processes, by way of running
         self.cpu: dict[str, list[float]] = {}
 
@@ -126,7 +132,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument(
         "--only", default="", help="comma-separated keys of the runs to time (gpt, resnet18)"
     )
+    parser.add_argument(
+        "--device", default="cpu", help="the scripts' --device (cuda: the figures' keys end _cuda)"
+    )
     args = parser.parse_args([] if argv is None else argv)
+    on = "" if args.device == "cpu" else f"_{args.device.split(':')[0]}"
     only = {k for k in args.only.split(",") if k}
     steps = 3 if smoke() else args.steps
     n = rounds(args.rounds)
@@ -137,7 +147,10 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 continue
             folder = Path(tmp, key)
             folder.mkdir()
-            runner = Runner(script, [*extra, "--steps", str(steps), "--seed", "0"], folder)
+            device = [] if args.device == "cpu" else ["--device", args.device]
+            runner = Runner(script, [*extra, *device, "--steps", str(steps), "--seed", "0"], folder)
+            if on:
+                what = f"{what} on {args.device}"
             res = interleave(
                 {
                     "bare": runner.bare,
@@ -176,22 +189,24 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 f"  unwatched again / unwatched (this machine's noise): {res['again']['ratio']:.3f}"
             )
             label = f"`hookcli watch` / unwatched wall time, {what}, {steps} steps"
-            record(f"watch_{key}", res["watch"]["ratio"], what=f"{label}, defaults")
-            record(f"watch_{key}_every50", res["every50"]["ratio"], what=f"{label}, `--every 50`")
+            record(f"watch_{key}{on}", res["watch"]["ratio"], what=f"{label}, defaults")
             record(
-                f"watch_{key}_again",
+                f"watch_{key}_every50{on}", res["every50"]["ratio"], what=f"{label}, `--every 50`"
+            )
+            record(
+                f"watch_{key}_again{on}",
                 res["again"]["ratio"],
                 what=f"the same unwatched run twice, {what}, {steps} steps (the benchmark's "
                 "own noise: 1 where the machine is steady)",
             )
             record(
-                f"watch_{key}_bare",
+                f"watch_{key}_bare{on}",
                 res["bare"]["wall"],
                 what=f"unwatched wall time, {what}, {steps} steps",
                 unit="s",
             )
-            result[f"watch_{key}"] = res["watch"]["ratio"]
-            result[f"watch_{key}_every50"] = res["every50"]["ratio"]
+            result[f"watch_{key}{on}"] = res["watch"]["ratio"]
+            result[f"watch_{key}_every50{on}"] = res["every50"]["ratio"]
     return result
 
 
