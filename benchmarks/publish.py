@@ -120,6 +120,18 @@ def _describe(other: dict[str, Any]) -> str:
     )
 
 
+def ran_by(data: dict[str, Any], folder: Path = ROOT / "benchmarks") -> str:
+    """How the run was made: ``make bench`` where every benchmark ran, else the runner
+    with the names it was given."""
+    every = {p.stem for p in folder.glob("bench_*.py")}
+    ran = {c.get("bench") for c in data.get("benchmarks", [])}
+    if not ran or every <= ran:
+        return "`make bench`"
+    names = " ".join(sorted(n.removeprefix("bench_") for n in ran if n))
+    left = ", ".join(sorted(every - ran))
+    return f"`python benchmarks/run.py {names}` (every benchmark but {left})"
+
+
 def header(data: dict[str, Any]) -> str:
     m = data["machine"]
     # The benchmarks' own processes (2 threads, 2 torchrun ranks) load a 2-core machine up
@@ -128,7 +140,7 @@ def header(data: dict[str, Any]) -> str:
     threads = m.get("threads")
     gpu = m.get("gpu") or "no GPU"
     return (
-        f"Measured by `make bench` on {data['date']} on **{m['cpu']}** "
+        f"Measured by {ran_by(data)} on {data['date']} on **{m['cpu']}** "
         f"({m['cores']} cores, {gpu}), torch {data['torch']} "
         + (
             f"with {threads} threads by default (the threads column gives each figure's)"

@@ -210,3 +210,19 @@ def test_publish_names_the_machine_judges_each_target_and_sets_other_cpus_beside
     assert len(lines) == 2
     assert lines[0].startswith("met") and "inspect_vs_floor" in lines[0]
     assert lines[1].startswith("NOT MET") and "grads_vs_floor" in lines[1]
+
+
+def test_the_header_says_how_the_run_was_made(tmp_path: Path) -> None:
+    from benchmarks import publish
+
+    for name in ("bench_a.py", "bench_b.py", "bench_memory.py"):
+        (tmp_path / name).write_text("")
+    every = {"benchmarks": [{"bench": n} for n in ("bench_a", "bench_b", "bench_memory")]}
+    assert publish.ran_by(every, tmp_path) == "`make bench`"
+    some = {"benchmarks": [{"bench": "bench_b"}, {"bench": "bench_a"}]}
+    assert publish.ran_by(some, tmp_path) == (
+        "`python benchmarks/run.py a b` (every benchmark but bench_memory)"
+    )
+    # the real run the tables were made from names what it ran
+    data = json.loads((publish.ROOT / "benchmarks" / "last-run.json").read_text())
+    assert publish.header(data).startswith("Measured by " + publish.ran_by(data))
