@@ -13,7 +13,9 @@ Kernels allocate what the dispatcher never sees, alive while the op runs. On the
 the ops whose kernels do (oneDNN's convolutions, forward and backward, and its bfloat16
 and float16 matmuls) are measured: each distinct call (shapes, strides, dtypes, thread
 count) runs once more under the legacy profiler, whose memory records give the bytes
-it took beyond its outputs (``measured_scratch``). Two are modelled, where nothing is
+it took beyond its outputs (``measured_scratch``). On CUDA the same ops are measured in
+the call itself: the caching allocator's count of the bytes it took back grows by the
+workspace the kernel held (``cuda_freed_bytes``). Two are modelled, where nothing is
 measured: a matmul's copy of an operand BLAS cannot read in place (an expanded
 gradient, stride 0), and the blocked-layout buffers of a CPU float32 2-D convolution's
 forward (a torch whose legacy profiler gives no records). On meta nothing runs, so
@@ -192,6 +194,28 @@ def measured_scratch(func: Any, args: Any, kwargs: Any) -> int | None:
     return _scratch_cache[key]
 
 
+def _cuda_device(args: Any) -> torch.device | None:
+    """The CUDA device of the first CUDA tensor among ``args``, if any."""
+    for t in _tensors(list(args)):
+        if t.device.type == "cuda":
+            return t.device
+    return None
+
+
+def cuda_freed_bytes(device: torch.device) -> int:
+    """Bytes CUDA's caching allocator has taken back on ``device`` over the process: a
+    counter kept on the host, so reading it waits for nothing on the GPU.
+
+    Around one call of a kernel that takes a workspace from the allocator and gives it
+    back before it returns (cuDNN's convolutions, forward and backward), the counter
+    grows by that workspace: the bytes alive during the call beyond its outputs, which
+    no tensor holds. (The peak counter would say it too, but only after a reset of the
+    statistics the user's own code may be reading.) Several temporaries of one call
+    count as their sum, an upper bound on what they held at once."""
+    stats = torch.cuda.memory_stats(device)
+    return int(stats.get("allocated_bytes.all.freed", 0))
+
+
 def _measure(func: Any, args: Any, kwargs: Any) -> int:
     from torch._C._autograd import _disable_profiler_legacy, _enable_profiler_legacy
     from torch.autograd.profiler_legacy import profile
@@ -336,6 +360,8 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        cuda = _cuda_device(args) if self.open and self.measure and func in _MEASURED else None
+        freed = cuda_freed_bytes(cuda) if cuda is not None else 0
         out = func(*args, **kwargs)
         if not self.open:
             return out
@@ -351,9 +377,12 @@ class LiveBytes(TorchDispatchMode):
             st = _storage(t)
             if st is not None:
                 self._add(st, self.out_kind)
-        scratch = (
-            measured_scratch(func, args, kwargs) if self.measure and func in _MEASURED else None
-        )
+        if cuda is not None:  # what the kernel took and gave back during the call
+            scratch: int | None = max(0, cuda_freed_bytes(cuda) - freed)
+        else:
+            scratch = (
+                measured_scratch(func, args, kwargs) if self.measure and func in _MEASURED else None
+            )
         if scratch is None:  # not measured: modelled where there is a model
             if func in _MATMULS:
                 scratch = sum(_blas_copy_bytes(a) for a in args[-2:])
