@@ -13,9 +13,9 @@ Kernels allocate what the dispatcher never sees, alive while the op runs. On the
 the ops whose kernels do (oneDNN's convolutions, forward and backward, and its bfloat16
 and float16 matmuls) are measured: each distinct call (shapes, strides, dtypes, thread
 count) runs once more under the legacy profiler, whose memory records give the bytes
-it took beyond its outputs (``measured_scratch``). On CUDA the same ops are measured in
-the call itself: the caching allocator's count of the bytes it took back grows by the
-workspace the kernel held (``cuda_freed_bytes``). Two are modelled, where nothing is
+it took beyond its outputs (``measured_scratch``). On CUDA cuDNN's convolutions are
+measured in the call itself: the caching allocator's count of the bytes it took back
+grows by the workspace the kernel held (``cuda_freed_bytes``). Two are modelled, where nothing is
 measured: a matmul's copy of an operand BLAS cannot read in place (an expanded
 gradient, stride 0), and the blocked-layout buffers of a CPU float32 2-D convolution's
 forward (a torch whose legacy profiler gives no records). On meta nothing runs, so
@@ -148,6 +148,9 @@ _MEASURED = {
     _aten.convolution_backward.default,
     *_MATMULS,
 }
+# on CUDA: cuDNN's convolutions, whose workspaces come from the caching allocator for
+# the call (checked against the allocator on an H100); read at every call
+_CUDA_MEASURED = {_aten.convolution.default, _aten.convolution_backward.default}
 _scratch_cache: dict[Any, int] = {}
 
 
@@ -195,11 +198,21 @@ def measured_scratch(func: Any, args: Any, kwargs: Any) -> int | None:
 
 
 def _cuda_device(args: Any) -> torch.device | None:
-    """The CUDA device of the first CUDA tensor among ``args``, if any."""
+    """The CUDA device of the first CUDA tensor among ``args``, where the workspace can
+    be read (``cuda_freed_bytes``): PyTorch's own caching allocator (``cudaMallocAsync``
+    keeps no such count), and cuDNN not autotuning (``cudnn.benchmark`` tries several
+    algorithms, each with its workspace, on a shape's first call). Else None."""
     for t in _tensors(list(args)):
         if t.device.type == "cuda":
+            if torch.backends.cudnn.benchmark or _allocator_backend() != "native":
+                return None
             return t.device
     return None
+
+
+@functools.cache
+def _allocator_backend() -> str:
+    return str(torch.cuda.get_allocator_backend())
 
 
 def cuda_freed_bytes(device: torch.device) -> int:
@@ -212,8 +225,8 @@ def cuda_freed_bytes(device: torch.device) -> int:
     no tensor holds. (The peak counter would say it too, but only after a reset of the
     statistics the user's own code may be reading.) Several temporaries of one call
     count as their sum, an upper bound on what they held at once."""
-    stats = torch.cuda.memory_stats(device)
-    return int(stats.get("allocated_bytes.all.freed", 0))
+    stats = torch.cuda.memory_stats_as_nested_dict(device)
+    return int(stats.get("allocated_bytes", {}).get("all", {}).get("freed", 0))
 
 
 def _measure(func: Any, args: Any, kwargs: Any) -> int:
@@ -242,7 +255,8 @@ def _measure(func: Any, args: Any, kwargs: Any) -> int:
 class LiveBytes(TorchDispatchMode):
     """Bytes alive by kind at every op; the peak (see the module's doc)."""
 
-    measure = True  # the kernels of _MEASURED, on the CPU (False: tensors only, as on meta)
+    measure = True  # the kernels of _MEASURED on the CPU, _CUDA_MEASURED on CUDA (False:
+    # tensors only, as on meta)
 
     def __init__(self, extra_kinds: tuple[str, ...] = ()) -> None:
         super().__init__()
@@ -360,9 +374,12 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        cuda = _cuda_device(args) if self.open and self.measure and func in _MEASURED else None
+        cuda = _cuda_device(args) if self.open and self.measure and func in _CUDA_MEASURED else None
         freed = cuda_freed_bytes(cuda) if cuda is not None else 0
         out = func(*args, **kwargs)
+        if cuda is not None:  # what the kernel took and gave back during the call, read
+            # before any Python work here could free a tensor
+            freed = max(0, cuda_freed_bytes(cuda) - freed)
         if not self.open:
             return out
         if self.phase == "step" and func.__name__.startswith("_foreach"):
@@ -377,8 +394,8 @@ class LiveBytes(TorchDispatchMode):
             st = _storage(t)
             if st is not None:
                 self._add(st, self.out_kind)
-        if cuda is not None:  # what the kernel took and gave back during the call
-            scratch: int | None = max(0, cuda_freed_bytes(cuda) - freed)
+        if cuda is not None:
+            scratch: int | None = freed
         else:
             scratch = (
                 measured_scratch(func, args, kwargs) if self.measure and func in _MEASURED else None
