@@ -49,6 +49,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.common import (  # noqa: E402
+    TARGETS,
     benchmark,
     interleave,
     record,
@@ -189,9 +190,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 f"  unwatched again / unwatched (this machine's noise): {res['again']['ratio']:.3f}"
             )
             label = f"`hookcli watch` / unwatched wall time, {what}, {steps} steps"
-            record(f"watch_{key}{on}", res["watch"]["ratio"], what=f"{label}, defaults")
             record(
-                f"watch_{key}_every50{on}", res["every50"]["ratio"], what=f"{label}, `--every 50`"
+                f"watch_{key}{on}",
+                res["watch"]["ratio"],
+                what=f"{label}, defaults",
+                target=TARGETS.get(f"watch_{key}", "-"),  # the same target on any device
+            )
+            record(
+                f"watch_{key}_every50{on}",
+                res["every50"]["ratio"],
+                what=f"{label}, `--every 50`",
+                target=TARGETS.get(f"watch_{key}_every50", "-"),
             )
             record(
                 f"watch_{key}_again{on}",

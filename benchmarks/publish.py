@@ -124,7 +124,8 @@ def ran_by(data: dict[str, Any], folder: Path = ROOT / "benchmarks") -> str:
     """How the run was made: ``make bench`` where every benchmark ran, else the runner
     with the names it was given."""
     every = {p.stem for p in folder.glob("bench_*.py")}
-    ran = {c.get("bench") for c in data.get("benchmarks", [])}
+    # those that started (their machine line), and those that failed, even before it
+    ran = {c.get("bench") for c in data.get("benchmarks", [])} | set(data.get("failed", []))
     if not ran or every <= ran:
         return "`make bench`"
     names = " ".join(sorted(n.removeprefix("bench_") for n in ran if n))

@@ -223,6 +223,8 @@ def test_the_header_says_how_the_run_was_made(tmp_path: Path) -> None:
     assert publish.ran_by(some, tmp_path) == (
         "`python benchmarks/run.py a b` (every benchmark but bench_memory)"
     )
+    # one that failed before it printed its machine still ran
+    assert publish.ran_by({**some, "failed": ["bench_memory"]}, tmp_path) == "`make bench`"
     # the real run the tables were made from names what it ran
     data = json.loads((publish.ROOT / "benchmarks" / "last-run.json").read_text())
     assert publish.header(data).startswith("Measured by " + publish.ran_by(data))
