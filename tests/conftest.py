@@ -73,6 +73,18 @@ def invoke_json(*args: str) -> dict[str, Any]:
     return json.loads(result.stdout)
 
 
+def plain_forward(model: nn.Module, args: tuple[Any, ...], handles: Sequence[Any]) -> None:
+    """One ``no_grad`` forward of ``model`` with the plain PyTorch hooks of ``handles``,
+    which are removed after it, also when the model raises (the tests' independent
+    references)."""
+    try:
+        with torch.no_grad():
+            model(*args)
+    finally:
+        for h in handles:
+            h.remove()
+
+
 def global_hook_counts() -> dict[str, int]:
     """How many global hooks of each kind are registered now."""
     return {name: len(getattr(module_mod, name)) for name in GLOBAL_HOOK_DICTS}

@@ -26,6 +26,7 @@ from tests.conftest import (
     assert_same_state,
     invoke,
     invoke_json,
+    plain_forward,
     state_snapshot,
 )
 
@@ -102,12 +103,7 @@ def hand_capture(model: nn.Module, args: tuple[Any, ...], names: list[str]) -> d
         modules[n].register_forward_hook(lambda m, i, o, n=n: got[n].append(clone(o)))
         for n in names
     ]
-    try:
-        with torch.no_grad():
-            model(*args)
-    finally:
-        for h in handles:
-            h.remove()
+    plain_forward(model, args, handles)
     return got
 
 

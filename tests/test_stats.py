@@ -26,6 +26,7 @@ from tests.conftest import (
     assert_same_state,
     invoke,
     invoke_json,
+    plain_forward,
     state_snapshot,
 )
 
@@ -657,12 +658,7 @@ def plain_output_figures(model: nn.Module, args: tuple[Any, ...]) -> list[tuple[
         for m in model.modules()
         for h in (m.register_forward_pre_hook(pre), m.register_forward_hook(post))
     ]
-    try:
-        with torch.no_grad():
-            model(*args)
-    finally:
-        for h in handles:
-            h.remove()
+    plain_forward(model, args, handles)
     assert all(s is not None for s in slots)
     return slots  # type: ignore[return-value]
 
