@@ -15,7 +15,6 @@ import io
 import os
 import signal
 import stat
-import tempfile
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import IO
@@ -62,6 +61,8 @@ def check_target(path: Path, option: str) -> None:
         parent = parent.parent
     if not parent.is_dir():
         raise UsageError(f"{option} {path}: {parent} is not a folder")
+    import tempfile  # not at import: hookcli watch checks paths before COMMAND starts
+
     try:  # a real try: os.access says yes to root on a read-only mount or in /proc
         fd, probe = tempfile.mkstemp(dir=parent, prefix=".hookcli-probe.", suffix=".tmp")
     except OSError as err:
@@ -199,6 +200,8 @@ def atomic_write(path: Path, write: Callable[[IO[bytes]], object], option: str =
     path = _through_link(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
+        import tempfile
+
         with _signals_held():
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             _PENDING.add(tmp)

@@ -19,7 +19,6 @@ refused naming the file and the key too (``blamed``).
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import os
 import re
@@ -135,6 +134,8 @@ def kwargs_items(table: Mapping[str, Any], where: str) -> list[str]:
             )
         text = repr(value)
         try:
+            import ast
+
             same = ast.literal_eval(text) == value
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             same = False

@@ -11,15 +11,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hookcli.formats import Format
 
-class Format(str, enum.Enum):
-    """Report format (``--format``)."""
-
-    TABLE = "table"
-    JSON = "json"
-    CSV = "csv"
-    MARKDOWN = "markdown"
-    HTML = "html"
+__all__ = ["Format"]  # defined apart, for the paths that need it alone (watch's start)
 
 
 class Mode(str, enum.Enum):

@@ -240,8 +240,7 @@ def test_nan_origin_names_the_step_phase_and_module(
     script = SCRIPTS / "goes_nan.py"
     ref = tmp_path / "ref.json"
     out = tmp_path / "run"
-    args = ("--steps", "5", "--nan-step", "3", "--phase", phase, "--seed", "0")
-    args = (*args, "--device", device)
+    args = ("--steps", "5", "--nan-step", "3", "--phase", phase, "--seed", "0", "--device", device)
     unwatched = plain(script, *args)
     r = hookcli_watch(
         out,
@@ -274,8 +273,8 @@ def test_default_nan_detection_and_stop_on(device: str, tmp_path: Path) -> None:
     script = SCRIPTS / "goes_nan.py"
     ref = tmp_path / "ref.json"
     out = tmp_path / "run"
-    args = ("--steps", "8", "--nan-step", "3", "--phase", "backward", "--seed", "0")
-    args = (*args, "--device", device)
+    args: tuple[str, ...] = ("--steps", "8", "--nan-step", "3", "--phase", "backward")
+    args += ("--seed", "0", "--device", device)
     r = hookcli_watch(out, "--stop-on", "nan", command=python(script, *args, "--ref", str(ref)))
     assert r.returncode == 1, r.stderr[-3000:]
     lines = records(out / "steps.jsonl")
@@ -889,3 +888,32 @@ def test_the_html_page_of_a_run_draws_the_reports_own_steps(tmp_path: Path) -> N
     assert [s["loss"] for s in report["steps"]] == [s["loss"] for s in steps]
     text = page.read_text()
     assert 'id="chart-watch-lines"' in text and 'id="chart-watch-heatmap"' in text
+
+
+@pytest.mark.parametrize(
+    ("text", "may"),
+    [
+        ("[tool.hookcli]\nevery = 5\n", True),
+        ("[ tool . 'hookcli' ]\n", True),
+        ('["tool"."hookcli".kwargs]\na = 1\n', True),
+        ("tool.hookcli.every = 5\n", True),
+        ("[tool]\nhookcli = { every = 5 }\n", True),
+        ("tool = { hookcli = { every = 5 } }\n", True),
+        (
+            '[project]\nname = "x"\ndependencies = ["hookcli"]\n[tool.ruff]\nline-length = 9\n',
+            False,
+        ),
+        ("", False),
+    ],
+)
+def test_the_fast_path_reads_pyproject_only_where_a_table_may_be(text: str, may: bool) -> None:
+    """Before COMMAND starts the fast path loads no TOML parser unless the file may hold
+    ``[tool.hookcli]``; every way TOML can spell that key says it may (and the parser
+    agrees where it holds one)."""
+    from hookcli.watch.fastpath import _may_hold_table
+
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11 on
+
+    assert _may_hold_table(text.encode()) is may
+    holds = "hookcli" in tomllib.loads(text).get("tool", {})
+    assert not holds or may

@@ -9,56 +9,13 @@ every process (rank) of the run and names the modules (and ranks) that failed it
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from hookcli.checks import make_check
 from hookcli.report import CheckResult
-from hookcli.watch.config import (
-    DEFAULT_MAX_GRAD_NORM,
-    DEFAULT_MAX_UPDATE_RATIO,
-    DEFAULT_MIN_GRAD_NORM,
-)
+from hookcli.watch.config import WatchGates
 from hookcli.watch.merge import Process, firsts, number
 
-
-@dataclass(frozen=True)
-class WatchGates:
-    """The gates a run asked for (``fail_on`` in the order given)."""
-
-    fail_on: tuple[str, ...] = ()
-    min_grad_norm: float | None = None
-    max_grad_norm: float | None = None
-    max_update_ratio: float | None = None
-
-    @property
-    def checks(self) -> tuple[str, ...]:
-        """``fail_on``, plus the checks a threshold given alone asks for."""
-        out = list(self.fail_on)
-        if self.min_grad_norm is not None and "vanishing" not in out:
-            out.append("vanishing")
-        if (
-            self.max_grad_norm is not None or self.max_update_ratio is not None
-        ) and "exploding" not in out:
-            out.append("exploding")
-        return tuple(out)
-
-    def thresholds(self) -> dict[str, float]:
-        wanted = self.checks
-        out = {}
-        if "vanishing" in wanted:
-            out["min_grad_norm"] = (
-                self.min_grad_norm if self.min_grad_norm is not None else DEFAULT_MIN_GRAD_NORM
-            )
-        if "exploding" in wanted:
-            out["max_grad_norm"] = (
-                self.max_grad_norm if self.max_grad_norm is not None else DEFAULT_MAX_GRAD_NORM
-            )
-            out["max_update_ratio"] = (
-                self.max_update_ratio
-                if self.max_update_ratio is not None
-                else DEFAULT_MAX_UPDATE_RATIO
-            )
-        return out
+__all__ = ["WatchGates", "run_checks", "stop_check"]
 
 
 def run_checks(gates: WatchGates, processes: Sequence[Process]) -> tuple[CheckResult, ...]:

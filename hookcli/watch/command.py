@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hookcli.options import Format
+from hookcli.formats import Format
 
 
 def cli_command(
@@ -27,8 +27,7 @@ def cli_command(
     """Check the options, run COMMAND watched, write the report; the exit status."""
     # No typer here: the fast path (hookcli/watch/fastpath.py) calls this too.
     from hookcli.errors import UsageError
-    from hookcli.watch.checks import WatchGates
-    from hookcli.watch.config import FAIL_ON, STOP_ON, parse_names
+    from hookcli.watch.config import FAIL_ON, STOP_ON, WatchGates, parse_names
     from hookcli.watch.runner import WatchRun, command_line, watch_command
 
     gates = WatchGates(

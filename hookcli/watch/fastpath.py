@@ -42,7 +42,7 @@ _PATHS = ("out", "plot", "tensorboard", "output")
 
 def parse(argv: list[str]) -> dict[str, Any] | None:
     """``watch``'s arguments -> ``cli_command``'s keywords, or None (the full CLI then)."""
-    from hookcli.options import Format
+    from hookcli.formats import Format
 
     raw: dict[str, Any] = {}
     command: list[str] = []
@@ -103,6 +103,24 @@ def parse(argv: list[str]) -> dict[str, Any] | None:
     return out
 
 
+def _may_hold_table(text: bytes) -> bool:
+    """Whether a pyproject.toml's bytes may hold ``[tool.hookcli]``: the key ``tool``
+    then ``hookcli`` under it (a table header, a dotted key, quoted or spaced), a
+    ``[tool]`` table or a ``tool = {...}`` inline table, whose keys only a parser reads.
+    False only where none can be: then the TOML parser is not loaded before COMMAND."""
+    import re
+
+    q = rb"[\"']?"  # a key may be bare, "quoted" or 'quoted'
+    return any(
+        re.search(pattern, text, re.MULTILINE)
+        for pattern in (
+            rb"tool" + q + rb"\s*\.\s*" + q + rb"hookcli",  # [tool.hookcli], tool.hookcli.x =
+            rb"^\s*\[\s*" + q + rb"tool" + q + rb"\s*\]",  # [tool]
+            rb"^\s*" + q + rb"tool" + q + rb"\s*=",  # tool = { hookcli = ... }
+        )
+    )
+
+
 def _configured() -> bool:
     """Whether a ``[tool.hookcli]`` table may give defaults (the full CLI reads it)."""
     if os.environ.get("HOOKCLI_NO_CONFIG", "") not in ("", "0"):
@@ -111,7 +129,9 @@ def _configured() -> bool:
 
     try:
         found = find_pyproject(Path.cwd())
-        return found is not None and bool(read_table(found))
+        if found is None or not _may_hold_table(found.read_bytes()):
+            return False  # no table of ours in it: no TOML parser to load
+        return bool(read_table(found))
     except Exception:
         return True
 

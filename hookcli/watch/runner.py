@@ -27,8 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from hookcli.errors import UsageError
-from hookcli.watch.checks import WatchGates, run_checks, stop_check
-from hookcli.watch.config import ENV_CONFIG, ENV_OFF, ENV_PATH, WatchConfig
+from hookcli.watch.config import ENV_CONFIG, ENV_OFF, ENV_PATH, WatchConfig, WatchGates
 from hookcli.watch.merge import Process, number, read_run, step_files
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
@@ -306,10 +305,14 @@ def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
 
 def _warm_imports() -> None:
     with contextlib.suppress(Exception):
+        import tempfile  # noqa: F401  (hookcli.atomic's writes)
+
         import tabulate  # noqa: F401
 
         import hookcli.atomic
+        import hookcli.options
         import hookcli.render
+        import hookcli.watch.checks
         import hookcli.watch.summary  # noqa: F401
 
 
@@ -394,11 +397,13 @@ def settings_of(run: WatchRun, out: Path) -> dict[str, Any]:
 
 def watch_command(run: WatchRun) -> tuple[Any, int, Outcome]:
     """Run, merge, check: the report, the exit status and how COMMAND ended."""
-    from hookcli.watch.summary import build_report
-
     check_run(run)
     out = run.out or default_out()
     outcome, processes = execute(run, out)
+    # what only the end needs is imported once COMMAND runs (``_warm_imports``)
+    from hookcli.watch.checks import run_checks, stop_check
+    from hookcli.watch.summary import build_report
+
     checks = list(run_checks(run.gates, processes))
     stopped = stop_check(processes)
     if stopped is not None:

@@ -37,8 +37,7 @@ class Watch:
         max_update_ratio: float | None = None,
     ) -> None:
         from hookcli.cliopts import parse_fail_on
-        from hookcli.watch.checks import WatchGates
-        from hookcli.watch.config import FAIL_ON, STOP_ON, WatchConfig
+        from hookcli.watch.config import FAIL_ON, STOP_ON, WatchConfig, WatchGates
 
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise UsageError(f"every must be an integer >= 1, got {every!r}")
