@@ -11,9 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hookcli.formats import Format
-
-__all__ = ["Format"]  # defined apart, for the paths that need it alone (watch's start)
+# defined apart, for the paths that need it alone (watch's start); used from here
+from hookcli.formats import Format as Format
 
 
 class Mode(str, enum.Enum):

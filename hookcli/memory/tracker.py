@@ -375,11 +375,11 @@ class LiveBytes(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
         cuda = _cuda_device(args) if self.open and self.measure and func in _CUDA_MEASURED else None
-        freed = cuda_freed_bytes(cuda) if cuda is not None else 0
+        freed_before = cuda_freed_bytes(cuda) if cuda is not None else 0
         out = func(*args, **kwargs)
         if cuda is not None:  # what the kernel took and gave back during the call, read
             # before any Python work here could free a tensor
-            freed = max(0, cuda_freed_bytes(cuda) - freed)
+            workspace = max(0, cuda_freed_bytes(cuda) - freed_before)
         if not self.open:
             return out
         if self.phase == "step" and func.__name__.startswith("_foreach"):
@@ -394,12 +394,11 @@ class LiveBytes(TorchDispatchMode):
             st = _storage(t)
             if st is not None:
                 self._add(st, self.out_kind)
+        scratch: int | None = None
         if cuda is not None:
-            scratch: int | None = freed
-        else:
-            scratch = (
-                measured_scratch(func, args, kwargs) if self.measure and func in _MEASURED else None
-            )
+            scratch = workspace
+        elif self.measure and func in _MEASURED:
+            scratch = measured_scratch(func, args, kwargs)
         if scratch is None:  # not measured: modelled where there is a model
             if func in _MATMULS:
                 scratch = sum(_blas_copy_bytes(a) for a in args[-2:])

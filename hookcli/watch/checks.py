@@ -15,8 +15,6 @@ from hookcli.report import CheckResult
 from hookcli.watch.config import WatchGates
 from hookcli.watch.merge import Process, firsts, number
 
-__all__ = ["WatchGates", "run_checks", "stop_check"]
-
 
 def run_checks(gates: WatchGates, processes: Sequence[Process]) -> tuple[CheckResult, ...]:
     """Every requested check, in the order asked."""
