@@ -48,6 +48,17 @@ from hookcli.memory.tracker import LiveBytes
 META = torch.device("meta")
 
 
+def _frees_before_copy_out() -> bool:
+    """Whether this torch's FSDP2 frees the previous unit's kept all-gather output before
+    the next unit's copy-out (torch 2.15, which releases it in a method of its own,
+    ``release_all_gather_state_for_comm_reuse``) or after it (torch 2.14 and before)."""
+    try:
+        from torch.distributed.fsdp._fully_shard._fsdp_param_group import FSDPCommContext
+    except Exception:  # no torch.distributed in this build: the newest behaviour
+        return True
+    return hasattr(FSDPCommContext, "release_all_gather_state_for_comm_reuse")
+
+
 @dataclass(frozen=True)
 class FsdpPlan:
     """What fixes one rank's FSDP2 memory: the units (``fully_shard``-ed modules, the
@@ -171,6 +182,7 @@ class FsdpMemory:
         self.root = self.units[-1] if self.units and self.units[-1].name == "" else None
         self.tracker: LiveBytes | None = None
         self.kept_gather: torch.Tensor | None = None  # forward: the last copied-out output
+        self.free_before_copy_out = _frees_before_copy_out()
         self.kept_reduce: torch.Tensor | None = None  # the last reduce-scatter input
         self.forward_order: list[_Unit] = []
         self.set_to_none = True
@@ -221,11 +233,11 @@ class FsdpMemory:
         if u.unsharded is not None:
             return
         self._all_gather(u)
-        if forward:  # the previous unit's output goes once this one's has arrived
-            self.kept_gather = None
+        if forward and self.free_before_copy_out:  # the previous unit's output goes
+            self.kept_gather = None  # once this one's has arrived
         u.unsharded = self._new(u.padded_full, "unsharded_params")
         gathered, u.gathered = u.gathered, None
-        if forward:
+        if forward:  # (older torch: the previous one goes only now)
             self.kept_gather = gathered
         del gathered
 
