@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import inspect
-from dataclasses import dataclass
+from collections.abc import Iterable
+from typing import NamedTuple
 
 import torch
 from torch import nn
 from torch.nn.parameter import is_lazy as _torch_is_lazy
 
 
-@dataclass(frozen=True)
-class ParamCounts:
-    """Parameter elements of one module (``params`` recursive, deduplicated)."""
+class ParamCounts(NamedTuple):
+    """Parameter elements of one module (``params`` recursive, deduplicated). A named
+    tuple: one is made per module on every run, and a frozen dataclass's init costs
+    several times more."""
 
     params: int
     own_params: int
@@ -29,9 +31,9 @@ def depth_of(name: str) -> int:
     return 0 if name == "" else name.count(".") + 1
 
 
-@dataclass(frozen=True)
-class Held:
-    """One weight tensor a module holds: a parameter, or a quantized module's packed weight."""
+class Held(NamedTuple):
+    """One weight tensor a module holds: a parameter, or a quantized module's packed
+    weight (a named tuple, made once per tensor on every run)."""
 
     key: int | tuple[int, str]  # id(parameter), or (id(module), "weight"/"bias") when packed
     numel: int
@@ -99,7 +101,41 @@ class TensorIndex:
 
     def __init__(self, model: nn.Module) -> None:
         self.root = model
-        self.own = {id(m): own_tensors(m) for m in model.modules()}
+        # one walk: every module's own tensors, and each module under its first name
+        # (``dict(model.named_modules())``) where the class walks as nn.Module does
+        if type(model).named_modules is nn.Module.named_modules and (
+            type(model).modules is nn.Module.modules
+        ):
+            self.by_name: dict[str, nn.Module] = dict(model.named_modules())
+            modules: Iterable[nn.Module] = self.by_name.values()
+        else:
+            modules = list(model.modules())
+            self.by_name = dict(model.named_modules())
+        self.own = {id(m): own_tensors(m) for m in modules}
+        self._shared: bool | None = None
+
+    @property
+    def nothing_shared(self) -> bool:
+        """No module twice in the tree and no tensor held by two modules (then no
+        parameter has a second name elsewhere, and a subtree's count is its own plus its
+        children's). Found from the index: a tree of n modules has n - 1 child links."""
+        if self._shared is None:
+            links = sum(
+                1 for m in self.by_name.values() for c in m._modules.values() if c is not None
+            )
+            shared = links != len(self.own) - 1
+            if not shared:
+                seen: set[int | tuple[int, str]] = set()
+                for held in self.own.values():
+                    for h in held:
+                        if h.key in seen:
+                            shared = True
+                            break
+                        seen.add(h.key)
+                    if shared:
+                        break
+            self._shared = shared
+        return not self._shared
 
     def held(self, module: nn.Module, recurse: bool = True) -> list[Held]:
         """The module's tensors (its subtree's with ``recurse``), each once."""
@@ -121,10 +157,13 @@ class TensorIndex:
         return out
 
 
-def tied_parameters(model: nn.Module) -> dict[int, list[str]]:
+def tied_parameters(model: nn.Module, index: TensorIndex | None = None) -> dict[int, list[str]]:
     """id(module) -> the qualified names, elsewhere in the model, of parameters that are
     one of the module's own (tied weights: ``lm_head.weight is embed.weight``); empty
-    when no parameter has two names."""
+    when no parameter has two names (known without a walk where ``index`` says that no
+    module and no tensor appears twice)."""
+    if index is not None and index.root is model and index.nothing_shared:
+        return {}
     names: dict[int, list[str]] = {}
     for name, p in model.named_parameters(remove_duplicate=False):
         names.setdefault(id(p), []).append(name)
@@ -163,32 +202,22 @@ def all_param_counts(model: nn.Module, index: TensorIndex | None = None) -> dict
     deduplicating count per module otherwise.
     """
     index = index or TensorIndex(model)
-    if _nothing_shared(model, index):
+    if index.nothing_shared:
         counts: dict[int, ParamCounts] = {}
         _fill_counts(model, index, counts)
         return counts
     return {id(m): param_counts(m, index) for m in model.modules()}
 
 
-def _nothing_shared(model: nn.Module, index: TensorIndex) -> bool:
-    if len(index.own) != sum(1 for _ in model.named_modules(remove_duplicate=False)):
-        return False
-    seen: set[int | tuple[int, str]] = set()
-    for held in index.own.values():
-        for h in held:
-            if h.key in seen:
-                return False
-            seen.add(h.key)
-    return True
-
-
 def _fill_counts(
     module: nn.Module, index: TensorIndex, counts: dict[int, ParamCounts]
 ) -> ParamCounts:
     """Counts of ``module`` and (into ``counts``) of every descendant; nothing shared."""
-    own_held = index.own.get(id(module), ())
-    own = sum(h.numel for h in own_held)
-    trainable = sum(h.numel for h in own_held if h.trainable)
+    own = trainable = 0
+    for h in index.own.get(id(module), ()):
+        own += h.numel
+        if h.trainable:
+            trainable += h.numel
     total = own
     for child in module._modules.values():
         if child is not None:

@@ -47,6 +47,11 @@ class Row:
     def of(data: Mapping[str, Any], display: Mapping[str, Any] | None = None) -> Row:
         return Row(_frozen(data), _frozen(display))
 
+    @staticmethod
+    def owning(data: dict[str, Any], display: dict[str, Any]) -> Row:
+        """A row over dicts the caller made for it and no longer touches (no copy)."""
+        return Row(MappingProxyType(data), MappingProxyType(display))
+
     def get(self, key: str, default: Any = None) -> Any:
         if key in self.display:
             return self.display[key]

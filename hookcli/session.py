@@ -15,8 +15,7 @@ import sys
 import warnings
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -66,11 +65,11 @@ class Frame:
         self.failed = False
 
 
-@dataclass(frozen=True)
-class CallRecord:
-    """One finished (or failed) module call, as the report sees it."""
+class CallRecord(NamedTuple):
+    """One finished (or failed) module call, as the report sees it (a named tuple: one
+    is made per call on every run, and a frozen dataclass's init costs several times more)."""
 
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index, by design
     name: str
     type: str
     depth: int
@@ -199,20 +198,19 @@ def _parameters(model: nn.Module, modules: Sequence[nn.Module]) -> list[nn.Param
 
 
 def _copy_back(originals: list[torch.Tensor], copies: list[torch.Tensor]) -> None:
-    """``original.copy_(copy)`` for each pair: one ``_foreach_copy_`` where every pair
-    still matches in shape, dtype and device, else one by one."""
-    foreach = getattr(torch, "_foreach_copy_", None)
-    if foreach is not None and all(
-        o.layout == torch.strided
-        and not o.is_quantized
-        and o.shape == c.shape
-        and o.dtype == c.dtype
-        and o.device == c.device
-        for o, c in zip(originals, copies, strict=True)
-    ):
-        if originals:
-            foreach(originals, copies)
+    """``original.copy_(copy)`` for each pair: one ``_foreach_copy_``, which copies as
+    ``copy_`` does (another dtype or device, a broadcast), else one by one where it
+    refuses them (a sparse or quantized tensor, a torch without it). Copying a pair
+    again is harmless, so a refusal part way through only costs time."""
+    if not originals:
         return
+    foreach = getattr(torch, "_foreach_copy_", None)
+    if foreach is not None:
+        try:
+            foreach(originals, copies)
+            return
+        except (RuntimeError, TypeError, NotImplementedError):
+            pass
     for o, c in zip(originals, copies, strict=True):
         o.copy_(c)
 
@@ -310,8 +308,9 @@ class HookSession:
                 for name, buf in m._buffers.items():
                     if buf is not None:
                         saved_buffers.append((m, name, buf, buf.detach().clone()))
-        # keys(): a TorchScript module's buffer dict cannot be iterated directly
-        buffer_names = {id(m): set(m._buffers.keys()) for m in modules}
+        # keys(): a TorchScript module's buffer dict cannot be iterated directly; modules
+        # with no buffer (most) need no set: any buffer they hold after was added
+        buffer_names = {id(m): set(m._buffers.keys()) for m in modules if m._buffers}
 
         def restore_buffers() -> None:
             with torch.no_grad():
@@ -322,8 +321,12 @@ class HookSession:
                     [copy for _, _, _, copy in saved_buffers],
                 )
                 for m in modules:
-                    for extra in set(m._buffers.keys()) - buffer_names.get(id(m), set()):
-                        del m._buffers[extra]
+                    if not m._buffers:
+                        continue
+                    before = buffer_names.get(id(m))
+                    if before is None or m._buffers.keys() != before:
+                        for extra in set(m._buffers.keys()) - (before or set()):
+                            del m._buffers[extra]
 
         self.on_exit(restore_buffers)
 
@@ -518,11 +521,17 @@ class HookSession:
                 keep(module_mod.register_module_full_backward_hook(self._bw_hook))
             return
         # register_*_hook raises on a ScriptModule (check_scripted said so): skip them
-        modules = [
-            m
-            for m in self.model.modules()
-            if (self.only is None or id(m) in self.only) and id(m) not in self.scripted
-        ]
+        walk = self._modules if type(self.model).modules is nn.Module.modules else None
+        if walk is None:  # a class with a walk of its own: ask it
+            walk = list(self.model.modules())
+        if self.only is None and not self.scripted:
+            modules = list(walk)  # the walk __init__ made, unless the class has its own
+        else:
+            modules = [
+                m
+                for m in walk
+                if (self.only is None or id(m) in self.only) and id(m) not in self.scripted
+            ]
         self._attach_forward(modules)
         if self.backward_needed:
             for m in modules:
@@ -558,10 +567,16 @@ class HookSession:
         RemovableHandle.next_id += 1
         attached: list[nn.Module] = []
 
+        always = self.always_call
+
         def detach() -> None:
             for m in attached:
-                for n in names:
-                    getattr(m, n).pop(hid, None)
+                m._forward_pre_hooks.pop(hid, None)
+                m._forward_pre_hooks_with_kwargs.pop(hid, None)
+                m._forward_hooks.pop(hid, None)
+                m._forward_hooks_with_kwargs.pop(hid, None)
+                if always:
+                    m._forward_hooks_always_called.pop(hid, None)
 
         self.on_exit(detach)
         for m in modules:
