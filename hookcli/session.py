@@ -306,8 +306,8 @@ class HookSession:
         with torch.no_grad():
             for m in modules:
                 for name, buf in m._buffers.items():
-                    if buf is not None:
-                        saved_buffers.append((m, name, buf, buf.detach().clone()))
+                    if buf is not None:  # (under no_grad: a copy outside any graph)
+                        saved_buffers.append((m, name, buf, buf.clone()))
         # keys(): a TorchScript module's buffer dict cannot be iterated directly; modules
         # with no buffer (most) need no set: any buffer they hold after was added
         buffer_names = {id(m): set(m._buffers.keys()) for m in modules if m._buffers}
@@ -335,7 +335,8 @@ class HookSession:
 
         def restore_grads() -> None:
             for p, g in grads:
-                p.grad = g
+                if p.grad is not g:  # (reading is cheap, torch's setter checks each one)
+                    p.grad = g
 
         self.on_exit(restore_grads)
         if self.backward_needed:
