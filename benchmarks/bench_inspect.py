@@ -36,9 +36,7 @@ from benchmarks.common import (
     target_line,
 )
 
-# rounds of a 0.2-0.3 s forward: a median of 5 moved by 3% from run to run, one of 15
-# by 1-2% (inspect / floor 1.011 to 1.037 over the same code on the 2-core AMD EPYC)
-REPEATS = 31
+REPEATS = 15  # rounds of a 0.2 s forward: a median of 5 moved by 3% from run to run
 
 
 def MODEL() -> str:
