@@ -46,7 +46,7 @@ def layer_rows(
     index = index or TensorIndex(model)  # parameters and quantized modules' packed weights
     counts = all_param_counts(model, index)
     tied = tied_parameters(model, index)
-    by_name = index.by_name if index.root is model else dict(model.named_modules())
+    by_name = index.modules_by_name(model)
     modules = {id(m): m for m in by_name.values()}
     called = {rec.name for rec in records} if containers else set(by_name)
     opened: set[str] = set()
@@ -57,8 +57,7 @@ def layer_rows(
         shown = trainable = 0
         if module is not None:
             cut = depth is not None and row_depth == depth
-            held = index.held(module) if cut else index.own.get(id(module), ())
-            for h in held:
+            for h in index.held(module, recurse=cut):
                 if h.key not in seen:
                     seen.add(h.key)
                     shown += h.numel
@@ -80,13 +79,7 @@ def layer_rows(
         return out
 
     for rec in records:
-        parent = rec.name.rpartition(".")[0]
-        ancestors = (
-            ()
-            if parent in called or parent in opened or not rec.name
-            else _uncalled_ancestors(rec.name, called, opened, by_name)
-        )
-        for name in ancestors:
+        for name in _uncalled_ancestors(rec.name, called, opened, by_name):
             opened.add(name)
             container = by_name[name]
             cdepth = depth_of(name)
@@ -218,7 +211,7 @@ def params_not_run(
     from hookcli.modelinfo import TensorIndex
 
     index = index or TensorIndex(model)
-    by_name = index.by_name if index.root is model else dict(model.named_modules())
+    by_name = index.modules_by_name(model)
     ran: set[int] = {rec.module_id for rec in records}
     for rec in records:
         name = rec.name

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+import functools
 import inspect
-from collections.abc import Iterable
 from typing import NamedTuple
 
 import torch
@@ -101,41 +101,32 @@ class TensorIndex:
 
     def __init__(self, model: nn.Module) -> None:
         self.root = model
-        # one walk: every module's own tensors, and each module under its first name
-        # (``dict(model.named_modules())``) where the class walks as nn.Module does
-        if type(model).named_modules is nn.Module.named_modules and (
-            type(model).modules is nn.Module.modules
-        ):
-            self.by_name: dict[str, nn.Module] = dict(model.named_modules())
-            modules: Iterable[nn.Module] = self.by_name.values()
-        else:
-            modules = list(model.modules())
-            self.by_name = dict(model.named_modules())
+        # one walk: each module under its first name (``dict(model.named_modules())``),
+        # then every module's own tensors, in ``model.modules()``'s order
+        self.by_name: dict[str, nn.Module] = dict(model.named_modules())
+        walks_its_own = type(model).modules is not nn.Module.modules
+        modules = list(model.modules()) if walks_its_own else self.by_name.values()
         self.own = {id(m): own_tensors(m) for m in modules}
-        self._shared: bool | None = None
 
-    @property
+    def modules_by_name(self, model: nn.Module) -> dict[str, nn.Module]:
+        """``dict(model.named_modules())``, from the index where it is ``model``'s."""
+        return self.by_name if model is self.root else dict(model.named_modules())
+
+    @functools.cached_property
     def nothing_shared(self) -> bool:
         """No module twice in the tree and no tensor held by two modules (then no
         parameter has a second name elsewhere, and a subtree's count is its own plus its
         children's). Found from the index: a tree of n modules has n - 1 child links."""
-        if self._shared is None:
-            links = sum(
-                1 for m in self.by_name.values() for c in m._modules.values() if c is not None
-            )
-            shared = links != len(self.own) - 1
-            if not shared:
-                seen: set[int | tuple[int, str]] = set()
-                for held in self.own.values():
-                    for h in held:
-                        if h.key in seen:
-                            shared = True
-                            break
-                        seen.add(h.key)
-                    if shared:
-                        break
-            self._shared = shared
-        return not self._shared
+        links = sum(1 for m in self.by_name.values() for c in m._modules.values() if c is not None)
+        if links != len(self.own) - 1:
+            return False
+        seen: set[int | tuple[int, str]] = set()
+        for held in self.own.values():
+            for h in held:
+                if h.key in seen:
+                    return False
+                seen.add(h.key)
+        return True
 
     def held(self, module: nn.Module, recurse: bool = True) -> list[Held]:
         """The module's tensors (its subtree's with ``recurse``), each once."""

@@ -321,11 +321,8 @@ class HookSession:
                     [copy for _, _, _, copy in saved_buffers],
                 )
                 for m in modules:
-                    if not m._buffers:
-                        continue
-                    before = buffer_names.get(id(m))
-                    if before is None or m._buffers.keys() != before:
-                        for extra in set(m._buffers.keys()) - (before or set()):
+                    if m._buffers:  # (one without buffers has none to drop)
+                        for extra in set(m._buffers.keys()) - buffer_names.get(id(m), set()):
                             del m._buffers[extra]
 
         self.on_exit(restore_buffers)
@@ -522,17 +519,16 @@ class HookSession:
                 keep(module_mod.register_module_full_backward_hook(self._bw_hook))
             return
         # register_*_hook raises on a ScriptModule (check_scripted said so): skip them
-        walk = self._modules if type(self.model).modules is nn.Module.modules else None
-        if walk is None:  # a class with a walk of its own: ask it
-            walk = list(self.model.modules())
-        if self.only is None and not self.scripted:
-            modules = list(walk)  # the walk __init__ made, unless the class has its own
-        else:
-            modules = [
-                m
-                for m in walk
-                if (self.only is None or id(m) in self.only) and id(m) not in self.scripted
-            ]
+        walk = (  # the walk __init__ made, unless the class walks its own way
+            self._modules
+            if type(self.model).modules is nn.Module.modules
+            else list(self.model.modules())
+        )
+        modules = [
+            m
+            for m in walk
+            if (self.only is None or id(m) in self.only) and id(m) not in self.scripted
+        ]
         self._attach_forward(modules)
         if self.backward_needed:
             for m in modules:
