@@ -640,6 +640,36 @@ def test_watch_is_not_run_under_the_exit_guard() -> None:
     assert not runs_model("watch")
 
 
+@pytest.mark.parametrize("pidfd", [True, False], ids=["pidfd", "popen-wait"])
+def test_the_parent_sees_the_command_exit_with_or_without_a_pidfd(
+    pidfd: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hookcli.watch import runner
+
+    if not pidfd:  # as where os has no pidfd_open (not Linux) or the kernel refuses it
+        monkeypatch.delattr(os, "pidfd_open", raising=False)
+    elif not hasattr(os, "pidfd_open"):
+        pytest.fail("this Python has no os.pidfd_open: the test cannot take the pidfd path")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(3)"], stdin=subprocess.PIPE
+    )
+    exited = runner._Exit(proc)
+    try:
+        assert (exited.fd is not None) is pidfd
+        assert not exited.within(0.05)  # still running: the wait ends at its limit
+        assert proc.stdin is not None
+        proc.stdin.close()
+        assert exited.within(30)
+        assert proc.returncode == 3
+        assert exited.within(0)  # and stays seen
+    finally:
+        exited.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert exited.fd is None
+
+
 @pytest.mark.parametrize(
     "argv",
     [

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import select
 import shlex
 import shutil
 import signal
@@ -273,13 +274,9 @@ def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
     for s in (*_RELAYED, signal.SIGUSR1):
         with contextlib.suppress(ValueError, OSError):  # not the main thread
             previous[s] = signal.signal(s, stop if s == signal.SIGUSR1 else relay)
+    exited = _Exit(proc)
     try:
-        while True:
-            try:
-                proc.wait(timeout=0.25)
-                break
-            except subprocess.TimeoutExpired:
-                pass
+        while not exited.within(0.25):
             follower.poll()
             if state["stop"] and time.monotonic() - state["stop_at"] > _GRACE_S:
                 kill(signal.SIGKILL)
@@ -291,6 +288,7 @@ def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
         for s, handler in previous.items():
             with contextlib.suppress(ValueError, OSError, TypeError):
                 signal.signal(s, handler)
+        exited.close()
         status.clear()
         if writer is not None:
             writer.close()
@@ -301,6 +299,35 @@ def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
         seconds=time.monotonic() - started,
     )
     return outcome, read_run(out)
+
+
+class _Exit:
+    """Waits for COMMAND to exit. ``Popen.wait(timeout)`` polls, sleeping up to 50 ms
+    between looks, so a run's end would be seen up to 50 ms late; on Linux a pidfd
+    (``os.pidfd_open``) is waited on with ``select``, which returns as the process exits.
+    Elsewhere, or where the kernel has no pidfd, Popen's own wait."""
+
+    def __init__(self, proc: subprocess.Popen[Any]) -> None:
+        self.proc = proc
+        self.fd: int | None = None
+        with contextlib.suppress(AttributeError, OSError):
+            self.fd = os.pidfd_open(proc.pid)
+
+    def within(self, seconds: float) -> bool:
+        """Whether COMMAND has exited, waiting at most ``seconds`` for it."""
+        if self.fd is None:
+            try:
+                self.proc.wait(timeout=seconds)
+            except subprocess.TimeoutExpired:
+                return False
+            return True
+        select.select([self.fd], [], [], seconds)  # resumed after a relayed signal (PEP 475)
+        return self.proc.poll() is not None
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 def _warm_imports() -> None:
