@@ -304,14 +304,22 @@ def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
 class _Exit:
     """Waits for COMMAND to exit. ``Popen.wait(timeout)`` polls, sleeping up to 50 ms
     between looks, so a run's end would be seen up to 50 ms late; on Linux a pidfd
-    (``os.pidfd_open``) is waited on with ``select``, which returns as the process exits.
-    Elsewhere, or where the kernel has no pidfd, Popen's own wait."""
+    (``os.pidfd_open``) is polled, which returns as the process exits. Elsewhere, or
+    where the kernel has no pidfd, Popen's own wait."""
 
     def __init__(self, proc: subprocess.Popen[Any]) -> None:
         self.proc = proc
         self.fd: int | None = None
+        self._poll: Any = None
         with contextlib.suppress(AttributeError, OSError):
-            self.fd = os.pidfd_open(proc.pid)
+            fd = os.pidfd_open(proc.pid)
+            try:
+                poller = select.poll()  # no FD_SETSIZE limit, unlike select.select
+                poller.register(fd, select.POLLIN)
+            except BaseException:
+                os.close(fd)
+                raise
+            self.fd, self._poll = fd, poller
 
     def within(self, seconds: float) -> bool:
         """Whether COMMAND has exited, waiting at most ``seconds`` for it."""
@@ -321,7 +329,7 @@ class _Exit:
             except subprocess.TimeoutExpired:
                 return False
             return True
-        select.select([self.fd], [], [], seconds)  # resumed after a relayed signal (PEP 475)
+        self._poll.poll(seconds * 1000)  # resumed after a relayed signal (PEP 475)
         return self.proc.poll() is not None
 
     def close(self) -> None:
