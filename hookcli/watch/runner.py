@@ -270,11 +270,11 @@ def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
             state["stop_at"] = time.monotonic()
             kill(signal.SIGTERM)
 
+    exited = _Exit(proc)
     previous = {}
     for s in (*_RELAYED, signal.SIGUSR1):
         with contextlib.suppress(ValueError, OSError):  # not the main thread
             previous[s] = signal.signal(s, stop if s == signal.SIGUSR1 else relay)
-    exited = _Exit(proc)
     try:
         while not exited.within(0.25):
             follower.poll()
