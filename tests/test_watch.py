@@ -952,3 +952,71 @@ def test_the_fast_path_reads_pyproject_only_where_a_table_may_be(text: str, may:
     assert _may_hold_table(text.encode()) is may
     holds = "hookcli" in tomllib.loads(text).get("tool", {})
     assert not holds or may
+
+
+def test_large_cpu_tensors_are_normed_by_rows_to_float64_accuracy() -> None:
+    """From ``hookcli.norms.BLOCKED_FROM`` elements a CPU tensor's norm is taken by rows:
+    every grad, weight and update figure within 1e-6 of float64 (a one-pass float32 norm
+    of 4M elements drifts further than that on the CPU), a channels-last gradient read
+    where it lies, a tensor whose size is no multiple of the row, and a NaN or an Inf in
+    one element of a large gradient still seen on its step."""
+    import torch
+    from torch import nn
+
+    import hookcli
+    from hookcli.norms import BLOCK, BLOCKED_FROM
+
+    torch.manual_seed(0)
+    model = nn.Sequential(
+        nn.Conv2d(128, 128, 3, padding=1),  # 147,456 weights: channels last below
+        nn.Flatten(),
+        nn.Linear(128 * 4 * 4, 2048),  # 4,194,304 weights
+        nn.ReLU(),
+        nn.Linear(2048, 500),  # 1,024,000 weights: a last, shorter row
+    ).to(memory_format=torch.channels_last)
+    conv, big, odd = model[0].weight, model[2].weight, model[4].weight
+    assert not conv.is_contiguous() and big.numel() >= BLOCKED_FROM
+    assert odd.numel() % BLOCK != 0
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    poison = {2: float("nan"), 3: float("inf")}  # step -> what one element of big's grad becomes
+    now = {"step": 0}
+
+    def spoil(grad: torch.Tensor) -> torch.Tensor:
+        if now["step"] in poison:
+            grad = grad.clone()
+            grad[7, 11] = poison[now["step"]]
+        return grad
+
+    big.register_hook(spoil)
+
+    def clean(*_: object) -> None:  # after the monitor's read: the weights stay finite
+        for p in model.parameters():
+            if p.grad is not None:
+                p.grad.nan_to_num_(0.0, 0.0, 0.0)
+
+    opt.register_step_pre_hook(clean)
+    expected = []
+    with hookcli.watch(model, opt, every=1) as w:
+        for step in (1, 2, 3):
+            now["step"] = step
+            x = torch.randn(4, 128, 4, 4).to(memory_format=torch.channels_last)
+            model(x).square().mean().backward()
+            assert conv.grad is not None and not conv.grad.is_contiguous()
+            grads = {n: p.grad.double().norm().item() for n, p in model.named_parameters()}
+            weights = {n: p.detach().double().norm().item() for n, p in model.named_parameters()}
+            expected.append((math.sqrt(sum(g * g for g in grads.values())), grads, weights))
+            opt.step()
+            opt.zero_grad()
+    steps = [r for r in w.records if r["kind"] == "step"]
+    total, grads, weights = expected[0]
+    s = steps[0]
+    assert math.isclose(s["grad_norm"], total, rel_tol=1e-6)
+    for name in ("0", "2", "4"):
+        want = math.hypot(grads[f"{name}.weight"], grads[f"{name}.bias"])
+        assert math.isclose(s["modules"][name]["grad_norm"], want, rel_tol=1e-6), name
+        want = math.hypot(weights[f"{name}.weight"], weights[f"{name}.bias"])
+        assert math.isclose(s["modules"][name]["weight_norm"], want, rel_tol=1e-6), name
+    assert math.isnan(float(steps[1]["grad_norm"]))
+    assert float(steps[2]["grad_norm"]) == math.inf
+    found = {(r["step"], r["what"]) for r in w.records if r["kind"] == "nonfinite"}
+    assert (2, "nan") in found and (3, "inf") in found, w.records

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hookcli.norms import blocked_norm
 from hookcli.options import HookKind
 from hookcli.render import fmt_float, fmt_text
 from hookcli.report import Column
@@ -36,9 +37,6 @@ from hookcli.structures import iter_tensors
 if TYPE_CHECKING:
     from hookcli.report import Report, Row
     from hookcli.session import CallRecord, Frame, HookSession
-
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
-
 
 _FALSE = torch.zeros((), dtype=torch.bool)
 _FINITE_NONZERO = torch.tensor([False, False, True])  # shared, never written
@@ -95,27 +93,6 @@ def norm_values(t: torch.Tensor) -> torch.Tensor | None:
     return None
 
 
-# CPU reductions accumulate float32 lane by lane: a plain vector_norm of a 25M-element
-# tensor is off by ~1e-3 (relative). Norms of rows of this many elements, then the norm
-# of those, are accurate to ~1e-7 at the same speed. CUDA reduces in a tree already.
-_BLOCK = 16384
-
-
-def _values_norm(t: torch.Tensor) -> torch.Tensor:
-    """L2 norm of dense floating or complex values (accumulated in float32 for half types)."""
-    dtype = torch.float32 if t.dtype in _LOW_PRECISION else None
-    n = t.numel()
-    if t.device.type != "cpu" or n < 2 * _BLOCK:
-        return torch.linalg.vector_norm(t, dtype=dtype)
-    flat = t.reshape(-1)
-    k = n // _BLOCK
-    parts = torch.linalg.vector_norm(flat[: k * _BLOCK].view(k, _BLOCK), dim=1, dtype=dtype)
-    if k * _BLOCK < n:
-        rest = torch.linalg.vector_norm(flat[k * _BLOCK :], dtype=dtype).reshape(1)
-        parts = torch.cat([parts, rest])
-    return torch.linalg.vector_norm(parts)
-
-
 def tensor_norm(t: torch.Tensor) -> torch.Tensor:
     """L2 norm of one floating, complex or sparse tensor as a 0-dim real tensor.
 
@@ -125,7 +102,7 @@ def tensor_norm(t: torch.Tensor) -> torch.Tensor:
     values = norm_values(t)
     if values is None:
         raise TypeError(f"a {t.dtype} tensor has no gradient norm")
-    return _values_norm(values)
+    return blocked_norm(values)
 
 
 def joint_norm(tensors: Iterable[Any]) -> torch.Tensor | None:
@@ -137,8 +114,8 @@ def joint_norm(tensors: Iterable[Any]) -> torch.Tensor | None:
     if not found:
         return None
     if len(found) == 1:
-        return _values_norm(found[0])
-    parts = [_values_norm(v) for v in found]
+        return blocked_norm(found[0])
+    parts = [blocked_norm(v) for v in found]
     if len({p.device for p in parts}) > 1:
         parts = [p.to(parts[0].device) for p in parts]
     dtype = torch.promote_types(parts[0].dtype, torch.float32)
@@ -349,7 +326,7 @@ class GradProbe(Probe):
         d = norm_values(t)
         if d is None:
             return None
-        norm = _values_norm(d)
+        norm = blocked_norm(d)
         inf = None
         if self.flag_inf:
             # On the CPU a read costs nothing: a finite norm rules out Inf (and NaN), so

@@ -41,6 +41,7 @@ from torch import nn
 
 from hookcli.checks import layer_label
 from hookcli.checks.origin import nonfinite_origin
+from hookcli.norms import flat_view
 from hookcli.options import HookKind
 from hookcli.render import fmt_float, fmt_int, fmt_pct
 from hookcli.report import Column
@@ -201,15 +202,6 @@ def _dot_is_accurate(n: int) -> bool:
     return accurate
 
 
-def _flat(x: torch.Tensor) -> torch.Tensor:
-    """``x`` as a 1-D view of its elements, in memory order (a copy only if it overlaps
-    or has gaps): every statistic here is order-free."""
-    if x.is_contiguous():
-        return x.view(-1)
-    by_stride = x.permute(sorted(range(x.dim()), key=x.stride, reverse=True))
-    return by_stride.view(-1) if by_stride.is_contiguous() else x.reshape(-1)
-
-
 def _sum_sq(c: torch.Tensor, chunk: int) -> float:
     """Sum of squares of a 1-D chunk of at most ``chunk`` elements, as a Python float."""
     n = c.numel()
@@ -268,7 +260,7 @@ def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
     x = t.detach()
     if x.dtype in (torch.float16, torch.bfloat16):
         x = x.float()  # reduce half types in float32
-    f = _flat(x)
+    f = flat_view(x)
     n = f.numel()
     chunk = _chunk_size()
     buf = scratch.get(f.dtype, min(n, chunk))

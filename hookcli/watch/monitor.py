@@ -51,9 +51,9 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookcli.norms import BLOCKED_FROM, LOW_PRECISION, blocked_norm
 from hookcli.watch.config import STEPS_SCHEMA, WatchConfig, logged
 
-_LOW_PRECISION = (torch.float16, torch.bfloat16)
 _MAX_NAMES = 20  # names listed in one event
 
 
@@ -216,23 +216,29 @@ class _Track:
 class _Plan:
     """How to take the norms of a list of tensors: one fused ``_foreach_norm`` per
     (device, dtype) group of dense floating tensors, as ``clip_grad_norm_`` does (half
-    types in float32); sparse and other tensors one by one."""
+    types in float32), except that a large CPU tensor is read by rows
+    (``hookcli.norms.blocked_norm``: closer to the exact norm, and on both threads);
+    sparse and other tensors one by one."""
 
     groups: tuple[tuple[bool, tuple[int, ...]], ...]  # (low precision, indices)
     others: tuple[int, ...]
     single: bool  # one group holding every tensor, in order
+    blocked: frozenset[int] = frozenset()  # large CPU tensors: norms by rows
 
     @staticmethod
     def of(tensors: list[torch.Tensor]) -> _Plan:
         groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
         others = []
+        blocked = set()
         for i, t in enumerate(tensors):
             if t.layout == torch.strided and t.is_floating_point():
                 groups.setdefault((t.device, t.dtype), []).append(i)
+                if t.device.type == "cpu" and t.numel() >= BLOCKED_FROM:
+                    blocked.add(i)
             else:
                 others.append(i)
-        plan = tuple((dtype in _LOW_PRECISION, tuple(idx)) for (_, dtype), idx in groups.items())
-        return _Plan(plan, tuple(others), len(plan) == 1 and not others)
+        plan = tuple((dtype in LOW_PRECISION, tuple(idx)) for (_, dtype), idx in groups.items())
+        return _Plan(plan, tuple(others), len(plan) == 1 and not others, frozenset(blocked))
 
 
 def _copies(
@@ -274,7 +280,7 @@ def _norm_vector(
     tensors: list[torch.Tensor], cache: dict[Any, _Plan], key: Any
 ) -> torch.Tensor | None:
     """The L2 norm of each tensor, one vector (``_Plan``; the plan of ``key`` is kept:
-    the tensors of a track keep their dtypes and devices from step to step)."""
+    the tensors of a track keep their dtypes, devices and sizes from step to step)."""
     if not tensors:
         return None
     plan = cache.get(key)
@@ -282,17 +288,26 @@ def _norm_vector(
         if len(cache) > 64:
             cache.clear()
         plan = cache[key] = _Plan.of(tensors)
-    if plan.single:
-        try:
-            return torch.stack(_foreach(tensors, plan.groups[0][0]))
-        except RuntimeError:  # a layout or dtype changed since: plan again
-            plan = cache[key] = _Plan.of(tensors)
-            if plan.single:
-                raise
+    try:
+        return _norms(tensors, plan)
+    except RuntimeError:  # a layout or dtype changed since: plan again
+        fresh = cache[key] = _Plan.of(tensors)
+        if fresh == plan:
+            raise
+        return _norms(tensors, fresh)
+
+
+def _norms(tensors: list[torch.Tensor], plan: _Plan) -> torch.Tensor:
+    if plan.single and not plan.blocked:
+        return torch.stack(_foreach(tensors, plan.groups[0][0]))
     out: list[torch.Tensor | None] = [None] * len(tensors)
     for low, idx in plan.groups:
-        for i, n in zip(idx, _foreach([tensors[i] for i in idx], low), strict=True):
-            out[i] = n
+        fused = [i for i in idx if i not in plan.blocked]
+        if fused:
+            for i, n in zip(fused, _foreach([tensors[i] for i in fused], low), strict=True):
+                out[i] = n
+    for i in plan.blocked:
+        out[i] = blocked_norm(tensors[i])
     if plan.others:
         from hookcli.grads.probe import tensor_norm
 
@@ -300,7 +315,9 @@ def _norm_vector(
             out[i] = tensor_norm(tensors[i]).float()
     norms = [n for n in out if n is not None]
     device = norms[0].device
-    return torch.stack([n.to(device=device, dtype=torch.float64) for n in norms])
+    if any(n.device != device for n in norms):
+        norms = [n.to(device) for n in norms]
+    return torch.stack(norms).to(torch.float64)  # stack promotes float32 to float64
 
 
 class _Host:
@@ -1294,7 +1311,7 @@ def _stats(t: torch.Tensor) -> torch.Tensor:
     from a detached tensor (no autograd node); the host makes the mean and the
     population std of them (``std_mean`` itself costs some 30 times more on the CPU)."""
     t = t.detach()
-    if t.dtype in _LOW_PRECISION or t.element_size() == 1:
+    if t.dtype in LOW_PRECISION or t.element_size() == 1:
         t = t.float()
     mn, mx = torch.aminmax(t)
     parts = [t.sum(), torch.linalg.vector_norm(t), mn, mx, torch.count_nonzero(t)]
