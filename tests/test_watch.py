@@ -1004,11 +1004,17 @@ def test_large_cpu_tensors_are_normed_by_rows_to_float64_accuracy() -> None:
             assert conv.grad is not None and not conv.grad.is_contiguous()
             grads = {n: p.grad.double().norm().item() for n, p in model.named_parameters()}
             weights = {n: p.detach().double().norm().item() for n, p in model.named_parameters()}
-            expected.append((math.sqrt(sum(g * g for g in grads.values())), grads, weights))
+            before = {n: p.detach().double() for n, p in model.named_parameters()}
             opt.step()
+            moved = {
+                n: (p.detach().double() - before[n]).norm().item()
+                for n, p in model.named_parameters()
+            }
+            total = math.sqrt(sum(g * g for g in grads.values()))
+            expected.append((total, grads, weights, moved))
             opt.zero_grad()
     steps = [r for r in w.records if r["kind"] == "step"]
-    total, grads, weights = expected[0]
+    total, grads, weights, moved = expected[0]
     s = steps[0]
     assert math.isclose(s["grad_norm"], total, rel_tol=1e-6)
     for name in ("0", "2", "4"):
@@ -1016,6 +1022,8 @@ def test_large_cpu_tensors_are_normed_by_rows_to_float64_accuracy() -> None:
         assert math.isclose(s["modules"][name]["grad_norm"], want, rel_tol=1e-6), name
         want = math.hypot(weights[f"{name}.weight"], weights[f"{name}.bias"])
         assert math.isclose(s["modules"][name]["weight_norm"], want, rel_tol=1e-6), name
+        ratio = math.hypot(moved[f"{name}.weight"], moved[f"{name}.bias"]) / want
+        assert math.isclose(s["modules"][name]["update_ratio"], ratio, rel_tol=1e-6), name
     assert math.isnan(float(steps[1]["grad_norm"]))
     assert float(steps[2]["grad_norm"]) == math.inf
     found = {(r["step"], r["what"]) for r in w.records if r["kind"] == "nonfinite"}

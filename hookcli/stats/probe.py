@@ -41,7 +41,7 @@ from torch import nn
 
 from hookcli.checks import layer_label
 from hookcli.checks.origin import nonfinite_origin
-from hookcli.norms import flat_view
+from hookcli.norms import LOW_PRECISION, flat_view
 from hookcli.options import HookKind
 from hookcli.render import fmt_float, fmt_int, fmt_pct
 from hookcli.report import Column
@@ -120,7 +120,7 @@ def tensor_vector(t: torch.Tensor) -> torch.Tensor:
     mean |x| propagate NaN/Inf as torch does.
     """
     x = t.detach()
-    if x.dtype in (torch.float16, torch.bfloat16):
+    if x.dtype in LOW_PRECISION:
         x = x.float()  # reduce half types in float32
     n = x.numel()
     mean = x.mean()  # not var_mean's: its Welford mean turns an Inf into NaN
@@ -258,7 +258,7 @@ def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
     changes, an |x| step more. The chunks' figures add up in float64.
     """
     x = t.detach()
-    if x.dtype in (torch.float16, torch.bfloat16):
+    if x.dtype in LOW_PRECISION:
         x = x.float()  # reduce half types in float32
     f = flat_view(x)
     n = f.numel()

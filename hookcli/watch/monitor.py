@@ -220,25 +220,26 @@ class _Plan:
     (``hookcli.norms.blocked_norm``: closer to the exact norm, and on both threads);
     sparse and other tensors one by one."""
 
-    groups: tuple[tuple[bool, tuple[int, ...]], ...]  # (low precision, indices)
+    groups: tuple[tuple[bool, tuple[int, ...]], ...]  # (low precision, fused indices)
     others: tuple[int, ...]
-    single: bool  # one group holding every tensor, in order
-    blocked: frozenset[int] = frozenset()  # large CPU tensors: norms by rows
+    single: bool  # every tensor of one device and dtype (the fused copies below)
+    blocked: tuple[int, ...] = ()  # large CPU tensors, out of their groups: norms by rows
 
     @staticmethod
     def of(tensors: list[torch.Tensor]) -> _Plan:
         groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
         others = []
-        blocked = set()
+        blocked = []
         for i, t in enumerate(tensors):
-            if t.layout == torch.strided and t.is_floating_point():
-                groups.setdefault((t.device, t.dtype), []).append(i)
-                if t.device.type == "cpu" and t.numel() >= BLOCKED_FROM:
-                    blocked.add(i)
-            else:
+            if t.layout != torch.strided or not t.is_floating_point():
                 others.append(i)
+            elif t.device.type == "cpu" and t.numel() >= BLOCKED_FROM:
+                blocked.append(i)
+                groups.setdefault((t.device, t.dtype), [])
+            else:
+                groups.setdefault((t.device, t.dtype), []).append(i)
         plan = tuple((dtype in LOW_PRECISION, tuple(idx)) for (_, dtype), idx in groups.items())
-        return _Plan(plan, tuple(others), len(plan) == 1 and not others, frozenset(blocked))
+        return _Plan(plan, tuple(others), len(plan) == 1 and not others, tuple(blocked))
 
 
 def _copies(
@@ -302,9 +303,8 @@ def _norms(tensors: list[torch.Tensor], plan: _Plan) -> torch.Tensor:
         return torch.stack(_foreach(tensors, plan.groups[0][0]))
     out: list[torch.Tensor | None] = [None] * len(tensors)
     for low, idx in plan.groups:
-        fused = [i for i in idx if i not in plan.blocked]
-        if fused:
-            for i, n in zip(fused, _foreach([tensors[i] for i in fused], low), strict=True):
+        if idx:
+            for i, n in zip(idx, _foreach([tensors[i] for i in idx], low), strict=True):
                 out[i] = n
     for i in plan.blocked:
         out[i] = blocked_norm(tensors[i])
