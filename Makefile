@@ -7,7 +7,7 @@ STAMP  := $(VENV)/.installed
 # JOBS=0 runs the suite in one process.
 JOBS   ?= 2
 
-.PHONY: install test test-browser browser screenshots run lint zoo slow bench bench-memory bench-docs docs-check clean golden matrix matrix-zoo hf-coverage timm-coverage
+.PHONY: install test test-real test-browser browser screenshots run lint zoo slow bench bench-memory bench-docs docs-check clean golden matrix matrix-zoo hf-coverage timm-coverage
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,7 +21,19 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not browser" -n $(JOBS) --dist loadfile
+	$(BIN)/python -m pytest -q -m "not slow and not browser and not real" -n $(JOBS) --dist loadfile
+
+# Published packages (the `real` extra: Lightning, diffusers, timm, PyG, whisper, SAM, ...)
+# installed from the registry and run from the command line as their users would
+# (tests/real/). A package that cannot be installed or imported fails the tier.
+REAL_STAMP := $(VENV)/.real-installed
+
+$(REAL_STAMP): $(STAMP) pyproject.toml
+	$(BIN)/python -m pip install -e '.[dev,real]'
+	touch $(REAL_STAMP)
+
+test-real: $(REAL_STAMP)
+	HOOKCLI_REQUIRE_REAL=1 $(BIN)/python -m pytest -q -m real -n $(JOBS) --dist loadfile tests/real
 
 # The html pages in a real browser: Debian's chromium (installed here when missing and we are
 # root), driven by Playwright from the `browser` extra; Playwright never downloads a browser.

@@ -61,7 +61,7 @@ def tests(session: nox.Session, torch: str) -> None:
             "pytest",
             "-q",
             "-m",
-            "not slow and not browser",
+            "not slow and not browser and not real",
             "-p",
             "no:cacheprovider",
             "-n",
