@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP)
 
 test: $(STAMP)
-	$(BIN)/python -m pytest -q -m "not slow and not browser and not real" -n $(JOBS) --dist loadfile
+	$(BIN)/python -m pytest -q -m "not slow and not browser and not real" -n $(JOBS) --dist loadfile --ignore=tests/real
 
 # Published packages (the `real` extra: Lightning, diffusers, timm, PyG, whisper, SAM, ...)
 # installed from the registry and run from the command line as their users would

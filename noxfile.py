@@ -68,6 +68,7 @@ def tests(session: nox.Session, torch: str) -> None:
             os.environ.get("JOBS", "2"),
             "--dist",
             "loadfile",
+            "--ignore=tests/real",
             *session.posargs,
             env={"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads},
         )
