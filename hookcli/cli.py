@@ -519,14 +519,16 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
         ctx = get_current_context(silent=True)
 
         def body() -> int:
+            from hookcli import gradmode
             from hookcli.amp import requested
 
             with blamed(ctx):  # an option's value from [tool.hookcli]: the error names it
                 options = preflight(kwargs, name)
                 options, amp = _amp_option(options)
+                enable_grad = bool(options.pop("enable_grad", False))
             if runs_model(name):
                 _started()  # torch in, before any model code
-            with blamed(ctx), requested(amp):
+            with blamed(ctx), requested(amp), gradmode.requested(enable_grad):
                 return fn(**_kwargs_file(options))
 
         code = execute(body, bool(kwargs.get("debug")))
@@ -582,17 +584,23 @@ _AMP_COMMANDS = frozenset(
 
 
 def _add_amp(wrapper: Any, fn: Callable[..., int], name: str) -> None:
-    """``--amp bf16|fp16`` after ``--dtype`` on every command that runs the model; the
-    CLI holds it for the command (``hookcli.amp.requested``), the run applies it."""
+    """``--amp bf16|fp16`` after ``--dtype`` on every command that runs the model, and
+    ``--enable-grad`` after it; the CLI holds them for the command
+    (``hookcli.amp.requested``, ``hookcli.gradmode.requested``), the run applies them."""
     import inspect
 
-    from hookcli.cliopts import AmpOpt
+    from hookcli.cliopts import AmpOpt, EnableGradOpt
 
     sig = inspect.signature(wrapper)
     if name not in _AMP_COMMANDS or "dtype" not in sig.parameters or "amp" in sig.parameters:
         return
     _add_option(wrapper, sig, "dtype", "amp", AmpOpt)
-    wrapper.__annotations__ = {**getattr(wrapper, "__annotations__", {}), "amp": AmpOpt}
+    _add_option(wrapper, inspect.signature(wrapper), "amp", "enable_grad", EnableGradOpt)
+    wrapper.__annotations__ = {
+        **getattr(wrapper, "__annotations__", {}),
+        "amp": AmpOpt,
+        "enable_grad": EnableGradOpt,
+    }
 
 
 def _amp_option(options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:

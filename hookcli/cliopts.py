@@ -151,6 +151,14 @@ AmpOpt = Annotated[
         show_default=False,
     ),
 ]
+EnableGradOpt = Annotated[
+    bool,
+    typer.Option(
+        "--enable-grad",
+        help="Run forwards decorated with @torch.no_grad() or @torch.inference_mode() "
+        "without the decorator, with gradients (as fine-tuning does); restored after.",
+    ),
+]
 ModeOpt = Annotated[
     Mode | None,
     typer.Option(
@@ -421,6 +429,7 @@ __all__ = [
     "DepthOpt",
     "DeviceOpt",
     "DtypeOpt",
+    "EnableGradOpt",
     "FailOnOpt",
     "FormatOpt",
     "GlobalHooksOpt",

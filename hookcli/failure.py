@@ -196,24 +196,33 @@ def raised_at(err: BaseException) -> RaisedAt | None:
 # -- forwards that turn autograd off -------------------------------------------------------
 
 
+def grad_off_layer(fn: Any) -> str | None:
+    """``@torch.inference_mode()`` / ``@torch.no_grad()`` when ``fn`` itself is torch's
+    wrapper for that decorator (its closure holds the context); None otherwise."""
+    import torch
+
+    for cell in getattr(fn, "__closure__", None) or ():
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        ctx = getattr(value, "__self__", value)
+        if isinstance(ctx, torch.inference_mode) and getattr(ctx, "mode", True):
+            return "@torch.inference_mode()"
+        if isinstance(ctx, torch.no_grad):
+            return "@torch.no_grad()"
+    return None
+
+
 def grad_off_decorator(fn: Any) -> str | None:
     """``@torch.inference_mode()`` / ``@torch.no_grad()`` when ``fn`` (or a function it
     wraps) is decorated so; None otherwise."""
-    import torch
-
     seen: set[int] = set()
     while fn is not None and id(fn) not in seen:
         seen.add(id(fn))
-        for cell in getattr(fn, "__closure__", None) or ():
-            try:
-                value = cell.cell_contents
-            except ValueError:  # an empty cell
-                continue
-            ctx = getattr(value, "__self__", value)
-            if isinstance(ctx, torch.inference_mode) and getattr(ctx, "mode", True):
-                return "@torch.inference_mode()"
-            if isinstance(ctx, torch.no_grad):
-                return "@torch.no_grad()"
+        found = grad_off_layer(fn)
+        if found is not None:
+            return found
         fn = getattr(fn, "__wrapped__", None)
     return None
 
@@ -267,8 +276,8 @@ def refuse_grad_off_root(model: nn.Module, why: str = "backward") -> None:
     if off and off[0].name == "":
         raise UsageError(
             f"{why} needs gradients, but {off[0].label()}: nothing it returns carries a "
-            "gradient, so there is nothing to backpropagate; remove the decorator to run "
-            "backward"
+            "gradient, so there is nothing to backpropagate; pass --enable-grad to run it "
+            "with gradients (as fine-tuning it does), or remove the decorator"
         )
 
 

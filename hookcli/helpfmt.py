@@ -24,6 +24,7 @@ for _panel, _flags in {
         "--device",
         "--dtype",
         "--amp",
+        "--enable-grad",
         "--mode",
         "--hooks",
         "--global-hooks",

@@ -194,6 +194,9 @@ def prepare(
         from hookcli.inputs.files import initialize_lazy
 
         initialize_lazy(model, inputs)
+    from hookcli import gradmode
+
+    gradmode.lift_requested(model)  # --enable-grad: undecorated forwards until the command ends
     settings = {
         "device": str(device),
         "dtype": run_opts.dtype or _model_dtype(model),
@@ -201,6 +204,8 @@ def prepare(
         "seed": model_opts.seed,
         **build_settings(loaded),
     }
+    if gradmode.current():
+        settings["enable_grad"] = True
     if autocast.activate(amp, device) is not None:
         settings["amp"] = amp  # every forward of the run under torch.autocast
     if inputs is not None and inputs.source.startswith(("--input-file", "--inputs-from")):

@@ -1,6 +1,9 @@
 """The input grammar (docs/reference.md "Inputs") -> seeded example tensors.
 
-    SPEC  := [NAME=][DTYPE:]DIMS[:LOW..HIGH]
+    SPEC  := [NAME=][DTYPE:]DIMS[:LOW..HIGH]     DIMS: 2x16, or scalar / () for 0-d
+           | [NAME=]sparse:[DTYPE:]DIMS[:DENSITY]   a sparse COO tensor
+           | [NAME=]py:LITERAL                  a Python value; tensor("SPEC") and
+                                                tensor(VALUE) inside it are tensors
 
 Inputs are drawn, in the order declared, from one ``torch.Generator`` seeded
 with ``--seed``: floating inputs with ``torch.randn(shape, generator=g,
@@ -12,7 +15,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import ResourceError, UsageError, first_line, is_oom
@@ -23,9 +26,13 @@ if TYPE_CHECKING:
     from torch import nn
 
 GRAMMAR = (
-    "grammar: [NAME=][DTYPE:]DIMS[:LOW..HIGH], DIMS like 1x3x224x224 or 1,3,224,224, "
-    f"DTYPE one of {'|'.join(DTYPES)}; e.g. -i 8x3x32x32, -i int64:2x16:0..1000, -i mask=bool:2x16"
+    "grammar: [NAME=][DTYPE:]DIMS[:LOW..HIGH], DIMS like 1x3x224x224 or 1,3,224,224 (scalar: "
+    f"0-d), DTYPE one of {'|'.join(DTYPES)}; or sparse:[DTYPE:]DIMS[:DENSITY]; or py:LITERAL "
+    "with tensor(\"SPEC\") inside; e.g. -i 8x3x32x32, -i int64:2x16:0..1000, -i mask=bool:2x16, "
+    "-i int64:scalar:0..10, -i sparse:100x100:0.05, -i start_pos=py:0"
 )
+SCALAR_DIMS = ("scalar", "()")
+DEFAULT_DENSITY = 0.1
 INT_DTYPES = ("int64", "long", "int32", "bool")
 INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
@@ -63,6 +70,18 @@ class InputSpec:
     name: str | None = None
     as_list: bool = False  # a list of dims[0] tensors (torchvision detection images)
     text: str = ""
+    kind: str = "dense"  # "dense", "sparse" (COO, ``density``) or "py" (``value``)
+    density: float = DEFAULT_DENSITY
+    # kind "py": the literal, with InputSpec (tensor("SPEC")) and Fixed (tensor(VALUE)) in it
+    value: Any = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class Fixed:
+    """``tensor(VALUE)`` inside a ``py:`` literal: ``torch.tensor(VALUE, dtype=...)``."""
+
+    value: Any
+    dtype: str | None = None
 
 
 @dataclass(frozen=True)
@@ -96,29 +115,29 @@ def parse_spec(text: str) -> InputSpec:
     raw = text.strip()
     name: str | None = None
     body = raw
-    if "=" in raw:
+    if "=" in raw and not raw.startswith(("py:", "sparse:")):  # a literal may hold '='
         name, _, body = raw.partition("=")
         name = name.strip()
         if not name.isidentifier():
             raise _bad(text, f"keyword name {name!r} is not a Python identifier")
-    parts = body.split(":")
+        body = body.strip()
+    if body.startswith("py:"):
+        return InputSpec(dims=(), name=name, text=text, kind="py", value=_py(body[3:], text))
+    sparse = body.startswith("sparse:")
+    parts = body.split(":")[1 if sparse else 0 :]
     dtype: str | None = None
     if parts and parts[0] in DTYPES:
         dtype = "int64" if parts[0] == "long" else parts[0]
         parts = parts[1:]
-    elif parts and parts[0] and parts[0][0].isalpha():
+    elif parts and parts[0] and parts[0][0].isalpha() and parts[0] not in SCALAR_DIMS:
         raise _bad(text, f"unknown dtype {parts[0]!r}")
     if not parts or not parts[0]:
         raise _bad(text, "no DIMS")
     if len(parts) > 2:
         raise _bad(text, "too many ':'-separated parts")
-    dims_text = parts[0].replace(",", "x")
-    try:
-        dims = tuple(int(d) for d in dims_text.split("x"))
-    except ValueError:
-        raise _bad(text, "DIMS must be whole numbers joined by 'x' or ','") from None
-    if any(d < 1 for d in dims):
-        raise _bad(text, "every dimension must be at least 1")
+    dims = _dims(parts[0], text)
+    if sparse:
+        return _sparse(dims, dtype, parts[1:], name, text)
     check_size(dims, dtype, text)
     low, high = 0, 2
     if len(parts) == 2:
@@ -138,6 +157,161 @@ def parse_spec(text: str) -> InputSpec:
                 text, f"LOW..HIGH must lie within {lowest}..{highest} for {dtype} (HIGH exclusive)"
             )
     return InputSpec(dims=dims, dtype=dtype, low=low, high=high, name=name, text=text)
+
+
+def _dims(text: str, spec: str) -> tuple[int, ...]:
+    """``2x16`` / ``2,16`` -> (2, 16); ``scalar`` or ``()`` -> () (a 0-d tensor)."""
+    if text in SCALAR_DIMS:
+        return ()
+    try:
+        dims = tuple(int(d) for d in text.replace(",", "x").split("x"))
+    except ValueError:
+        raise _bad(spec, "DIMS must be whole numbers joined by 'x' or ','") from None
+    if any(d < 1 for d in dims):
+        raise _bad(spec, "every dimension must be at least 1")
+    return dims
+
+
+def _sparse(
+    dims: tuple[int, ...], dtype: str | None, rest: list[str], name: str | None, text: str
+) -> InputSpec:
+    """``sparse:[DTYPE:]DIMS[:DENSITY]``: floating values, DENSITY in (0, 1]."""
+    if dtype is not None and dtype not in FLOAT_DTYPES:
+        raise _bad(text, f"a sparse input's values are drawn with randn: DTYPE {dtype} is not floating")
+    if not dims:
+        raise _bad(text, "a sparse input needs at least one dimension")
+    density = DEFAULT_DENSITY
+    if rest:
+        try:
+            density = float(rest[0])
+        except ValueError:
+            density = -1.0
+        if not 0 < density <= 1:
+            raise _bad(text, f"DENSITY must be a number in (0, 1], got {rest[0]!r}")
+    numel = 1
+    for d in dims:
+        numel *= d
+    if numel > INT64_MAX:
+        raise _bad(text, f"DIMS hold {numel:.3g} elements, more than int64 indices address")
+    check_size((_nnz(numel, density),), dtype, text)
+    return InputSpec(dims=dims, dtype=dtype, name=name, text=text, kind="sparse", density=density)
+
+
+def _nnz(numel: int, density: float) -> int:
+    """How many positions a sparse input draws: ``round(density * numel)``, at least 1."""
+    return max(1, round(density * numel))
+
+
+_PY_FORMS = (
+    "py: takes a Python literal (numbers, strings, True/False/None, lists, tuples, dicts) "
+    'whose tensors are written tensor("SPEC") (drawn) or tensor(VALUE) (as torch.tensor)'
+)
+
+
+def _py(source: str, text: str) -> Any:
+    """A ``py:`` literal parsed (never evaluated): ``tensor(...)`` calls become InputSpec /
+    Fixed placeholders, drawn later in the order they are written."""
+    import ast
+
+    try:
+        tree = ast.parse(source.strip(), mode="eval")
+        return _literal(tree.body, text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as err:
+        if isinstance(err, UsageError):
+            raise
+        raise _bad(text, f"not a Python literal ({first_line(err)}); {_PY_FORMS}") from None
+
+
+def _literal(node: Any, text: str) -> Any:
+    import ast
+
+    if isinstance(node, ast.Constant):
+        return node.value
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, (ast.USub, ast.UAdd))
+        and isinstance(node.operand, ast.Constant)
+        and type(node.operand.value) in (int, float, complex)
+    ):
+        value = node.operand.value
+        return -value if isinstance(node.op, ast.USub) else value
+    if isinstance(node, (ast.List, ast.Tuple)) and not any(
+        isinstance(e, ast.Starred) for e in node.elts
+    ):
+        items = [_literal(e, text) for e in node.elts]
+        return items if isinstance(node, ast.List) else tuple(items)
+    if isinstance(node, ast.Dict) and None not in node.keys:
+        out = {}
+        for k, v in zip(node.keys, node.values, strict=True):
+            key = _literal(k, text)
+            if _holds_tensor(key):
+                raise _bad(text, "a dict key cannot be a tensor")
+            try:
+                out[key] = _literal(v, text)
+            except TypeError:  # an unhashable key ([1])
+                raise _bad(text, f"dict key {ast.unparse(k)} is not hashable") from None
+        return out
+    if isinstance(node, ast.Call) and _is_tensor_call(node.func):
+        return _tensor_call(node, text)
+    shown = ast.unparse(node)
+    raise _bad(text, f"{shown[:60]!r} is neither a literal nor tensor(...); {_PY_FORMS}")
+
+
+def _is_tensor_call(func: Any) -> bool:
+    import ast
+
+    if isinstance(func, ast.Name):
+        return func.id == "tensor"
+    return (
+        isinstance(func, ast.Attribute)
+        and func.attr == "tensor"
+        and isinstance(func.value, ast.Name)
+        and func.value.id == "torch"
+    )
+
+
+def _tensor_call(node: Any, text: str) -> InputSpec | Fixed:
+    """``tensor("SPEC")`` -> the SPEC (drawn); ``tensor(VALUE[, dtype="int32"])`` -> Fixed."""
+    import ast
+
+    keywords = {k.arg: k.value for k in node.keywords}
+    if len(node.args) != 1 or any(k not in ("dtype",) for k in keywords):
+        raise _bad(text, 'tensor(...) takes one argument: tensor("SPEC") or tensor(VALUE[, dtype=...])')
+    arg = node.args[0]
+    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+        if keywords:
+            raise _bad(text, 'tensor("SPEC") takes its dtype inside the SPEC ("int64:2x16")')
+        inner = parse_spec(arg.value)
+        if inner.kind == "py" or inner.name is not None:
+            raise _bad(text, f"tensor({arg.value!r}): the SPEC is [DTYPE:]DIMS[:LOW..HIGH] or sparse:...")
+        return inner
+    value = _literal(arg, text)
+    if _holds_tensor(value) or not _numeric(value):
+        raise _bad(text, "tensor(VALUE) takes a number, a bool or nested lists of them")
+    dtype = None
+    if "dtype" in keywords:
+        given = keywords["dtype"]
+        name = given.value if isinstance(given, ast.Constant) else None
+        if name not in DTYPES:
+            raise _bad(text, f"tensor(..., dtype=...) must be one of {'|'.join(DTYPES)} (a string)")
+        dtype = "int64" if name == "long" else name
+    return Fixed(value, dtype)
+
+
+def _holds_tensor(value: Any) -> bool:
+    if isinstance(value, (InputSpec, Fixed)):
+        return True
+    if isinstance(value, (list, tuple)):
+        return any(_holds_tensor(v) for v in value)
+    if isinstance(value, dict):
+        return any(_holds_tensor(v) for v in value.values())
+    return False
+
+
+def _numeric(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(_numeric(v) for v in value)
+    return type(value) in (int, float, bool, complex)
 
 
 def check_size(dims: Sequence[int], dtype: str | None, text: str) -> None:
@@ -205,6 +379,8 @@ def _draw(
     import torch
 
     dtype = spec.dtype or default_float
+    if spec.kind == "sparse":
+        return _draw_sparse(spec, g, dtype)
     if device is not None and device.type == "meta":
         if dtype in FLOAT_DTYPES:  # no values: nothing is drawn
             return torch.empty(spec.dims, dtype=torch_dtype(dtype), device=device)
@@ -216,6 +392,40 @@ def _draw(
         return torch.randn(spec.dims, generator=g, dtype=torch_dtype(dtype))
     values = torch.randint(spec.low, spec.high, spec.dims, generator=g)
     return values.to(torch_dtype(dtype))
+
+
+def _draw_sparse(spec: InputSpec, g: torch.Generator, dtype: str) -> torch.Tensor:
+    """``round(density * numel)`` positions drawn with ``randint`` (a position drawn twice
+    counts once), their values with ``randn``: a coalesced COO tensor."""
+    import torch
+
+    numel = 1
+    for d in spec.dims:
+        numel *= d
+    flat = torch.randint(0, numel, (_nnz(numel, spec.density),), generator=g).unique()
+    values = torch.randn(flat.numel(), generator=g, dtype=torch_dtype(dtype))
+    indices = torch.stack(torch.unravel_index(flat, spec.dims))
+    return torch.sparse_coo_tensor(indices, values, spec.dims, check_invariants=False).coalesce()
+
+
+def _materialize(
+    value: Any, g: torch.Generator, default_float: str, device: torch.device | None
+) -> Any:
+    """A ``py:`` literal with its tensors made, in the order they are written."""
+    import torch
+
+    if isinstance(value, InputSpec):
+        return _draw(value, g, default_float, device)
+    if isinstance(value, Fixed):
+        made = torch.tensor(value.value, dtype=torch_dtype(value.dtype) if value.dtype else None)
+        return meta_with_values(made) if device is not None and device.type == "meta" else made
+    if isinstance(value, list):
+        return [_materialize(v, g, default_float, device) for v in value]
+    if isinstance(value, tuple):
+        return tuple(_materialize(v, g, default_float, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _materialize(v, g, default_float, device) for k, v in value.items()}
+    return value
 
 
 def meta_with_values(values: torch.Tensor) -> torch.Tensor:
@@ -250,8 +460,8 @@ def default_specs(family: str | None, name: str | None) -> list[InputSpec] | Non
 
 
 def _with_batch(spec: InputSpec, batch_size: int | None, dtype: str | None = None) -> InputSpec:
-    if batch_size is None:
-        return spec
+    if batch_size is None or spec.kind != "dense" or not spec.dims:
+        return spec  # a 0-d, sparse or py: input has no batch dimension to replace
     dims = (batch_size, *spec.dims[1:])
     check_size(
         dims, spec.dtype or dtype, f"{spec.text or 'x'.join(map(str, spec.dims))} -b {batch_size}"
@@ -316,6 +526,11 @@ def check_against_forward(model: nn.Module, specs: Sequence[InputSpec]) -> None:
                 f"--input {spec.name}=... is also given positionally (forward's input "
                 f"{positional.index(spec.name) + 1}): {shown}"
             )
+    if specs:  # one forward needs and no -i gives: exit 2, not the model's TypeError
+        try:
+            sig.bind(*given, **{s.name: s for s in specs if s.name is not None})
+        except TypeError as err:
+            raise UsageError(f"--input: {err}: {shown}") from None
 
 
 def _check_device(device: str) -> torch.device:
@@ -468,6 +683,8 @@ def build_inputs(
             given = (values or {}).get(spec.name or "") if not texts else None
             if given is not None and tuple(given.shape) == tuple(spec.dims):
                 value: Any = meta_with_values(given) if dev.type == "meta" else given.clone()
+            elif spec.kind == "py":
+                value = _materialize(spec.value, g, default_float, dev)
             elif spec.as_list:
                 item = replace(spec, dims=spec.dims[1:], as_list=False)
                 value = [_draw(item, g, default_float, dev) for _ in range(spec.dims[0])]
