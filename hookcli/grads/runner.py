@@ -217,7 +217,7 @@ def grad_off_notes(off: Any, totals: dict[str, Any]) -> tuple[str, ...]:
         if o.name:  # the root's is refused before the run
             note = (
                 f"note: {o.name} ({o.label()}): nothing computed inside it gets a gradient, "
-                "so its parameters stay unused"
+                "so its parameters stay unused (--enable-grad runs it with gradients)"
             )
             progress(f"hookcli: {note}")
             notes.append(note)
