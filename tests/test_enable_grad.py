@@ -134,7 +134,9 @@ def test_decorator_beneath_another_one_is_lifted_and_put_back() -> None:
         ("ablate", "-l", "layers.0", "--grad-op", "zero"),
     ],
 )
-def test_every_backward_command_refuses_then_runs_with_enable_grad(command: tuple[str, ...]) -> None:
+def test_every_backward_command_refuses_then_runs_with_enable_grad(
+    command: tuple[str, ...],
+) -> None:
     args = (command[0], LLAMA, "-i", "int64:2x6:0..32", "-i", "py:0", *command[1:])
     refused = invoke(*args)
     assert refused.exit_code == 2, refused.stderr

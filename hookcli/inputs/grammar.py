@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 GRAMMAR = (
     "grammar: [NAME=][DTYPE:]DIMS[:LOW..HIGH], DIMS like 1x3x224x224 or 1,3,224,224 (scalar: "
     f"0-d), DTYPE one of {'|'.join(DTYPES)}; or sparse:[DTYPE:]DIMS[:DENSITY]; or py:LITERAL "
-    "with tensor(\"SPEC\") inside; e.g. -i 8x3x32x32, -i int64:2x16:0..1000, -i mask=bool:2x16, "
+    'with tensor("SPEC") inside; e.g. -i 8x3x32x32, -i int64:2x16:0..1000, -i mask=bool:2x16, '
     "-i int64:scalar:0..10, -i sparse:100x100:0.05, -i start_pos=py:0"
 )
 SCALAR_DIMS = ("scalar", "()")
@@ -107,7 +107,8 @@ class Inputs:
 
 
 def _bad(text: str, why: str) -> UsageError:
-    return UsageError(f"bad input spec {text!r}: {why}; {GRAMMAR}")
+    shown = text if len(text) <= 200 else f"{text[:120]}...{text[-40:]}"  # a line, not a page
+    return UsageError(f"bad input spec {shown!r}: {why}; {GRAMMAR}")
 
 
 def parse_spec(text: str) -> InputSpec:
@@ -177,7 +178,9 @@ def _sparse(
 ) -> InputSpec:
     """``sparse:[DTYPE:]DIMS[:DENSITY]``: floating values, DENSITY in (0, 1]."""
     if dtype is not None and dtype not in FLOAT_DTYPES:
-        raise _bad(text, f"a sparse input's values are drawn with randn: DTYPE {dtype} is not floating")
+        raise _bad(
+            text, f"a sparse input's values are drawn with randn: DTYPE {dtype} is not floating"
+        )
     if not dims:
         raise _bad(text, "a sparse input needs at least one dimension")
     density = DEFAULT_DENSITY
@@ -233,7 +236,7 @@ def _literal(node: Any, text: str) -> Any:
         and isinstance(node.operand, ast.Constant)
         and type(node.operand.value) in (int, float, complex)
     ):
-        value = node.operand.value
+        value: Any = node.operand.value
         return -value if isinstance(node.op, ast.USub) else value
     if isinstance(node, (ast.List, ast.Tuple)) and not any(
         isinstance(e, ast.Starred) for e in node.elts
@@ -243,10 +246,13 @@ def _literal(node: Any, text: str) -> Any:
     if isinstance(node, ast.Dict) and None not in node.keys:
         out = {}
         for k, v in zip(node.keys, node.values, strict=True):
+            assert k is not None  # (no ** unpacking: refused above)
             key = _literal(k, text)
             if _holds_tensor(key):
                 raise _bad(text, "a dict key cannot be a tensor")
             try:
+                if key in out:
+                    raise _bad(text, f"dict key {ast.unparse(k)} is given twice")
                 out[key] = _literal(v, text)
             except TypeError:  # an unhashable key ([1])
                 raise _bad(text, f"dict key {ast.unparse(k)} is not hashable") from None
@@ -276,14 +282,18 @@ def _tensor_call(node: Any, text: str) -> InputSpec | Fixed:
 
     keywords = {k.arg: k.value for k in node.keywords}
     if len(node.args) != 1 or any(k not in ("dtype",) for k in keywords):
-        raise _bad(text, 'tensor(...) takes one argument: tensor("SPEC") or tensor(VALUE[, dtype=...])')
+        raise _bad(
+            text, 'tensor(...) takes one argument: tensor("SPEC") or tensor(VALUE[, dtype=...])'
+        )
     arg = node.args[0]
     if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
         if keywords:
             raise _bad(text, 'tensor("SPEC") takes its dtype inside the SPEC ("int64:2x16")')
         inner = parse_spec(arg.value)
         if inner.kind == "py" or inner.name is not None:
-            raise _bad(text, f"tensor({arg.value!r}): the SPEC is [DTYPE:]DIMS[:LOW..HIGH] or sparse:...")
+            raise _bad(
+                text, f"tensor({arg.value!r}): the SPEC is [DTYPE:]DIMS[:LOW..HIGH] or sparse:..."
+            )
         return inner
     value = _literal(arg, text)
     if _holds_tensor(value) or not _numeric(value):
