@@ -78,7 +78,7 @@ InputOpt = Annotated[
         metavar="SPEC",
         help="[NAME=][DTYPE:]DIMS[:LOW..HIGH], one per positional input of forward "
         "(NAME= for a keyword input). E.g. 1x3x224x224, int64:2x16:0..1000; int64:scalar:0..9 "
-        "(0-d), sparse:100x100:0.05 (COO), py:0 or py:[{\"x\": tensor(\"3x8x8\")}] (a Python "
+        '(0-d), sparse:100x100:0.05 (COO), py:0 or py:[{"x": tensor("3x8x8")}] (a Python '
         "literal). Repeatable.",
         show_default=False,
     ),
