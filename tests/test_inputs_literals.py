@@ -123,10 +123,11 @@ def test_python_values_and_structures_match_plain_torch() -> None:
 
 
 def test_dtype_casts_floating_tensors_in_structures_and_batch_leaves_them() -> None:
-    args, _ = _drawn("4x3", 'py:{"a": tensor("2x2"), "n": 3}', "int64:scalar:0..4",
-                     dtype="float64", batch_size=2)  # fmt: skip
+    args, _ = _drawn("4x3", 'py:{"a": tensor("2x2"), "n": 3, "f": tensor([0.5]), "i": tensor(2)}',
+                     "int64:scalar:0..4", dtype="float64", batch_size=2)  # fmt: skip
     assert args[0].shape == (2, 3)
     assert args[1]["a"].shape == (2, 2) and args[1]["a"].dtype == torch.float64
+    assert args[1]["f"].dtype == torch.float64 and args[1]["i"].dtype == torch.int64
     assert args[2].shape == ()
 
 

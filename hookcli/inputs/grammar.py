@@ -428,6 +428,8 @@ def _materialize(
         return _draw(value, g, default_float, device)
     if isinstance(value, Fixed):
         made = torch.tensor(value.value, dtype=torch_dtype(value.dtype) if value.dtype else None)
+        if value.dtype is None and made.is_floating_point():
+            made = made.to(torch_dtype(default_float))  # --dtype, as for drawn inputs
         return meta_with_values(made) if device is not None and device.type == "meta" else made
     if isinstance(value, list):
         return [_materialize(v, g, default_float, device) for v in value]
