@@ -67,6 +67,7 @@ class Package:
     inputs: tuple[str, ...]  # the -i SPECs as typed
     kwargs: dict[str, Any] = dataclasses.field(default_factory=dict)  # -k KEY=repr(VALUE)
     seed: int = 0
+    options: tuple[str, ...] = ()  # options every command gets
     grads_mode: str = "train"  # grads' --mode (train is grads' default)
     # swaps, for the float64 reference only, a published forward that casts to float32
     # for the exact same function computed in the tensor's own dtype
@@ -78,15 +79,15 @@ class Package:
             args += ["-k", f"{key}={value!r}"]
         for spec in self.inputs:
             args += ["-i", spec]
-        return [*args, "--seed", str(self.seed), *extra, "-f", "json"]
+        return [*args, "--seed", str(self.seed), *self.options, *extra, "-f", "json"]
 
 
 # -- hookcli, from the command line -----------------------------------------------------
 
 
-def hookcli_json(argv: list[str]) -> dict[str, Any]:
-    """``python -m hookcli ARGV`` from the repository root: exit 0, no traceback, the report."""
-    proc = subprocess.run(
+def hookcli(argv: list[str]) -> subprocess.CompletedProcess[str]:
+    """``python -m hookcli ARGV`` from the repository root, as a user runs it."""
+    return subprocess.run(
         [sys.executable, "-m", "hookcli", *argv],
         cwd=REPO,
         capture_output=True,
@@ -94,6 +95,11 @@ def hookcli_json(argv: list[str]) -> dict[str, Any]:
         timeout=TIMEOUT,
         env={**os.environ, "HOOKCLI_NO_CONFIG": "1"},
     )
+
+
+def hookcli_json(argv: list[str]) -> dict[str, Any]:
+    """`hookcli` with exit 0 and no traceback asserted: the report."""
+    proc = hookcli(argv)
     shown = f"$ hookcli {' '.join(argv)}\n{proc.stderr[-3000:]}"
     assert proc.returncode == 0, shown
     assert "Traceback" not in proc.stderr, shown
@@ -177,18 +183,31 @@ def default_dtype(dtype: torch.dtype) -> Iterator[None]:
 
 
 def float64_autograd(pkg: Package) -> tuple[float, float, float]:
-    """(loss, total grad norm, L1 norm of the output) of one forward and backward in float64
-    with grads' default loss (the sum of every floating output element)."""
+    """`sum_loss_backward` of one forward in float64 (built in float32, then ``.double()``)."""
     model = built(pkg).double().train(pkg.grads_mode == "train")
     inputs = [x.double() if x.is_floating_point() else x for x in draw_inputs(pkg.inputs, pkg.seed)]
     with default_dtype(torch.float64), pkg.float64_patch():
-        floats = floats_of(model(*inputs))
+        out = model(*inputs)
+    return sum_loss_backward(model, out)
+
+
+def sum_loss_backward(model: nn.Module, out: Any) -> tuple[float, float, float]:
+    """(loss, total grad norm, L1 norm of the output) of grads' default loss (the sum of every
+    floating output element), all float64, backpropagated through ``model``."""
+    floats = floats_of(out)
     assert floats and all(t.dtype == torch.float64 for t in floats)
     loss = torch.stack([t.sum() for t in floats]).sum()
     loss.backward()
     grads = [p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]
     scale = sum(float(t.detach().abs().sum()) for t in floats)
     return float(loss.detach()), float(torch.cat(grads).norm()), scale
+
+
+def assert_float64_close(totals: dict[str, Any], reference: tuple[float, float, float]) -> None:
+    """grads' loss and total grad norm (float32) against the float64 reference."""
+    loss, norm, scale = reference
+    assert abs(totals["loss"] - loss) <= LOSS_TOL * scale, (totals["loss"], loss, scale)
+    assert math.isclose(totals["grad_norm"], norm, rel_tol=NORM_TOL), (totals["grad_norm"], norm)
 
 
 def counted_flops(pkg: Package) -> tuple[int, int]:
@@ -214,52 +233,54 @@ def called_rows(rows: list[dict[str, Any]]) -> Counter[str]:
 
 
 class PackageChecks:
-    """Each command once per package (one subprocess each), checked against plain PyTorch."""
+    """Each command once per package (one subprocess each), checked against plain PyTorch.
+
+    ``package`` names the case; a subclass whose case needs something made at run time (a
+    checkpoint file, a process group) overrides the ``pkg`` fixture instead."""
 
     package: ClassVar[Package]
 
     @pytest.fixture(scope="class")
     @classmethod
-    def report(cls) -> Callable[..., dict[str, Any]]:
+    def pkg(cls) -> Package:
         need(cls.package.module)
+        return cls.package
+
+    @pytest.fixture(scope="class")
+    @classmethod
+    def report(cls, pkg: Package) -> Callable[..., dict[str, Any]]:
         cache: dict[tuple[str, ...], dict[str, Any]] = {}
 
         def run(command: str, *extra: str) -> dict[str, Any]:
             key = (command, *extra)
             if key not in cache:
-                cache[key] = hookcli_json(cls.package.argv(command, *extra))
+                cache[key] = hookcli_json(pkg.argv(command, *extra))
             return cache[key]
 
         return run
 
     @pytest.fixture(scope="class")
     @classmethod
-    def forward(cls) -> tuple[Any, Counter[str]]:
-        return plain_forward(cls.package)
+    def forward(cls, pkg: Package) -> tuple[Any, Counter[str]]:
+        return plain_forward(pkg)
 
     @pytest.fixture(scope="class")
     @classmethod
-    def flops(cls) -> tuple[int, int]:
-        return counted_flops(cls.package)
+    def flops(cls, pkg: Package) -> tuple[int, int]:
+        return counted_flops(pkg)
 
-    def test_inspect_params_and_calls(self, report: Any, forward: Any) -> None:
+    def test_inspect_params_and_calls(self, pkg: Package, report: Any, forward: Any) -> None:
         doc = report("inspect")
-        assert doc["totals"]["params"] == unique_numel(built(self.package))
+        assert doc["totals"]["params"] == unique_numel(built(pkg))
         out, calls = forward
         assert called_rows(doc["layers"]) == calls
         root = next(r for r in doc["layers"] if r["name"] == "")
         assert root["output_shapes"] == [list(t.shape) for t in flat_tensors(out)]
 
-    def test_grads_against_float64_autograd(self, report: Any) -> None:
-        doc = report("grads", "--mode", self.package.grads_mode)
-        loss, norm, scale = float64_autograd(self.package)
-        totals = doc["totals"]
-        assert abs(totals["loss"] - loss) <= LOSS_TOL * scale, (totals["loss"], loss, scale)
-        assert math.isclose(totals["grad_norm"], norm, rel_tol=NORM_TOL), (
-            totals["grad_norm"],
-            norm,
-        )
-        assert totals["params"] == unique_numel(built(self.package))
+    def test_grads_against_float64_autograd(self, pkg: Package, report: Any) -> None:
+        totals = report("grads", "--mode", pkg.grads_mode)["totals"]
+        assert_float64_close(totals, float64_autograd(pkg))
+        assert totals["params"] == unique_numel(built(pkg))
 
     def test_cost_flops_against_flop_counter(self, report: Any, flops: Any) -> None:
         totals = report("cost", "--backward")["totals"]

@@ -41,11 +41,11 @@ def layer_norm_in_own_dtype() -> Iterator[None]:
     the float64 reference, the same normalisation in float64."""
     cls = need("whisper.model").LayerNorm
     saved = cls.forward
-    cls.forward = nn.LayerNorm.forward  # type: ignore[method-assign]
+    cls.forward = nn.LayerNorm.forward
     try:
         yield
     finally:
-        cls.forward = saved  # type: ignore[method-assign]
+        cls.forward = saved
 
 
 class TestWhisperAudioEncoder(PackageChecks):
