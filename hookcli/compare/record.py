@@ -1,0 +1,103 @@
+"""The probes of compare's passes: record a side's calls, and feed B A's inputs (local mode)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookcli.session import Frame, HookSession, Probe
+from hookcli.structures import _rebuildable, iter_tensors, rebuild
+
+
+def _copies(*objs: Any) -> list[torch.Tensor]:
+    """Every tensor in ``objs``, detached and copied (a later in-place op cannot change it)."""
+    out = []
+    for obj in objs:
+        if obj is None:
+            continue
+        for t in iter_tensors(obj):
+            out.append(t.detach().clone())
+    return out
+
+
+class Recorder(Probe):
+    """Keeps a copy of the output tensors (and, when asked, the inputs) of the calls
+    ``keep`` names (None: every call), and the order the calls finished in."""
+
+    def __init__(self, inputs: bool = False, keep: set[int] | None = None) -> None:
+        self.keep_inputs = inputs
+        self.keep = keep
+        self.inputs: dict[int, list[torch.Tensor]] = {}
+        self.outputs: dict[int, list[torch.Tensor]] = {}
+        self.finished: list[int] = []
+
+    def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
+        if self.keep_inputs and (self.keep is None or frame.index in self.keep):
+            self.inputs[frame.index] = _copies(args, kwargs)
+
+    def on_forward(
+        self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
+    ) -> None:
+        self.finished.append(frame.index)
+        if self.keep is None or frame.index in self.keep:
+            self.outputs[frame.index] = _copies(output)
+
+
+class Substitute(Probe):
+    """The local mode: a forward pre-hook on B's modules returns A's recorded input for the
+    aligned call (cast to the dtype and device of B's own), so B's module starts from A's
+    values and its error is its own. A call whose inputs differ in number or shape keeps its
+    own (``kept`` lists it)."""
+
+    def __init__(self, sources: Mapping[tuple[str, int], list[torch.Tensor]]) -> None:
+        self.sources = sources  # (B name, B call) -> A's input tensors
+        self.calls: dict[int, int] = {}
+        self.kept: list[tuple[str, int]] = []
+        self.fed: int = 0
+
+    def attach(self, session: HookSession) -> None:
+        names = {n for n, _ in self.sources}
+        for module in session.model.modules():
+            name = session.names.get(id(module))
+            if name in names:
+                session.keep(
+                    module.register_forward_pre_hook(self._hook(name), with_kwargs=True)
+                )
+
+    def _hook(self, name: str) -> Any:
+        def hook(module: nn.Module, args: Any, kwargs: Any) -> Any:
+            call = self.calls.get(id(module), 0)
+            self.calls[id(module)] = call + 1
+            source = self.sources.get((name, call))
+            if source is None:
+                return None
+            own = list(iter_tensors(args)) + list(iter_tensors(kwargs))
+            if len(own) != len(source) or any(
+                tuple(o.shape) != tuple(s.shape) for o, s in zip(own, source, strict=True)
+            ):
+                self.kept.append((name, call))
+                return None
+            feed = iter(
+                [
+                    s.to(device=o.device, dtype=o.dtype)
+                    if o.is_floating_point() and s.is_floating_point()
+                    else s.to(device=o.device)
+                    for o, s in zip(own, source, strict=True)
+                ]
+            )
+
+            def leaf(v: Any) -> Any:
+                return next(feed) if isinstance(v, torch.Tensor) else v
+
+            new_args = rebuild(args, leaf, _rebuildable)
+            new_kwargs = rebuild(kwargs, leaf, _rebuildable)
+            if next(feed, None) is not None:  # a tensor inside an object rebuild keeps
+                self.kept.append((name, call))
+                return None
+            self.fed += 1
+            return new_args, new_kwargs
+
+        return hook
