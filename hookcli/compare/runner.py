@@ -94,6 +94,7 @@ def _run_pass(
     *,
     inputs: bool = False,
     sources: Mapping[tuple[str, int], list[Any]] | None = None,
+    keep: set[int] | None = None,
 ) -> Pass:
     """One forward of a side inside a HookSession, recording every call."""
     import torch
@@ -105,7 +106,7 @@ def _run_pass(
     from hookcli.pipeline import note_meta_assumptions
     from hookcli.session import HookSession
 
-    recorder = Recorder(inputs=inputs)
+    recorder = Recorder(inputs=inputs, keep=keep)
     probes: list[Any] = [recorder]
     sub = None
     if sources is not None:
@@ -161,7 +162,7 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
     args_a, kwargs_a = a.prepared.inputs.args, dict(a.prepared.inputs.kwargs)
     args_b, kwargs_b = b_inputs(a.prepared, b.vs, _device(b))
     pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta)
-    pb = _run_pass(b, args_b, kwargs_b, mode)
+    pb = _run_pass(b, args_b, kwargs_b, mode, inputs=not meta)
     infos_a, infos_b = _infos(pa.records), _infos(pb.records)
     alignment = align(infos_a, infos_b, plan.rules, plan.align)
     if not alignment.pairs:
@@ -187,19 +188,44 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
         if meta:
             raise UsageError("--copy-weights needs values: --device meta holds shapes only")
         copied = copy_weights(a.model, b.model, module_pairs)
-        pb = _run_pass(b, args_b, kwargs_b, mode)  # again, on A's weights
+        pb = _run_pass(b, args_b, kwargs_b, mode, inputs=True)  # again, on A's weights
         infos_b2 = _infos(pb.records)
         if [(c.name, c.call) for c in infos_b2] != [(c.name, c.call) for c in infos_b]:
             raise UsageError("--copy-weights: B called other modules with A's weights")
     local = None
     if not meta:
-        sources = {
-            (by_b[j].name, by_b[j].call): pa.inputs[i]
-            for i, j in alignment.pairs.items()
-            if i in pa.inputs
-        }
-        local = _run_pass(b, args_b, kwargs_b, mode, sources=sources)
+        local = _local_passes(a, b, pa, pb, alignment, args_b, kwargs_b, mode)
     return _report(a, b, plan, mode, pa, pb, local, alignment, meta, copied)
+
+
+def _local_passes(
+    a: Side,
+    b: Side,
+    pa: Pass,
+    pb: Pass,
+    alignment: Alignment,
+    args_b: Any,
+    kwargs_b: Any,
+    mode: Mode,
+) -> Pass:
+    """The local mode: one pass of B per module depth, in which each aligned module of
+    that depth is fed A's input for the call and runs its own subtree freely, so its
+    error is the one it (its code and its children) adds. Modules of one depth never
+    nest, so a pass serves them all; the root (depth 0) is fed A's inputs already."""
+    by_b = {r.index: r for r in pb.records}
+    outputs: dict[int, list[Any]] = {}
+    kept: list[tuple[str, int]] = []
+    depths = sorted({by_b[j].depth for j in alignment.pairs.values()})
+    for depth in depths:
+        pairs = {i: j for i, j in alignment.pairs.items() if by_b[j].depth == depth}
+        if depth == 0:
+            outputs.update({j: pb.outputs[j] for j in pairs.values() if j in pb.outputs})
+            continue
+        sources = {(by_b[j].name, by_b[j].call): pa.inputs[i] for i, j in pairs.items() if i in pa.inputs}
+        p = _run_pass(b, args_b, kwargs_b, mode, sources=sources, keep=set(pairs.values()))
+        outputs.update(p.outputs)
+        kept += p.kept
+    return Pass(pb.records, {}, outputs, pb.finished, kept)
 
 
 def _diffs(
@@ -216,15 +242,48 @@ def _diffs(
     return out
 
 
+def _input_diverged(i: int, pa: Pass, pb: Pass | None, alignment: Alignment, plan: Plan) -> bool:
+    from hookcli.compare.metrics import call_diff
+
+    j = alignment.pairs.get(i)
+    if pb is None or j is None or i not in pa.inputs or j not in pb.inputs:
+        return False
+    return call_diff(pa.inputs[i], pb.inputs[j], plan.rtol, plan.atol).diverged
+
+
+def _enclosing(i: int, pa: Pass) -> int | None:
+    """The innermost call that began before call ``i`` and returned after it."""
+    pos = {k: n for n, k in enumerate(pa.finished)}
+    for j in range(i - 1, -1, -1):
+        if pos.get(j, -1) > pos.get(i, -1):
+            return j
+    return None
+
+
 def _divergence(
-    pa: Pass, diffs: Mapping[int, CallDiff], alignment: Alignment, by_a: Any, by_b: Any
+    pa: Pass,
+    diffs: Mapping[int, CallDiff],
+    alignment: Alignment,
+    by_a: Any,
+    by_b: Any,
+    pb: Pass | None = None,
+    plan: Plan | None = None,
 ) -> dict[str, Any] | None:
     """The first call in A's order (of finishing: a module's output exists once it
-    returned) whose output passes the tolerance."""
+    returned) whose output passes the tolerance. Where that call's input already differs
+    (propagated mode, ``pb``), the error was made by the code around it: the enclosing
+    call whose own code ran before it is named (the module that differs, not the first
+    child that carries it)."""
     for i in pa.finished:
         d = diffs.get(i)
         if d is None or not d.diverged:
             continue
+        if pb is not None and plan is not None:
+            while _input_diverged(i, pa, pb, alignment, plan):
+                up = _enclosing(i, pa)
+                if up is None or up not in diffs or not diffs[up].diverged:
+                    break
+                i, d = up, diffs[up]
         t = d.first_bad()
         assert t is not None
         ra, rb = by_a[i], by_b[alignment.pairs[i]]
@@ -292,7 +351,7 @@ def _report(
     by_b = {r.index: r for r in pb.records}
     prop = _diffs(pa, None if meta else pb, alignment, plan)
     loc = _diffs(pa, local, alignment, plan)
-    first = _divergence(pa, prop, alignment, by_a, by_b)
+    first = _divergence(pa, prop, alignment, by_a, by_b, None if meta else pb, plan)
     first_local = _divergence(pa, loc, alignment, by_a, by_b)
     marks = {}
     if first_local is not None:
@@ -402,6 +461,7 @@ def _report(
             + (f", {len(copied.transposed)} transposed (Conv1D/Linear)" if copied.transposed else "")
         )
     extra = {
+        "values_compared": not meta,
         "first_divergence": first,
         "first_divergence_local": first_local,
         "local_ranking": ranking,
