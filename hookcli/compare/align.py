@@ -9,7 +9,8 @@ Three ways, tried in this order (``--align auto``):
 - the same qualified name;
 - the call sequences, aligned like a diff (``difflib.SequenceMatcher``) on
   (type, output shapes) tokens, then, inside each stretch that differs, on output
-  shapes alone (a Linear against a transformers Conv1D).
+  shapes alone (a Linear against a transformers Conv1D), then on type alone (an
+  Embedding whose output has a leading 1 on one side).
 
 A module called several times is paired call by call (A's call k with B's call k for
 names and rules; in sequence order otherwise). Pure Python: no torch.
@@ -121,7 +122,7 @@ class Alignment:
 
     method: str  # names | order
     pairs: dict[int, int]
-    how: dict[int, str]  # name | rule | order | shape
+    how: dict[int, str]  # name | rule | order | shapes | type
     unaligned_a: tuple[int, ...]
     unaligned_b: tuple[int, ...]
 
@@ -141,8 +142,36 @@ def _by_names(
     return pairs, how
 
 
-def _token(c: CallInfo, with_type: bool) -> tuple[object, ...]:
-    return (c.type, c.output_shapes) if with_type else (c.output_shapes,)
+_LEVELS = ("type+shapes", "shapes", "type")
+
+
+def _token(c: CallInfo, level: int) -> tuple[object, ...]:
+    if level == 0:
+        return (c.type, c.output_shapes)
+    if level == 1:
+        return (c.output_shapes,)
+    return (c.type,)
+
+
+def _match(
+    calls_a: Sequence[CallInfo],
+    calls_b: Sequence[CallInfo],
+    level: int,
+    pairs: dict[int, int],
+    how: dict[int, str],
+) -> None:
+    """Equal stretches pair; each stretch that differs on both sides is matched again on
+    the next, looser token (type and shapes, then shapes, then type)."""
+    ta = [_token(c, level) for c in calls_a]
+    tb = [_token(c, level) for c in calls_b]
+    matcher = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1):
+                pairs[calls_a[i1 + k].index] = calls_b[j1 + k].index
+                how[calls_a[i1 + k].index] = "order" if level == 0 else _LEVELS[level]
+        elif tag == "replace" and level + 1 < len(_LEVELS):
+            _match(calls_a[i1:i2], calls_b[j1:j2], level + 1, pairs, how)
 
 
 def _by_order(
@@ -150,23 +179,7 @@ def _by_order(
 ) -> tuple[dict[int, int], dict[int, str]]:
     pairs: dict[int, int] = {}
     how: dict[int, str] = {}
-    ta = [_token(c, True) for c in calls_a]
-    tb = [_token(c, True) for c in calls_b]
-    outer = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
-    for tag, i1, i2, j1, j2 in outer.get_opcodes():
-        if tag == "equal":
-            for k in range(i2 - i1):
-                pairs[calls_a[i1 + k].index] = calls_b[j1 + k].index
-                how[calls_a[i1 + k].index] = "order"
-        elif tag == "replace":
-            sa = [_token(c, False) for c in calls_a[i1:i2]]
-            sb = [_token(c, False) for c in calls_b[j1:j2]]
-            inner = difflib.SequenceMatcher(None, sa, sb, autojunk=False)
-            for block in inner.get_matching_blocks():
-                for k in range(block.size):
-                    ia = calls_a[i1 + block.a + k].index
-                    pairs[ia] = calls_b[j1 + block.b + k].index
-                    how[ia] = "shape"
+    _match(calls_a, calls_b, 0, pairs, how)
     return pairs, how
 
 

@@ -65,7 +65,9 @@ class TensorDiff:
     worst: tuple[int, ...] | None = None  # where |b - a| is largest
     value_a: float | None = None
     value_b: float | None = None
-    problem: str | None = None  # "shape", "missing in B", "missing in A"
+    # "shape" (B's differs beyond dims of size 1, which are compared as A's shape),
+    # "missing in B", "missing in A"
+    problem: str | None = None
 
     @property
     def diverged(self) -> bool:
@@ -125,7 +127,9 @@ def tensor_diff(
         missing = "missing in B" if b is None else "missing in A"
         return TensorDiff(**base, rtol=rt, atol=at, problem=missing)
     if sa != sb:
-        return TensorDiff(**base, rtol=rt, atol=at, problem="shape")
+        if [d for d in sa if d != 1] != [d for d in sb if d != 1]:
+            return TensorDiff(**base, rtol=rt, atol=at, problem="shape")
+        b = b.reshape(a.shape)  # the same values, a leading (or inner) 1 more or less
     if a.is_meta or b.is_meta:
         return TensorDiff(**base, rtol=rt, atol=at)
     with torch.no_grad():

@@ -2,9 +2,9 @@
 
 Per aligned module pair, each of A's own parameters goes to B's own parameter of the
 same local name, else (both modules holding the same number) to the one in the same
-position. Shapes must agree; a 2-D weight whose shape is the other's transposed (a
-``nn.Linear`` (out, in) against transformers' ``Conv1D`` (in, out)) is copied
-transposed, and said. A B parameter that no pair fills, or a pair whose shapes do not
+position. Shapes must agree; a 2-D weight whose shape is the other's transposed is
+copied transposed, and said; between an ``nn.Linear`` (weight (out, in)) and
+transformers' ``Conv1D`` (weight (in, out)) always, also where the weight is square. A B parameter that no pair fills, or a pair whose shapes do not
 fit, is listed and B is refused (exit 2): B is never compared on random weights.
 """
 
@@ -50,6 +50,9 @@ def copy_weights(
         own_b = dict(mb.named_parameters(recurse=False))
         if not own_a:
             continue
+        # transformers' Conv1D keeps its weight as (in, out), nn.Linear as (out, in): a
+        # square one has the same shape either way, so the types decide
+        crossed = {type(ma).__name__, type(mb).__name__} == {"Linear", "Conv1D"}
         by_position = len(own_a) == len(own_b) and not all(n in own_b for n, _ in own_a)
         for pos, (pname, pa) in enumerate(own_a):
             if pname in own_b:
@@ -62,7 +65,11 @@ def copy_weights(
             qa, qb = _join(name_a, pname), _join(name_b, bname)
             if id(pb) in filled:
                 continue  # a tied parameter, filled through its other name
-            if tuple(pa.shape) == tuple(pb.shape):
+            if crossed and pa.dim() == 2 and tuple(pa.shape) == tuple(reversed(pb.shape)):
+                plan.append((pa, pb, True))
+                done.append((qa, qb, "transposed"))
+                transposed.append(f"{qa} -> {qb}")
+            elif tuple(pa.shape) == tuple(pb.shape):
                 plan.append((pa, pb, False))
                 done.append((qa, qb, "copied"))
             elif pa.dim() == 2 and tuple(pa.shape) == tuple(reversed(pb.shape)):
