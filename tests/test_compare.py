@@ -310,3 +310,36 @@ def test_models_are_left_as_found() -> None:
     assert_no_hooks(a)
     assert_no_hooks(b)
     assert not a.training and not b.training
+
+
+# -- --backward against plain autograd ----------------------------------------------------------
+
+
+def test_backward_grads_equal_plain_autograd() -> None:
+    report = invoke_json("compare", f"{M}:MLPNet", "--vs", "dtype=bfloat16", "--backward")
+    torch.manual_seed(0)
+    a = MLPNet().train(False)
+    x = a.example_input_array
+    b = copy.deepcopy(a).to(torch.bfloat16)
+    grads_in: dict[str, dict[str, torch.Tensor]] = {"a": {}, "b": {}}
+    for side, model, inp in (("a", a, x), ("b", b, x.to(torch.bfloat16))):
+        handles = [
+            m.register_full_backward_hook(
+                lambda mod, gi, go, n=n, s=side: grads_in[s].__setitem__(n, gi[0])
+            )
+            for n, m in model.named_modules()
+            if n
+        ]
+        model(inp).float().sum().backward() if side == "b" else model(inp).sum().backward()
+        for h in handles:
+            h.remove()
+    rows = {r["name"]: r for r in report["calls"]}
+    for name in ("fc1", "fc2", "fc3"):
+        pa = dict(a.get_submodule(name).named_parameters())
+        pb = dict(b.get_submodule(name).named_parameters())
+        worst = max(metrics(pa[k].grad, pb[k].grad)["rel_l2"] for k in pa)
+        assert close(rows[name]["param_grad_rel_l2"], worst), name
+    for name in ("fc2", "fc3"):  # fc1's input needs no grad: it has no grad_input
+        want = metrics(grads_in["a"][name], grads_in["b"][name])["rel_l2"]
+        assert close(rows[name]["grad_input_rel_l2"], want), name
+    assert report["first_grad_divergence"]["module"] == "fc3"  # backward starts there

@@ -1,7 +1,8 @@
 """``hookcli compare A B`` / ``hookcli compare MODEL --vs KEY=VALUE``: two models (or one
 model under two settings) on the same inputs, module call by module call."""
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
@@ -18,6 +19,7 @@ from hookcli.cliopts import (
     InputsFromOpt,
     JunitOpt,
     KwargsOpt,
+    LossOpt,
     ModelArg,
     ModeOpt,
     OutputOpt,
@@ -30,6 +32,14 @@ from hookcli.options import Format
 
 NAME = "compare"
 
+
+def _opt(flag: str, metavar: str | None, text: str, panel: str) -> Any:
+    return typer.Option(
+        flag, metavar=metavar, help=text, show_default=False, rich_help_panel=panel
+    )
+
+
+Items = list[str] | None
 ModelBArg = Annotated[
     str | None,
     typer.Argument(
@@ -39,73 +49,39 @@ ModelBArg = Annotated[
         show_default=False,
     ),
 ]
-VsOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--vs",
-        metavar="KEY=VALUE",
-        help="B is MODEL with this changed: amp=bf16|fp16, dtype=NAME, device=DEV, "
-        "weights=FILE, compile[=BACKEND], quantize=dynamic, threads=N, deterministic, seed=N. "
-        "Repeatable.",
-        show_default=False,
-    ),
+VsOpt = Annotated[Items, _opt("--vs", "KEY=VALUE",
+    "B is MODEL with this changed: amp=bf16|fp16, dtype=NAME, device=DEV, weights=FILE, "
+    "compile[=BACKEND], quantize=dynamic, threads=N, deterministic, seed=N. Repeatable.",
+    "Model")]  # fmt: skip
+AKwargsOpt = Annotated[Items, _opt("--a-kwargs", "KEY=VALUE", "-k for A alone.", "Model")]
+BKwargsOpt = Annotated[Items, _opt("--b-kwargs", "KEY=VALUE", "-k for B alone.", "Model")]
+AKwFileOpt = Annotated[
+    str | None, _opt("--a-kwargs-file", "FILE", "--kwargs-file for A alone.", "Model")
 ]
-AKwargsOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--a-kwargs", metavar="KEY=VALUE", help="-k for A alone. Repeatable.", show_default=False
-    ),
+BKwFileOpt = Annotated[
+    str | None, _opt("--b-kwargs-file", "FILE", "--kwargs-file for B alone.", "Model")
 ]
-BKwargsOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--b-kwargs", metavar="KEY=VALUE", help="-k for B alone. Repeatable.", show_default=False
-    ),
-]
-MapOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--map",
-        metavar="A_PATTERN=B_PATTERN",
-        help="Pair A's modules with B's where names differ: "
-        "'transformer.h.{i}.attn=model.layers.{i}.self_attn' ({i} matches an index; a rule "
-        "also maps the modules under the name). Repeatable.",
-        show_default=False,
-    ),
-]
-AlignOpt = Annotated[
-    str,
-    typer.Option(
-        "--align",
-        metavar="HOW",
-        help="auto (names and --map rules where they pair at least half of A's calls, else "
-        "call order), names, or order (a diff of the call sequences by type and output shape).",
-    ),
-]
-PrintMapOpt = Annotated[
-    bool,
-    typer.Option(
-        "--print-map",
-        help="Print the alignment as --map rules (one per line, for --map-file) and stop.",
-    ),
-]
-CopyWeightsOpt = Annotated[
-    bool,
-    typer.Option(
-        "--copy-weights",
-        help="Give B A's parameters through the alignment (a transposed Conv1D/Linear weight "
-        "is recognised); exit 2 if any of B's cannot be filled.",
-    ),
-]
-CompareFailOnOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--fail-on",
-        metavar="divergence",
-        help="Exit 1 when an aligned call's output passes --rtol/--atol.",
-        show_default=False,
-    ),
-]
+AWeightsOpt = Annotated[str | None, _opt("--a-weights", "PATH", "--weights for A alone.", "Model")]
+BWeightsOpt = Annotated[str | None, _opt("--b-weights", "PATH", "--weights for B alone.", "Model")]
+CopyWeightsOpt = Annotated[bool, typer.Option("--copy-weights", rich_help_panel="Model",
+    help="Give B A's parameters through the alignment (a Conv1D/Linear weight pair is "
+    "transposed); exit 2 if any of B's cannot be filled.")]  # fmt: skip
+MapOpt = Annotated[Items, _opt("--map", "A_PATTERN=B_PATTERN",
+    "Pair A's modules with B's where names differ: "
+    "'transformer.h.{i}.attn=model.layers.{i}.self_attn' ({i} matches an index; a rule also "
+    "maps the modules under the name). Repeatable.", "Run")]  # fmt: skip
+MapFileOpt = Annotated[str | None, _opt("--map-file", "FILE",
+    "--map rules, one per line ('#' comments), as --print-map writes them.", "Run")]  # fmt: skip
+AlignOpt = Annotated[str, typer.Option("--align", metavar="HOW", rich_help_panel="Run",
+    help="auto (names and --map rules where they pair at least half of A's calls, else call "
+    "order), names, or order (a diff of the call sequences by type and output shape).")]  # fmt: skip
+PrintMapOpt = Annotated[bool, typer.Option("--print-map", rich_help_panel="Output",
+    help="Print the alignment as --map rules (for --map-file) instead of the report.")]  # fmt: skip
+BackwardOpt = Annotated[bool, typer.Option("--backward", rich_help_panel="Run",
+    help="Also compare gradients: each aligned call's grad_input and its parameters' "
+    "grads, after backward from --loss on each side.")]  # fmt: skip
+FailOnOpt = Annotated[str | None, _opt("--fail-on", "divergence",
+    "Exit 1 when an aligned call's output passes --rtol/--atol.", "Checks")]  # fmt: skip
 
 
 def command(
@@ -113,41 +89,23 @@ def command(
     model_b: ModelBArg = None,
     vs: VsOpt = None,
     map_rules: MapOpt = None,
-    map_file: Annotated[
-        str | None,
-        typer.Option("--map-file", metavar="FILE", help="--map rules, one per line ('#' "
-                     "comments), as --print-map writes them.", show_default=False),
-    ] = None,  # fmt: skip
+    map_file: MapFileOpt = None,
     align: AlignOpt = "auto",
     print_map: PrintMapOpt = False,
     copy_weights: CopyWeightsOpt = False,
+    backward: BackwardOpt = False,
+    loss: LossOpt = None,
     rtol: RtolOpt = None,
     atol: AtolOpt = None,
-    fail_on: CompareFailOnOpt = None,
+    fail_on: FailOnOpt = None,
     kwargs: KwargsOpt = None,
     a_kwargs: AKwargsOpt = None,
     b_kwargs: BKwargsOpt = None,
-    a_kwargs_file: Annotated[
-        str | None,
-        typer.Option("--a-kwargs-file", metavar="FILE", help="--kwargs-file for A alone.",
-                     show_default=False),
-    ] = None,  # fmt: skip
-    b_kwargs_file: Annotated[
-        str | None,
-        typer.Option("--b-kwargs-file", metavar="FILE", help="--kwargs-file for B alone.",
-                     show_default=False),
-    ] = None,  # fmt: skip
+    a_kwargs_file: AKwFileOpt = None,
+    b_kwargs_file: BKwFileOpt = None,
     weights: WeightsOpt = None,
-    a_weights: Annotated[
-        str | None,
-        typer.Option("--a-weights", metavar="PATH", help="--weights for A alone.",
-                     show_default=False),
-    ] = None,  # fmt: skip
-    b_weights: Annotated[
-        str | None,
-        typer.Option("--b-weights", metavar="PATH", help="--weights for B alone.",
-                     show_default=False),
-    ] = None,  # fmt: skip
+    a_weights: AWeightsOpt = None,
+    b_weights: BWeightsOpt = None,
     trust_pickle: TrustPickleOpt = False,
     input: InputOpt = None,
     input_file: InputFileOpt = None,
@@ -166,8 +124,6 @@ def command(
     """Compare two models (A B), or one model under one changed setting (MODEL --vs
     KEY=VALUE), on the same inputs: per aligned module call, the error of each output,
     propagated and local, and the first divergence."""
-    from pathlib import Path
-
     from hookcli.compare.runner import cli_command
 
     def path(v: str | None) -> Path | None:
@@ -191,6 +147,8 @@ def command(
         align=align,
         print_map=print_map,
         copy_weights=copy_weights,
+        backward=backward,
+        loss=loss,
         input=input,
         input_file=input_file,
         inputs_from=inputs_from,

@@ -33,6 +33,8 @@ class Recorder(Probe):
         self.inputs: dict[int, list[torch.Tensor]] = {}
         self.outputs: dict[int, list[torch.Tensor]] = {}
         self.finished: list[int] = []
+        self.grad_inputs: dict[int, list[torch.Tensor]] = {}
+        self.backward_order: list[int] = []
 
     def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
         if self.keep_inputs and (self.keep is None or frame.index in self.keep):
@@ -44,6 +46,14 @@ class Recorder(Probe):
         self.finished.append(frame.index)
         if self.keep is None or frame.index in self.keep:
             self.outputs[frame.index] = _copies(output)
+
+
+    def on_backward(
+        self, frame: Frame, module: nn.Module, grad_input: Any, grad_output: Any
+    ) -> None:
+        self.backward_order.append(frame.index)
+        if self.keep is None or frame.index in self.keep:
+            self.grad_inputs[frame.index] = _copies(grad_input)
 
 
 class Substitute(Probe):

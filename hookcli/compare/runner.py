@@ -50,6 +50,8 @@ class Plan:
     copy_weights: bool = False
     print_map: bool = False
     top: int = 5
+    backward: bool = False
+    loss: Any = None  # --loss as typed (None: sum)
 
 
 @dataclass
@@ -74,6 +76,10 @@ class Pass:
     outputs: dict[int, list[Any]]
     finished: list[int]
     kept: list[tuple[str, int]] = field(default_factory=list)
+    grad_inputs: dict[int, list[Any]] = field(default_factory=dict)
+    backward_order: list[int] = field(default_factory=list)
+    param_grads: dict[str, Any] = field(default_factory=dict)  # qualified name -> grad copy
+    loss: float | None = None
 
 
 def _infos(records: Sequence[Any]) -> list[CallInfo]:
@@ -95,8 +101,10 @@ def _run_pass(
     inputs: bool = False,
     sources: Mapping[tuple[str, int], list[Any]] | None = None,
     keep: set[int] | None = None,
+    loss: Any = None,
 ) -> Pass:
-    """One forward of a side inside a HookSession, recording every call."""
+    """One forward of a side inside a HookSession, recording every call; with ``loss``
+    (a ``--loss`` spec) also backward from it, recording grad_input and parameter grads."""
     import torch
 
     from hookcli.compare.record import Recorder, Substitute
@@ -117,17 +125,40 @@ def _run_pass(
         with (
             keep_cwd(),
             running(side.vs, device),
-            HookSession(side.model, probes, mode=mode, call=side.call) as session,
+            HookSession(
+                side.model, probes, mode=mode, call=side.call, backward=loss is not None
+            ) as session,
         ):
             torch.manual_seed(side.seed if side.vs.seed is None else side.vs.seed)
-            session.forward(args, kwargs)
+            output = session.forward(args, kwargs)
+            grads: dict[str, Any] = {}
+            loss_value = None
+            if loss is not None:
+                from hookcli.losses import make_loss
+
+                value = make_loss(loss, side.prepared.inputs)(output)
+                loss_value = None if value.is_meta else float(value.detach())
+                session.backward(value)
+                grads = {
+                    n: p.grad.detach().clone()
+                    for n, p in side.model.named_parameters()
+                    if p.grad is not None
+                }
             session.finish()
             note_meta_assumptions(session, side.prepared.settings)
             records = session.records
     except RunError as err:
         raise RunError(f"{side.label}: {err.message}", module=err.module) from err
     return Pass(
-        records, recorder.inputs, recorder.outputs, recorder.finished, sub.kept if sub else []
+        records,
+        recorder.inputs,
+        recorder.outputs,
+        recorder.finished,
+        sub.kept if sub else [],
+        recorder.grad_inputs,
+        recorder.backward_order,
+        grads,
+        loss_value,
     )
 
 
@@ -161,8 +192,9 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
     meta = str(a.prepared.settings["device"]) == "meta" or str(b.prepared.settings["device"]) == "meta"
     args_a, kwargs_a = a.prepared.inputs.args, dict(a.prepared.inputs.kwargs)
     args_b, kwargs_b = b_inputs(a.prepared, b.vs, _device(b))
-    pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta)
-    pb = _run_pass(b, args_b, kwargs_b, mode, inputs=not meta)
+    loss = (plan.loss or "sum") if plan.backward and not meta else None
+    pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
+    pb = _run_pass(b, args_b, kwargs_b, mode, inputs=not meta, loss=loss)
     infos_a, infos_b = _infos(pa.records), _infos(pb.records)
     alignment = align(infos_a, infos_b, plan.rules, plan.align)
     if not alignment.pairs:
@@ -188,7 +220,7 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
         if meta:
             raise UsageError("--copy-weights needs values: --device meta holds shapes only")
         copied = copy_weights(a.model, b.model, module_pairs)
-        pb = _run_pass(b, args_b, kwargs_b, mode, inputs=True)  # again, on A's weights
+        pb = _run_pass(b, args_b, kwargs_b, mode, inputs=True, loss=loss)  # on A's weights
         infos_b2 = _infos(pb.records)
         if [(c.name, c.call) for c in infos_b2] != [(c.name, c.call) for c in infos_b]:
             raise UsageError("--copy-weights: B called other modules with A's weights")
@@ -226,6 +258,82 @@ def _local_passes(
         outputs.update(p.outputs)
         kept += p.kept
     return Pass(pb.records, {}, outputs, pb.finished, kept)
+
+
+def _param_grads(
+    pa: Pass, pb: Pass, i: int, j: int, by_a: Any, by_b: Any, plan: Plan
+) -> tuple[CallDiff, list[tuple[str, str]]] | None:
+    """The grads of A's module's own parameters against its partner's (by local name, else
+    by position; a Linear/Conv1D weight transposed)."""
+    from hookcli.compare.metrics import CallDiff, tensor_diff
+
+    ra, rb = by_a[i], by_b[j]
+
+    def own(grads: dict[str, Any], module: str) -> list[tuple[str, Any]]:
+        prefix = f"{module}." if module else ""
+        return [
+            (n[len(prefix) :], g)
+            for n, g in grads.items()
+            if n.startswith(prefix) and "." not in n[len(prefix) :]
+        ]
+
+    ga, gb = own(pa.param_grads, ra.name), own(pb.param_grads, rb.name)
+    if not ga:
+        return None
+    named_b = dict(gb)
+    crossed = {ra.type, rb.type} == {"Linear", "Conv1D"}
+    tensors, names = [], []
+    for pos, (name, g) in enumerate(ga):
+        other = named_b.get(name)
+        if other is None and len(ga) == len(gb):
+            other = gb[pos][1]
+        if other is not None and crossed and other.dim() == 2:
+            other = other.t()
+        tensors.append(tensor_diff(len(tensors), g, other, plan.rtol, plan.atol))
+        names.append((name, name if name in named_b else (gb[pos][0] if len(ga) == len(gb) else "")))
+    return CallDiff(tuple(tensors)), names
+
+
+def _grad_report(
+    pa: Pass, pb: Pass, alignment: Alignment, by_a: Any, by_b: Any, plan: Plan
+) -> tuple[dict[int, dict[str, Any]], dict[str, Any] | None]:
+    """Per aligned call: its grad_input and (first call only) its parameters' grads; and the
+    first divergence in A's backward order."""
+    from hookcli.compare.metrics import call_diff
+
+    cols: dict[int, dict[str, Any]] = {}
+    diverged: dict[int, str] = {}
+    for i, j in alignment.pairs.items():
+        data: dict[str, Any] = {}
+        gi = None
+        if i in pa.grad_inputs and j in pb.grad_inputs:
+            gi = call_diff(pa.grad_inputs[i], pb.grad_inputs[j], plan.rtol, plan.atol)
+            data.update(gi.summary("grad_input_"))
+            if gi.diverged:
+                diverged[i] = "grad_input"
+        pg = _param_grads(pa, pb, i, j, by_a, by_b, plan) if by_a[i].call == 0 else None
+        if pg is not None:
+            cd, names = pg
+            data.update(cd.summary("param_grad_"))
+            data["param_grads"] = [
+                {"a": a, "b": b, **t.to_dict()} for (a, b), t in zip(names, cd.tensors, strict=True)
+            ]
+            if cd.diverged:
+                diverged.setdefault(i, "param_grad")
+        cols[i] = data
+    first = None
+    for i in pa.backward_order:
+        if i in diverged:
+            ra, rb = by_a[i], by_b[alignment.pairs[i]]
+            first = {
+                "module": ra.name,
+                "partner": rb.name,
+                "call": ra.call,
+                "partner_call": rb.call,
+                "what": diverged[i],
+            }
+            break
+    return cols, first
 
 
 def _diffs(
@@ -352,6 +460,10 @@ def _report(
     prop = _diffs(pa, None if meta else pb, alignment, plan)
     loc = _diffs(pa, local, alignment, plan)
     first = _divergence(pa, prop, alignment, by_a, by_b, None if meta else pb, plan)
+    grad_cols: dict[int, dict[str, Any]] = {}
+    first_grad = None
+    if plan.backward and not meta:
+        grad_cols, first_grad = _grad_report(pa, pb, alignment, by_a, by_b, plan)
     first_local = _divergence(pa, loc, alignment, by_a, by_b)
     marks = {}
     if first_local is not None:
@@ -382,6 +494,10 @@ def _report(
                 data.update({f"{prefix}{k}": None for k in ("max_abs", "rel_l2", "cosine", "sqnr_db", "diverged")})
             else:
                 data.update(cd.summary(prefix))
+        if plan.backward:
+            empty = {f"{p}{k}": None for p in ("grad_input_", "param_grad_")
+                     for k in ("max_abs", "rel_l2", "cosine", "sqnr_db", "diverged")}  # fmt: skip
+            data.update({**empty, **grad_cols.get(r.index, {})})
         data["outputs"] = [t.to_dict() for t in d.tensors] if d else []
         data["local_outputs"] = [t.to_dict() for t in dl.tensors] if dl else []
         display: dict[str, Any] = {}
@@ -444,6 +560,9 @@ def _report(
         "diverged_calls": sum(1 for d in prop.values() if d.diverged),
         "local_diverged_calls": sum(1 for d in loc.values() if d.diverged),
     }
+    if plan.backward:
+        totals["first_grad_divergence"] = first_grad
+        totals["loss_a"], totals["loss_b"] = pa.loss, pb.loss
     root = prop.get(pa.records[0].index) if pa.records else None
     if root is not None:
         totals["output"] = root.summary()
@@ -464,6 +583,7 @@ def _report(
         "values_compared": not meta,
         "first_divergence": first,
         "first_divergence_local": first_local,
+        **({"first_grad_divergence": first_grad} if plan.backward else {}),
         "local_ranking": ranking,
         "unaligned_a": unaligned_a,
         "copied_weights": None
@@ -486,7 +606,7 @@ def _report(
         primary="calls",
         notes=tuple(notes),
         extra=extra,
-        columns=tuple(_columns(meta)),
+        columns=tuple(_columns(meta, plan.backward)),
         table_totals=tuple(_totals_lines(first, first_local, ranking, alignment, totals, unaligned_a, unaligned_b, plan)),
     )
     return report
@@ -547,6 +667,15 @@ def _totals_lines(
         lines.append(("Unaligned in B", _cut([_call_name(r.data) for r in unaligned_b])))
     lines += _div_lines("First divergence", first)
     lines += _div_lines("First divergence (local)", first_local)
+    if plan.backward:
+        g = totals.get("first_grad_divergence")
+        lines.append(
+            (
+                "First grad divergence",
+                "none" if g is None else f"{g['module'] or '(root)'} <-> "
+                f"{g['partner'] or '(root)'} ({g['what']})",
+            )
+        )
     if ranking:
         lines.append(
             (
@@ -574,7 +703,7 @@ def _cut(names: list[str], limit: int = 6) -> str:
     return ", ".join(names[:limit]) + more
 
 
-def _columns(meta: bool) -> list[Column]:
+def _columns(meta: bool, backward: bool = False) -> list[Column]:
     from hookcli.render import fmt_float, fmt_shapes
     from hookcli.report import Column
 
@@ -586,6 +715,10 @@ def _columns(meta: bool) -> list[Column]:
     ]
     if meta:
         return cols + [Column("partner_output_shapes", "B output shape", fmt_shapes)]
+    grads = [
+        Column("grad_input_rel_l2", "Grad in rel L2", fmt_float, "right"),
+        Column("param_grad_rel_l2", "Param grad rel L2", fmt_float, "right"),
+    ]
     return cols + [
         Column("max_abs", "Max |diff|", fmt_float, "right"),
         Column("rel_l2", "Rel L2", fmt_float, "right"),
@@ -593,7 +726,7 @@ def _columns(meta: bool) -> list[Column]:
         Column("sqnr_db", "SQNR dB", _fmt_db, "right"),
         Column("local_rel_l2", "Local rel L2", fmt_float, "right"),
         Column("local_sqnr_db", "Local SQNR dB", _fmt_db, "right"),
-    ]
+    ] + (grads if backward else [])
 
 
 def _partner(v: Any) -> str:
@@ -637,6 +770,8 @@ def cli_command(
     align: str,
     print_map: bool,
     copy_weights: bool,
+    backward: bool,
+    loss: str | None,
     input: list[str] | None,
     input_file: Path | None,
     inputs_from: str | None,
@@ -660,6 +795,7 @@ def cli_command(
     from hookcli.compare.settings import parse_vs
     from hookcli.errors import UsageError
     from hookcli.kwargs import with_file
+    from hookcli.options import loss_arg
 
     if (model_b is None) == (not vs):
         raise UsageError(
@@ -703,7 +839,11 @@ def cli_command(
         fail_on_divergence="divergence" in gates,
         copy_weights=copy_weights,
         print_map=print_map,
+        backward=backward,
+        loss=loss_arg(loss).value if loss is not None else None,
     )
+    if loss is not None and not backward:
+        raise UsageError("--loss is the loss --backward starts from: add --backward")
     a, b = build_sides(mopts_a, mopts_b, ropts, the_vs, same=model_b is None)
     result = run_compare(a, b, plan, ropts.mode)
     from hookcli.pipeline import emit, write_text
