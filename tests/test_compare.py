@@ -343,3 +343,15 @@ def test_backward_grads_equal_plain_autograd() -> None:
         want = metrics(grads_in["a"][name], grads_in["b"][name])["rel_l2"]
         assert close(rows[name]["grad_input_rel_l2"], want), name
     assert report["first_grad_divergence"]["module"] == "fc3"  # backward starts there
+
+
+def test_html_page_charts_both_modes_and_marks_the_first_divergence(tmp_path: Any) -> None:
+    page = tmp_path / "compare.html"
+    result = invoke("compare", f"{M}:Decoder", f"{M}:Decoder", "--b-kwargs", "bug='gelu'",
+                    "-o", str(page))  # fmt: skip
+    assert result.exit_code == 0, result.stderr
+    text = page.read_text()
+    assert "Error per module: relative L2, propagated and local" in text
+    svg = text[text.index("<svg") : text.index("</svg>")]
+    for word in ("propagated", "local", "first divergence", "h.1.mlp.act"):
+        assert word in svg, word
