@@ -52,6 +52,7 @@ class Plan:
     top: int = 5
     backward: bool = False
     loss: Any = None  # --loss as typed (None: sum)
+    local: bool = True  # the local mode's passes (the benchmark times the modes apart)
 
 
 @dataclass
@@ -225,7 +226,7 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
         if [(c.name, c.call) for c in infos_b2] != [(c.name, c.call) for c in infos_b]:
             raise UsageError("--copy-weights: B called other modules with A's weights")
     local = None
-    if not meta:
+    if not meta and plan.local:
         local = _local_passes(a, b, pa, pb, alignment, args_b, kwargs_b, mode)
     return _report(a, b, plan, mode, pa, pb, local, alignment, meta, copied)
 
@@ -501,6 +502,8 @@ def _report(
         data["outputs"] = [t.to_dict() for t in d.tensors] if d else []
         data["local_outputs"] = [t.to_dict() for t in dl.tensors] if dl else []
         display: dict[str, Any] = {}
+        if rb is not None and rb.name == r.name:
+            display["partner"] = "="  # the same name: the table says so without repeating it
         mark = marks.get((r.name, r.call))
         if rb is None:
             display["mark"] = "(no partner)"
@@ -676,12 +679,13 @@ def _totals_lines(
                 f"{g['partner'] or '(root)'} ({g['what']})",
             )
         )
-    if ranking:
+    adding = [r for r in ranking if r["rel_l2"]]
+    if adding:
         lines.append(
             (
                 "Local ranking",
                 ", ".join(
-                    f"{r['module'] or '(root)'} {fmt_float(r['rel_l2'])}" for r in ranking[:3]
+                    f"{r['module'] or '(root)'} {fmt_float(r['rel_l2'])}" for r in adding[:3]
                 ),
             )
         )
