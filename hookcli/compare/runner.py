@@ -555,6 +555,7 @@ def _report(
     settings["rtol"] = plan.rtol
     settings["atol"] = plan.atol
     totals: dict[str, Any] = {
+        "values_compared": not meta,
         "aligned_calls": len(alignment.pairs),
         "calls_a": len([r for r in pa.records if r.done]),
         "calls_b": len([r for r in pb.records if r.done]),
@@ -668,6 +669,9 @@ def _totals_lines(
         lines.append(("Unaligned in A", _cut([_call_name(u) for u in unaligned_a])))
     if unaligned_b:
         lines.append(("Unaligned in B", _cut([_call_name(r.data) for r in unaligned_b])))
+    if not totals.get("values_compared", True):
+        lines.append(("First divergence", "not sought: on meta no values are compared"))
+        return lines
     lines += _div_lines("First divergence", first)
     lines += _div_lines("First divergence (local)", first_local)
     if plan.backward:
