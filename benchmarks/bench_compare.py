@@ -94,7 +94,14 @@ def measure(name: str, batch: int, size: int, repeats: int) -> dict[str, Any]:
     floor()
     base = _peak_mib()
     res = interleave({"bare": floor, "propagated": propagated, "both": both}, rounds(repeats))
-    return {"name": name, "batch": batch, "size": size, "res": res, "base": base, "peak": _peak_mib()}
+    return {
+        "name": name,
+        "batch": batch,
+        "size": size,
+        "res": res,
+        "base": base,
+        "peak": _peak_mib(),
+    }
 
 
 def report(r: dict[str, Any]) -> None:
@@ -115,10 +122,13 @@ def report(r: dict[str, Any]) -> None:
         "forwards",
         flush=True,
     )
-    record(f"compare_{r['name']}_propagated", res["propagated"]["ratio"],
-           what=f"`compare` propagated, {what}, vs 2 bare forwards + a read", target="<= 1.15")  # fmt: skip
-    record(f"compare_{r['name']}_both", res["both"]["ratio"],
-           what=f"`compare` both modes, {what}, vs 2 bare forwards + a read", target="<= 1.15")  # fmt: skip
+    for mode in ("propagated", "both"):
+        record(
+            f"compare_{r['name']}_{mode}",
+            res[mode]["ratio"],
+            what=f"`compare` {mode}, {what}, vs 2 bare forwards + a read",
+            target="<= 1.15",
+        )
 
 
 @benchmark

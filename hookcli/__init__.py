@@ -82,6 +82,7 @@ _sys.modules[__name__].__class__ = _Package
 __all__ = [
     "Report",
     "__version__",
+    "compare",
     "cost",
     "diff",
     "grads",

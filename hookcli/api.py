@@ -591,7 +591,7 @@ def compare(
     *,
     forward_kwargs: Mapping[str, Any] | None = None,
     vs: str | Sequence[str] | None = None,
-    map: str | Sequence[str] | None = None,  # noqa: A002  (the option's name)
+    map: str | Sequence[str] | None = None,  # the option's name, as --map
     align: str = "auto",
     copy_weights: bool = False,
     rtol: float | None = None,

@@ -51,7 +51,7 @@ def plain_run(
         handles.append(m.register_forward_pre_hook(pre))
         handles.append(m.register_forward_hook(post))
     try:
-        with torch.no_grad(), (ctx() if ctx else torch.no_grad()):
+        with torch.no_grad(), ctx() if ctx else torch.no_grad():
             model(*args)
     finally:
         for h in handles:
@@ -170,7 +170,11 @@ def test_vs_every_error_equals_plain_hooks(cls: type[nn.Module], vs: str) -> Non
 
 def test_quantize_dynamic_matches_torch_ao_numeric_suite() -> None:
     from torch.ao.ns._numeric_suite import compare_model_outputs
-    from torch.ao.ns.fx.utils import compute_cosine_similarity, compute_normalized_l2_error, compute_sqnr
+    from torch.ao.ns.fx.utils import (
+        compute_cosine_similarity,
+        compute_normalized_l2_error,
+        compute_sqnr,
+    )
 
     report = invoke_json("compare", f"{M}:MLPNet", "--vs", "quantize=dynamic")
     torch.manual_seed(0)

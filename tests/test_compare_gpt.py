@@ -64,7 +64,9 @@ class CausalSelfAttention(nn.Module):
         att = F.softmax(att, dim=-1)
         att = self.attn_dropout(att)
         y = att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
-        y = y.transpose(1, 2).contiguous().view(B, T, C)  # re-assemble all head outputs side by side
+        y = (
+            y.transpose(1, 2).contiguous().view(B, T, C)
+        )  # re-assemble all head outputs side by side
         # output projection
         y = self.resid_dropout(self.c_proj(y))
         return y
@@ -129,11 +131,13 @@ class GPT(nn.Module):
             )
         )
         self.lm_head = nn.Linear(config.n_embd, config.vocab_size, bias=False)
-        self.transformer.wte.weight = self.lm_head.weight  # https://paperswithcode.com/method/weight-tying
+        self.transformer.wte.weight = (
+            self.lm_head.weight
+        )  # https://paperswithcode.com/method/weight-tying
 
     def forward(self, idx, targets=None):
         device = idx.device
-        b, t = idx.size()
+        b, t = idx.size()  # noqa: RUF059  (as nanoGPT writes it)
         pos = torch.arange(0, t, dtype=torch.long, device=device)  # shape (t)
         tok_emb = self.transformer.wte(idx)  # token embeddings of shape (b, t, n_embd)
         pos_emb = self.transformer.wpe(pos)  # position embeddings of shape (t, n_embd)
@@ -143,7 +147,9 @@ class GPT(nn.Module):
         x = self.transformer.ln_f(x)
         if targets is not None:
             logits = self.lm_head(x)
-            loss = F.cross_entropy(logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1)
+            loss = F.cross_entropy(
+                logits.view(-1, logits.size(-1)), targets.view(-1), ignore_index=-1
+            )
         else:
             # inference-time mini-optimization: only forward the lm_head on the very last position
             logits = self.lm_head(x[:, [-1], :])  # note: using list [-1] to preserve the time dim
@@ -165,7 +171,13 @@ B_KW = [f"{k}={v}" for k, v in {**SMALL, "n_positions": 16}.items()] + [
 
 
 def _args(extra_a: list[str] = ()) -> list[str]:
-    out = ["compare", "tests.test_compare_gpt:small_gpt", "hf:gpt2:causal-lm", "-i", "int64:2x8:0..64"]
+    out = [
+        "compare",
+        "tests.test_compare_gpt:small_gpt",
+        "hf:gpt2:causal-lm",
+        "-i",
+        "int64:2x8:0..64",
+    ]
     for k in [*A_KW, *extra_a]:
         out += ["--a-kwargs", k]
     for k in B_KW:

@@ -34,9 +34,7 @@ NAME = "compare"
 
 
 def _opt(flag: str, metavar: str | None, text: str, panel: str) -> Any:
-    return typer.Option(
-        flag, metavar=metavar, help=text, show_default=False, rich_help_panel=panel
-    )
+    return typer.Option(flag, metavar=metavar, help=text, show_default=False, rich_help_panel=panel)
 
 
 Items = list[str] | None
@@ -73,8 +71,9 @@ MapOpt = Annotated[Items, _opt("--map", "A_PATTERN=B_PATTERN",
 MapFileOpt = Annotated[str | None, _opt("--map-file", "FILE",
     "--map rules, one per line ('#' comments), as --print-map writes them.", "Run")]  # fmt: skip
 AlignOpt = Annotated[str, typer.Option("--align", metavar="HOW", rich_help_panel="Run",
-    help="auto (names and --map rules where they pair at least half of A's calls, else call "
-    "order), names, or order (a diff of the call sequences by type and output shape).")]  # fmt: skip
+    help="auto (names and --map rules where they pair at least half of A's calls, else "
+    "call order), names, or order (a diff of the call sequences by type and output "
+    "shape).")]  # fmt: skip
 PrintMapOpt = Annotated[bool, typer.Option("--print-map", rich_help_panel="Output",
     help="Print the alignment as --map rules (for --map-file) instead of the report.")]  # fmt: skip
 BackwardOpt = Annotated[bool, typer.Option("--backward", rich_help_panel="Run",

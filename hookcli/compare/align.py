@@ -81,9 +81,7 @@ def parse_rule(text: str) -> Rule:
         raise UsageError(f"--map {text!r}: a placeholder appears twice on the left")
     missing = sorted(set(names_b) - set(names_a))
     if missing:
-        raise UsageError(
-            f"--map {text!r}: {{{missing[0]}}} on the right is not on the left"
-        )
+        raise UsageError(f"--map {text!r}: {{{missing[0]}}} on the right is not on the left")
     pattern = ""
     pos = 0
     for m in re.finditer(r"\{(\w+)\}", a):

@@ -161,10 +161,7 @@ def tensor_diff(
         ).tolist()
     max_abs, na, nb, nd, dot, nfa, nfb, bad, va, vb, k = figures
     rel = _ratio(nd, na, 0.0, math.inf)
-    if na > 0 and nb > 0:
-        cosine = dot / (na * nb)
-    else:
-        cosine = 1.0 if na == nb == 0 else 0.0
+    cosine = dot / (na * nb) if na > 0 and nb > 0 else (1.0 if na == nb == 0 else 0.0)
     if nd == 0 or math.isnan(nd):
         sqnr = math.inf if nd == 0 else math.nan
     elif na == 0:

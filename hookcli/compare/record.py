@@ -47,7 +47,6 @@ class Recorder(Probe):
         if self.keep is None or frame.index in self.keep:
             self.outputs[frame.index] = _copies(output)
 
-
     def on_backward(
         self, frame: Frame, module: nn.Module, grad_input: Any, grad_output: Any
     ) -> None:
@@ -73,9 +72,7 @@ class Substitute(Probe):
         for module in session.model.modules():
             name = session.names.get(id(module))
             if name in names:
-                session.keep(
-                    module.register_forward_pre_hook(self._hook(name), with_kwargs=True)
-                )
+                session.keep(module.register_forward_pre_hook(self._hook(name), with_kwargs=True))
 
     def _hook(self, name: str) -> Any:
         def hook(module: nn.Module, args: Any, kwargs: Any) -> Any:

@@ -190,7 +190,9 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
     from hookcli.errors import UsageError
 
     assert a.prepared.inputs is not None
-    meta = str(a.prepared.settings["device"]) == "meta" or str(b.prepared.settings["device"]) == "meta"
+    meta = (
+        str(a.prepared.settings["device"]) == "meta" or str(b.prepared.settings["device"]) == "meta"
+    )
     args_a, kwargs_a = a.prepared.inputs.args, dict(a.prepared.inputs.kwargs)
     args_b, kwargs_b = b_inputs(a.prepared, b.vs, _device(b))
     loss = (plan.loss or "sum") if plan.backward and not meta else None
@@ -254,7 +256,9 @@ def _local_passes(
         if depth == 0:
             outputs.update({j: pb.outputs[j] for j in pairs.values() if j in pb.outputs})
             continue
-        sources = {(by_b[j].name, by_b[j].call): pa.inputs[i] for i, j in pairs.items() if i in pa.inputs}
+        sources = {
+            (by_b[j].name, by_b[j].call): pa.inputs[i] for i, j in pairs.items() if i in pa.inputs
+        }
         p = _run_pass(b, args_b, kwargs_b, mode, sources=sources, keep=set(pairs.values()))
         outputs.update(p.outputs)
         kept += p.kept
@@ -291,7 +295,9 @@ def _param_grads(
         if other is not None and crossed and other.dim() == 2:
             other = other.t()
         tensors.append(tensor_diff(len(tensors), g, other, plan.rtol, plan.atol))
-        names.append((name, name if name in named_b else (gb[pos][0] if len(ga) == len(gb) else "")))
+        names.append(
+            (name, name if name in named_b else (gb[pos][0] if len(ga) == len(gb) else ""))
+        )
     return CallDiff(tuple(tensors)), names
 
 
@@ -337,9 +343,7 @@ def _grad_report(
     return cols, first
 
 
-def _diffs(
-    pa: Pass, pb: Pass | None, alignment: Alignment, plan: Plan
-) -> dict[int, CallDiff]:
+def _diffs(pa: Pass, pb: Pass | None, alignment: Alignment, plan: Plan) -> dict[int, CallDiff]:
     from hookcli.compare.metrics import call_diff
 
     if pb is None:
@@ -492,7 +496,12 @@ def _report(
         d, dl = prop.get(r.index), loc.get(r.index)
         for prefix, cd in (("", d), ("local_", dl)):
             if cd is None:
-                data.update({f"{prefix}{k}": None for k in ("max_abs", "rel_l2", "cosine", "sqnr_db", "diverged")})
+                data.update(
+                    {
+                        f"{prefix}{k}": None
+                        for k in ("max_abs", "rel_l2", "cosine", "sqnr_db", "diverged")
+                    }
+                )
             else:
                 data.update(cd.summary(prefix))
         if plan.backward:
@@ -581,7 +590,11 @@ def _report(
     if copied is not None:
         notes.append(
             f"--copy-weights: {len(copied.pairs)} parameter(s) copied from A"
-            + (f", {len(copied.transposed)} transposed (Conv1D/Linear)" if copied.transposed else "")
+            + (
+                f", {len(copied.transposed)} transposed (Conv1D/Linear)"
+                if copied.transposed
+                else ""
+            )
         )
     extra = {
         "values_compared": not meta,
@@ -611,7 +624,11 @@ def _report(
         notes=tuple(notes),
         extra=extra,
         columns=tuple(_columns(meta, plan.backward)),
-        table_totals=tuple(_totals_lines(first, first_local, ranking, alignment, totals, unaligned_a, unaligned_b, plan)),
+        table_totals=tuple(
+            _totals_lines(
+                first, first_local, ranking, alignment, totals, unaligned_a, unaligned_b, plan
+            )
+        ),
     )
     return report
 
@@ -626,7 +643,8 @@ def _side_line(label: str, side: Side) -> str:
 def _where(d: Mapping[str, Any]) -> str:
     call = f" #{d['call']}" if d["call"] else ""
     pcall = f" #{d['partner_call']}" if d["partner_call"] else ""
-    return f"{d['module'] or '(root)'}{call} ({d['type']}) <-> {d['partner'] or '(root)'}{pcall} ({d['partner_type']})"
+    a = f"{d['module'] or '(root)'}{call} ({d['type']})"
+    return f"{a} <-> {d['partner'] or '(root)'}{pcall} ({d['partner_type']})"
 
 
 def _div_lines(label: str, d: Mapping[str, Any] | None) -> list[tuple[str, str]]:
@@ -679,8 +697,9 @@ def _totals_lines(
         lines.append(
             (
                 "First grad divergence",
-                "none" if g is None else f"{g['module'] or '(root)'} <-> "
-                f"{g['partner'] or '(root)'} ({g['what']})",
+                "none"
+                if g is None
+                else f"{g['module'] or '(root)'} <-> {g['partner'] or '(root)'} ({g['what']})",
             )
         )
     adding = [r for r in ranking if r["rel_l2"]]
@@ -722,19 +741,23 @@ def _columns(meta: bool, backward: bool = False) -> list[Column]:
         Column("output_shapes", "Output shape", fmt_shapes),
     ]
     if meta:
-        return cols + [Column("partner_output_shapes", "B output shape", fmt_shapes)]
+        return [*cols, Column("partner_output_shapes", "B output shape", fmt_shapes)]
     grads = [
         Column("grad_input_rel_l2", "Grad in rel L2", fmt_float, "right"),
         Column("param_grad_rel_l2", "Param grad rel L2", fmt_float, "right"),
     ]
-    return cols + [
-        Column("max_abs", "Max |diff|", fmt_float, "right"),
-        Column("rel_l2", "Rel L2", fmt_float, "right"),
-        Column("cosine", "Cosine", _fmt_cos, "right"),
-        Column("sqnr_db", "SQNR dB", _fmt_db, "right"),
-        Column("local_rel_l2", "Local rel L2", fmt_float, "right"),
-        Column("local_sqnr_db", "Local SQNR dB", _fmt_db, "right"),
-    ] + (grads if backward else [])
+    return (
+        cols
+        + [
+            Column("max_abs", "Max |diff|", fmt_float, "right"),
+            Column("rel_l2", "Rel L2", fmt_float, "right"),
+            Column("cosine", "Cosine", _fmt_cos, "right"),
+            Column("sqnr_db", "SQNR dB", _fmt_db, "right"),
+            Column("local_rel_l2", "Local rel L2", fmt_float, "right"),
+            Column("local_sqnr_db", "Local SQNR dB", _fmt_db, "right"),
+        ]
+        + (grads if backward else [])
+    )
 
 
 def _partner(v: Any) -> str:
@@ -798,7 +821,13 @@ def cli_command(
     debug: bool,
 ) -> int:
     """The compare command's run (``hookcli compare``): plan, build both, compare, emit."""
-    from hookcli.cliopts import ci_options, model_options, output_options, parse_fail_on, run_options
+    from hookcli.cliopts import (
+        ci_options,
+        model_options,
+        output_options,
+        parse_fail_on,
+        run_options,
+    )
     from hookcli.compare.align import METHODS, parse_rules
     from hookcli.compare.settings import parse_vs
     from hookcli.errors import UsageError

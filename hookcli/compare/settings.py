@@ -1,14 +1,14 @@
 """``--vs KEY=VALUE``: the one thing the B side of ``compare MODEL --vs ...`` changes.
 
-    amp=bf16|fp16      B's forwards under torch.autocast on its device
-    dtype=NAME         B cast to float32|float16|bfloat16|float64 (floating inputs too)
-    device=DEV         B (and its copy of the inputs) on DEV (cuda, cuda:1, cpu, mps)
-    weights=FILE       B loads FILE (as --weights does)
-    compile[=BACKEND]  B called through torch.compile (backend: inductor by default)
-    quantize=dynamic   B's nn.Linear quantized to int8 (torch.ao.quantization.quantize_dynamic)
-    threads=N          B's forwards with torch.set_num_threads(N)
-    deterministic      B's forwards with torch.use_deterministic_algorithms(True)
-    seed=N             B's forwards after torch.manual_seed(N) (A's: after --seed)
+amp=bf16|fp16      B's forwards under torch.autocast on its device
+dtype=NAME         B cast to float32|float16|bfloat16|float64 (floating inputs too)
+device=DEV         B (and its copy of the inputs) on DEV (cuda, cuda:1, cpu, mps)
+weights=FILE       B loads FILE (as --weights does)
+compile[=BACKEND]  B called through torch.compile (backend: inductor by default)
+quantize=dynamic   B's nn.Linear quantized to int8 (torch.ao.quantization.quantize_dynamic)
+threads=N          B's forwards with torch.set_num_threads(N)
+deterministic      B's forwards with torch.use_deterministic_algorithms(True)
+seed=N             B's forwards after torch.manual_seed(N) (A's: after --seed)
 """
 
 from __future__ import annotations
@@ -78,7 +78,9 @@ def parse_vs(texts: Sequence[str]) -> Vs:
         key, sep, value = text.strip().partition("=")
         key, value = key.strip(), value.strip()
         if key not in KEYS:
-            raise UsageError(f"--vs {text!r}: unknown setting {key!r}; choose from {', '.join(KEYS)}")
+            raise UsageError(
+                f"--vs {text!r}: unknown setting {key!r}; choose from {', '.join(KEYS)}"
+            )
         if key in found:
             raise UsageError(f"--vs {key} is given twice")
         if key == "deterministic" and sep:
@@ -91,7 +93,9 @@ def parse_vs(texts: Sequence[str]) -> Vs:
             found[key] = value
         elif key == "dtype":
             if value not in FLOAT_DTYPES:
-                raise UsageError(f"--vs dtype={value}: dtype must be one of {', '.join(FLOAT_DTYPES)}")
+                raise UsageError(
+                    f"--vs dtype={value}: dtype must be one of {', '.join(FLOAT_DTYPES)}"
+                )
             found[key] = value
         elif key == "device":
             from hookcli.inputs.grammar import resolve_device

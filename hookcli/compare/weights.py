@@ -4,8 +4,9 @@ Per aligned module pair, each of A's own parameters goes to B's own parameter of
 same local name, else (both modules holding the same number) to the one in the same
 position. Shapes must agree; a 2-D weight whose shape is the other's transposed is
 copied transposed, and said; between an ``nn.Linear`` (weight (out, in)) and
-transformers' ``Conv1D`` (weight (in, out)) always, also where the weight is square. A B parameter that no pair fills, or a pair whose shapes do not
-fit, is listed and B is refused (exit 2): B is never compared on random weights.
+transformers' ``Conv1D`` (weight (in, out)) always, also where the weight is square.
+A B parameter that no pair fills, or a pair whose shapes do not fit, is listed and B
+is refused (exit 2): B is never compared on random weights.
 """
 
 from __future__ import annotations
@@ -77,9 +78,7 @@ def copy_weights(
                 done.append((qa, qb, "transposed"))
                 transposed.append(f"{qa} -> {qb}")
             else:
-                problems.append(
-                    f"{qa} {list(pa.shape)} does not fit {qb} {list(pb.shape)}"
-                )
+                problems.append(f"{qa} {list(pa.shape)} does not fit {qb} {list(pb.shape)}")
                 continue
             filled.add(id(pb))
         own_bufs_b = dict(mb.named_buffers(recurse=False))
@@ -87,9 +86,7 @@ def copy_weights(
             bb = own_bufs_b.get(bname)
             if bb is not None and tuple(ba.shape) == tuple(bb.shape):
                 plan.append((ba, bb, False))
-    left = [
-        n for n, p in model_b.named_parameters() if id(p) not in filled
-    ]
+    left = [n for n, p in model_b.named_parameters() if id(p) not in filled]
     if left:
         problems.append(f"B's {', '.join(_cut(left))} (no aligned module of A gives it)")
     if problems:

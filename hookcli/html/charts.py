@@ -662,7 +662,11 @@ def compare_charts(data: Report, companions: Mapping[str, Report]) -> list[Secti
     side on a log axis; exact calls (error 0) marked at the bottom; the first divergence
     marked with a red line."""
     title = "Error per module: relative L2, propagated and local"
-    rows = [r for r in data.get("calls") or [] if isinstance(r, Mapping) and r.get("partner") is not None]
+    rows = [
+        r
+        for r in data.get("calls") or []
+        if isinstance(r, Mapping) and r.get("partner") is not None
+    ]
     if not data.get("values_compared", True):
         return [Section("compare", title, note="On meta no values are compared: no chart.")]
     if not rows:
@@ -690,7 +694,9 @@ def compare_charts(data: Report, companions: Mapping[str, Report]) -> list[Secti
             pts = [(i + dx, positive(r.get(key))) for i, r in enumerate(rows)]
             shown = [(x, v) for x, v in pts if v is not None and math.isfinite(v)]
             if shown:
-                ax.bar([x for x, _ in shown], [v for _, v in shown], width=0.4, color=color, label=name)
+                ax.bar(
+                    [x for x, _ in shown], [v for _, v in shown], width=0.4, color=color, label=name
+                )
             zeros = [i + dx for i, r in enumerate(rows) if number(r.get(key)) == 0.0]
             if zeros:
                 ax.scatter(zeros, [bottom] * len(zeros), marker="v", color=color, s=16, zorder=3)
