@@ -122,12 +122,18 @@ def tensor_diff(
     at = d_atol if atol is None else atol
     sa = None if a is None else tuple(a.shape)
     sb = None if b is None else tuple(b.shape)
-    base = {"index": index, "shape_a": sa, "shape_b": sb, "dtype_a": da, "dtype_b": db}
+    base: dict[str, Any] = {
+        "index": index,
+        "shape_a": sa,
+        "shape_b": sb,
+        "dtype_a": da,
+        "dtype_b": db,
+    }
     if a is None or b is None:
         missing = "missing in B" if b is None else "missing in A"
         return TensorDiff(**base, rtol=rt, atol=at, problem=missing)
     if sa != sb:
-        if [d for d in sa if d != 1] != [d for d in sb if d != 1]:
+        if [d for d in sa or () if d != 1] != [d for d in sb or () if d != 1]:
             return TensorDiff(**base, rtol=rt, atol=at, problem="shape")
         b = b.reshape(a.shape)  # the same values, a leading (or inner) 1 more or less
     if a.is_meta or b.is_meta:
@@ -168,7 +174,7 @@ def tensor_diff(
         sqnr = -math.inf
     else:
         sqnr = 10.0 * math.log10(na * na / (nd * nd)) if math.isfinite(na) else math.nan
-    worst = _unravel(int(k), sa)
+    worst = _unravel(int(k), sa or ())
     return TensorDiff(
         **base,
         rtol=rt,

@@ -287,7 +287,8 @@ def _param_grads(
         return None
     named_b = dict(gb)
     crossed = {ra.type, rb.type} == {"Linear", "Conv1D"}
-    tensors, names = [], []
+    tensors: list[Any] = []
+    names: list[tuple[str, str]] = []
     for pos, (name, g) in enumerate(ga):
         other = named_b.get(name)
         if other is None and len(ga) == len(gb):
@@ -536,7 +537,7 @@ def _report(
         if by_a[i].done
     ]
     ranking = _ranking(loc, alignment, by_a, by_b, plan.top)
-    checks = ()
+    checks: tuple[CheckResult, ...] = ()
     if plan.fail_on_divergence:
         if meta:
             detail = "on meta no values are compared"
