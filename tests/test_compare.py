@@ -359,3 +359,84 @@ def test_html_page_charts_both_modes_and_marks_the_first_divergence(tmp_path: An
     svg = text[text.index("<svg") : text.index("</svg>")]
     for word in ("propagated", "local", "first divergence", "h.1.mlp.act"):
         assert word in svg, word
+
+
+# -- the other --vs settings, calls compared call by call, failures -------------------------------
+
+
+class Dropped(nn.Module):
+    """A dropout between two linears: in train mode its mask follows the seed."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(8, 16)
+        self.drop = nn.Dropout(0.5)
+        self.fc2 = nn.Linear(16, 2)
+        self.example_input_array = torch.randn(4, 8)
+
+    def forward(self, x):
+        return self.fc2(self.drop(self.fc1(x)))
+
+
+def test_vs_seed_changes_dropout_masks_in_train_mode_only() -> None:
+    args = ("compare", "tests.test_compare:Dropped", "--mode", "train")
+    other = invoke_json(*args, "--vs", "seed=1")
+    assert other["first_divergence"]["module"] == "drop"
+    same = invoke_json(*args, "--vs", "seed=0")
+    assert same["first_divergence"] is None
+    evaluated = invoke_json("compare", "tests.test_compare:Dropped", "--vs", "seed=1")
+    assert evaluated["first_divergence"] is None
+
+
+def test_vs_threads_deterministic_compile_change_nothing_here_and_are_put_back() -> None:
+    threads = torch.get_num_threads()
+    det = torch.are_deterministic_algorithms_enabled()
+    for vs in ("threads=1", "deterministic", "compile=eager"):
+        report = invoke_json("compare", f"{M}:MLPNet", "--vs", vs)
+        assert report["settings"]["vs"] == [vs]
+        rows = report["calls"]
+        assert all(r["partner"] == r["name"] for r in rows)
+        assert all(r["max_abs"] is not None and r["max_abs"] <= 1e-6 for r in rows), vs
+    assert torch.get_num_threads() == threads
+    assert torch.are_deterministic_algorithms_enabled() == det
+
+
+def test_vs_device_cuda_compares_or_refuses() -> None:
+    result = invoke("compare", f"{M}:MLPNet", "--vs", "device=cuda", "--format", "json")
+    if torch.cuda.is_available():
+        assert result.exit_code == 0, result.stderr
+        report = json.loads(result.stdout)
+        assert report["settings"]["b"]["device"].startswith("cuda")
+        assert all(r["rel_l2"] < 1e-3 for r in report["calls"])
+    else:
+        assert result.exit_code == 2
+        assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_module_called_twice_is_compared_call_by_call() -> None:
+    report = invoke_json("compare", f"{M}:MLPNet", "--vs", "dtype=float64")
+    acts = [r for r in report["calls"] if r["name"] == "act"]
+    assert [(r["call"], r["partner_call"]) for r in acts] == [(0, 0), (1, 1)]
+    assert acts[0]["output_shapes"] == acts[1]["output_shapes"] == [[4, 32]]
+
+
+class Raises(Renamed):
+    def forward(self, x):
+        raise ValueError("no")
+
+
+def test_a_side_that_raises_is_exit_4_naming_the_side() -> None:
+    result = invoke("compare", f"{M}:MLPNet", "tests.test_compare:Raises", "-i", "4x16")
+    assert result.exit_code == 4
+    assert result.stderr.startswith("hookcli: error: B: forward failed")
+
+
+@pytest.mark.parametrize(
+    "a, b", [("resnet18", "--vs=dtype=bfloat16"), ("timm:resnet18", "resnet18")]
+)
+def test_other_model_forms_on_meta(a: str, b: str) -> None:
+    pytest.importorskip("timm")
+    report = invoke_json("compare", a, b, "--device", "meta")
+    assert report["values_compared"] is False
+    convs = [r for r in report["calls"] if r["type"] == "Conv2d"]
+    assert len(convs) == 20 and all(r["partner"] is not None for r in convs)
