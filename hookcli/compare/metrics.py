@@ -139,29 +139,44 @@ def tensor_diff(
     if a.is_meta or b.is_meta:
         return TensorDiff(**base, rtol=rt, atol=at)
     with torch.no_grad():
-        a64 = a.detach().to(torch.float64)
-        b64 = b.detach().to(device=a64.device, dtype=torch.float64)
+        a64 = a.detach().to(torch.float64).flatten()
+        b64 = b.detach().to(device=a64.device, dtype=torch.float64).flatten()
         diff = b64 - a64
         numel = diff.numel()
         if numel == 0:
             return TensorDiff(**base, rtol=rt, atol=at, max_abs=0.0, rel_l2=0.0, cosine=1.0,
                               sqnr_db=math.inf)  # fmt: skip
-        absd = diff.abs()
-        # NaN differences rank first: where one side is NaN is the worst place
-        worst_at = torch.where(torch.isnan(absd), math.inf, absd).flatten().argmax()
-        ok = torch.isclose(b64, a64, rtol=rt, atol=at, equal_nan=True)
-        figures = torch.stack(
+        absd = diff.abs_()
+        norms = torch.stack(
             [
-                absd.max(),
                 torch.linalg.vector_norm(a64),
                 torch.linalg.vector_norm(b64),
-                torch.linalg.vector_norm(diff),
-                (a64 * b64).sum(),
-                (~torch.isfinite(a64)).sum().to(torch.float64),
-                (~torch.isfinite(b64)).sum().to(torch.float64),
-                (~ok).sum().to(torch.float64),
-                a64.flatten()[worst_at],
-                b64.flatten()[worst_at],
+                torch.linalg.vector_norm(absd),
+            ]
+        )
+        if bool(torch.isfinite(norms).all()):  # (float64 norms of these values: finite
+            # exactly when every element is) the common case, a few passes over memory
+            worst_at = absd.argmax()
+            bad_count = torch.gt(absd - rt * a64.abs(), at).sum()
+            nfa = nfb = torch.zeros((), dtype=torch.int64, device=a64.device)
+        else:  # NaN or Inf somewhere: as isclose(b, a, equal_nan=True) decides
+            worst_at = torch.where(torch.isnan(absd), math.inf, absd).argmax()
+            ok = torch.isclose(b64, a64, rtol=rt, atol=at, equal_nan=True)
+            bad_count = (~ok).sum()
+            nfa = (~torch.isfinite(a64)).sum()
+            nfb = (~torch.isfinite(b64)).sum()
+        figures = torch.stack(
+            [
+                absd[worst_at],
+                norms[0],
+                norms[1],
+                norms[2],
+                torch.dot(a64, b64),
+                nfa.to(torch.float64),
+                nfb.to(torch.float64),
+                bad_count.to(torch.float64),
+                a64[worst_at],
+                b64[worst_at],
                 worst_at.to(torch.float64),
             ]
         ).tolist()

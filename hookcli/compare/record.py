@@ -27,10 +27,17 @@ class Recorder(Probe):
     """Keeps a copy of the output tensors (and, when asked, the inputs) of the calls
     ``keep`` names (None: every call), and the order the calls finished in."""
 
-    def __init__(self, inputs: bool = False, keep: set[int] | None = None) -> None:
-        self.keep_inputs = inputs
+    def __init__(
+        self, inputs: bool = False, keep: set[int] | None = None, input_refs: bool = False
+    ) -> None:
+        self.keep_inputs = inputs or input_refs
         self.keep = keep
+        # input_refs: the inputs themselves, no copy, with their version counters (the
+        # run goes under no_grad, where tensors have them): read only while unchanged
+        self.input_refs = input_refs
+        self.needs_versions = input_refs
         self.inputs: dict[int, list[torch.Tensor]] = {}
+        self.versions: dict[int, list[int]] = {}
         self.outputs: dict[int, list[torch.Tensor]] = {}
         self.finished: list[int] = []
         self.grad_inputs: dict[int, list[torch.Tensor]] = {}
@@ -38,7 +45,12 @@ class Recorder(Probe):
 
     def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
         if self.keep_inputs and (self.keep is None or frame.index in self.keep):
-            self.inputs[frame.index] = _copies(args, kwargs)
+            if self.input_refs:
+                refs = [t.detach() for obj in (args, kwargs) for t in iter_tensors(obj)]
+                self.inputs[frame.index] = refs
+                self.versions[frame.index] = [t._version for t in refs]
+            else:
+                self.inputs[frame.index] = _copies(args, kwargs)
 
     def on_forward(
         self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
@@ -53,6 +65,15 @@ class Recorder(Probe):
         self.backward_order.append(frame.index)
         if self.keep is None or frame.index in self.keep:
             self.grad_inputs[frame.index] = _copies(grad_input)
+
+    def unchanged_inputs(self, index: int) -> list[torch.Tensor] | None:
+        """A call's inputs (kept by reference) if nothing changed them in place since."""
+        refs = self.inputs.get(index)
+        if refs is None:
+            return None
+        if self.input_refs and [t._version for t in refs] != self.versions.get(index):
+            return None
+        return refs
 
 
 class Substitute(Probe):

@@ -103,6 +103,7 @@ def _run_pass(
     sources: Mapping[tuple[str, int], list[Any]] | None = None,
     keep: set[int] | None = None,
     loss: Any = None,
+    input_refs: bool = False,
 ) -> Pass:
     """One forward of a side inside a HookSession, recording every call; with ``loss``
     (a ``--loss`` spec) also backward from it, recording grad_input and parameter grads."""
@@ -115,7 +116,7 @@ def _run_pass(
     from hookcli.pipeline import note_meta_assumptions
     from hookcli.session import HookSession
 
-    recorder = Recorder(inputs=inputs, keep=keep)
+    recorder = Recorder(inputs=inputs, keep=keep, input_refs=input_refs)
     probes: list[Any] = [recorder]
     sub = None
     if sources is not None:
@@ -150,9 +151,14 @@ def _run_pass(
             records = session.records
     except RunError as err:
         raise RunError(f"{side.label}: {err.message}", module=err.module) from err
+    kept_inputs = recorder.inputs
+    if input_refs:  # only the inputs no in-place op changed after the call
+        kept_inputs = {
+            i: refs for i in recorder.inputs if (refs := recorder.unchanged_inputs(i)) is not None
+        }
     return Pass(
         records,
-        recorder.inputs,
+        kept_inputs,
         recorder.outputs,
         recorder.finished,
         sub.kept if sub else [],
@@ -197,7 +203,7 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
     args_b, kwargs_b = b_inputs(a.prepared, b.vs, _device(b))
     loss = (plan.loss or "sum") if plan.backward and not meta else None
     pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
-    pb = _run_pass(b, args_b, kwargs_b, mode, inputs=not meta, loss=loss)
+    pb = _run_pass(b, args_b, kwargs_b, mode, input_refs=not meta, loss=loss)
     infos_a, infos_b = _infos(pa.records), _infos(pb.records)
     alignment = align(infos_a, infos_b, plan.rules, plan.align)
     if not alignment.pairs:
@@ -223,7 +229,7 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
         if meta:
             raise UsageError("--copy-weights needs values: --device meta holds shapes only")
         copied = copy_weights(a.model, b.model, module_pairs)
-        pb = _run_pass(b, args_b, kwargs_b, mode, inputs=True, loss=loss)  # on A's weights
+        pb = _run_pass(b, args_b, kwargs_b, mode, input_refs=True, loss=loss)  # A's weights
         infos_b2 = _infos(pb.records)
         if [(c.name, c.call) for c in infos_b2] != [(c.name, c.call) for c in infos_b]:
             raise UsageError("--copy-weights: B called other modules with A's weights")
