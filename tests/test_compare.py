@@ -440,3 +440,26 @@ def test_other_model_forms_on_meta(a: str, b: str) -> None:
     assert report["values_compared"] is False
     convs = [r for r in report["calls"] if r["type"] == "Conv2d"]
     assert len(convs) == 20 and all(r["partner"] is not None for r in convs)
+
+
+def test_vs_weights_file_names_the_module_whose_weights_differ(tmp_path: Any) -> None:
+    torch.manual_seed(0)
+    state = MLPNet().state_dict()
+    state["fc2.weight"] = state["fc2.weight"] + 0.01
+    path = tmp_path / "other.pt"
+    torch.save(state, path)
+    report = invoke_json("compare", f"{M}:MLPNet", "--vs", f"weights={path}")
+    assert report["first_divergence"]["module"] == "fc2"
+    assert report["local_ranking"][0]["module"] == "fc2"
+    rows = {r["name"]: r for r in report["calls"]}
+    assert rows["fc1"]["max_abs"] == 0 and rows["fc3"]["local_max_abs"] == 0
+
+
+@pytest.mark.parametrize("fmt", ["csv", "markdown"])
+def test_csv_and_markdown_carry_the_call_rows(fmt: str) -> None:
+    result = invoke("compare", f"{M}:MLPNet", "--vs", "dtype=float16", "--format", fmt)
+    assert result.exit_code == 0, result.stderr
+    head = result.stdout.splitlines()[0 if fmt == "csv" else 2]
+    for key in ("name", "partner", "rel_l2", "local_rel_l2", "sqnr_db", "outputs"):
+        assert key in head, key
+    assert "fc3" in result.stdout
