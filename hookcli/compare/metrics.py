@@ -274,12 +274,22 @@ def call_diff(
     outs_b: list[torch.Tensor],
     rtol: float | None,
     atol: float | None,
+    cache: dict[tuple[int, int, int], TensorDiff] | None = None,
 ) -> CallDiff:
-    """Pair the flattened output tensors by position; extra ones on a side are listed."""
+    """Pair the flattened output tensors by position; extra ones on a side are listed.
+    ``cache``: figures of a pair already measured (a container's output that is its last
+    child's, the same copies on both sides) are reused."""
     n = max(len(outs_a), len(outs_b))
     diffs = []
     for i in range(n):
         a = outs_a[i] if i < len(outs_a) else None
         b = outs_b[i] if i < len(outs_b) else None
-        diffs.append(tensor_diff(i, a, b, rtol, atol))
+        key = (i, id(a), id(b))
+        if cache is not None and a is not None and b is not None and key in cache:
+            diffs.append(cache[key])
+            continue
+        d = tensor_diff(i, a, b, rtol, atol)
+        if cache is not None and a is not None and b is not None:
+            cache[key] = d
+        diffs.append(d)
     return CallDiff(tuple(diffs))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,6 +40,11 @@ class Recorder(Probe):
         self.needs_versions = input_refs
         self.inputs: dict[int, list[torch.Tensor]] = {}
         self.versions: dict[int, list[int]] = {}
+        # copied outputs by tensor: a later call's input that is an earlier call's output,
+        # unchanged since (same object, same version), shares its copy
+        self._copied: dict[int, tuple[Any, int, torch.Tensor]] = {}
+        if inputs and not input_refs:
+            self.needs_versions = True
         self.outputs: dict[int, list[torch.Tensor]] = {}
         self.finished: list[int] = []
         self.grad_inputs: dict[int, list[torch.Tensor]] = {}
@@ -50,14 +57,29 @@ class Recorder(Probe):
                 self.inputs[frame.index] = refs
                 self.versions[frame.index] = [t._version for t in refs]
             else:
-                self.inputs[frame.index] = _copies(args, kwargs)
+                self.inputs[frame.index] = [
+                    self._copy(t) for obj in (args, kwargs) for t in iter_tensors(obj)
+                ]
 
     def on_forward(
         self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
     ) -> None:
         self.finished.append(frame.index)
         if self.keep is None or frame.index in self.keep:
-            self.outputs[frame.index] = _copies(output)
+            self.outputs[frame.index] = [self._copy(t, True) for t in iter_tensors(output)]
+
+    def _copy(self, t: torch.Tensor, remember: bool = False) -> torch.Tensor:
+        """A copy of ``t``: the one already made where ``t`` is unchanged since."""
+        if not self.needs_versions or t.is_inference():
+            return t.detach().clone()
+        seen = self._copied.get(id(t))
+        if seen is not None and seen[0]() is t and seen[1] == t._version:
+            return seen[2]
+        copy = t.detach().clone()
+        if remember:
+            with contextlib.suppress(TypeError):  # a tensor subclass without weak references
+                self._copied[id(t)] = (weakref.ref(t), t._version, copy)
+        return copy
 
     def on_backward(
         self, frame: Frame, module: nn.Module, grad_input: Any, grad_output: Any

@@ -356,9 +356,10 @@ def _diffs(pa: Pass, pb: Pass | None, alignment: Alignment, plan: Plan) -> dict[
     if pb is None:
         return {}
     out = {}
+    cache: dict[tuple[int, int, int], Any] = {}  # (the copies stay alive while it is used)
     for i, j in alignment.pairs.items():
         if i in pa.outputs and j in pb.outputs:
-            out[i] = call_diff(pa.outputs[i], pb.outputs[j], plan.rtol, plan.atol)
+            out[i] = call_diff(pa.outputs[i], pb.outputs[j], plan.rtol, plan.atol, cache)
     return out
 
 
