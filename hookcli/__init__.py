@@ -27,6 +27,7 @@ from typing import Any as _Any
 # ``import hookcli`` (every start of the CLI, the guarding parent, ``hookcli watch``
 # before COMMAND starts) costs the package and nothing else.
 _API = {
+    "compare": "hookcli.api",
     "cost": "hookcli.api",
     "diff": "hookcli.api",
     "grads": "hookcli.api",
@@ -38,7 +39,7 @@ _API = {
 }
 
 if TYPE_CHECKING:
-    from hookcli.api import cost, diff, grads, inspect, profile, stats
+    from hookcli.api import compare, cost, diff, grads, inspect, profile, stats
     from hookcli.report import Report
     from hookcli.watch.session import watch
 
@@ -81,6 +82,7 @@ _sys.modules[__name__].__class__ = _Package
 __all__ = [
     "Report",
     "__version__",
+    "compare",
     "cost",
     "diff",
     "grads",

@@ -580,4 +580,85 @@ def diff(
     return to_report(result, la, lb)
 
 
-__all__ = ["Report", "cost", "diff", "grads", "inspect", "profile", "stats"]
+# -- compare ---------------------------------------------------------------------------------
+
+
+@_api
+def compare(
+    a: nn.Module,
+    b: nn.Module | None = None,
+    inputs: Any = (),
+    *,
+    forward_kwargs: Mapping[str, Any] | None = None,
+    vs: str | Sequence[str] | None = None,
+    map: str | Sequence[str] | None = None,  # the option's name, as --map
+    align: str = "auto",
+    copy_weights: bool = False,
+    rtol: float | None = None,
+    atol: float | None = None,
+    fail_on: Names = None,
+    mode: str | Mode = "eval",
+    seed: int | None = None,
+) -> Report:
+    """Two models (or one model under one changed setting) on the same inputs, module call
+    by module call, like ``hookcli compare``.
+
+    Args:
+        a: the reference model (run as it is).
+        b: the other model; None with ``vs`` for a copy of ``a`` changed as ``vs`` says.
+        inputs: the positional inputs of forward (a tensor or a tuple); B gets the same
+            tensors (cast or moved where ``vs`` changes dtype or device).
+        forward_kwargs: keyword inputs.
+        vs: ``"amp=bf16"``, ``"dtype=float16"``, ``"quantize=dynamic"``, ... (a string or
+            a list), as ``--vs`` takes them.
+        map: ``--map`` rules (``"transformer.h.{i}.attn=model.layers.{i}.self_attn"``).
+        align: ``auto``, ``names`` or ``order``.
+        copy_weights: give ``b`` a's parameters through the alignment (``b`` is changed).
+        rtol, atol: the tolerance (default: ``torch.testing.assert_close``'s by dtype).
+        fail_on: ``"divergence"``: the report's check fails at the first divergence.
+        mode, seed: as for ``inspect``.
+
+    Returns:
+        The ``Report``: ``calls`` rows with both modes' figures; ``to_dict()`` holds
+        ``first_divergence`` (``module``, ``partner``, ``call``, ...), its local twin,
+        ``local_ranking``, ``unaligned_a`` and ``unaligned_b``.
+    """
+    import copy
+
+    import torch
+
+    from hookcli.cliopts import parse_fail_on
+    from hookcli.compare.align import parse_rules
+    from hookcli.compare.runner import Plan, Side, run_compare
+    from hookcli.compare.settings import Vs, caller, parse_vs, transform
+    from hookcli.options import names_arg
+    from hookcli.pipeline import Prepared, collection_paused
+    from hookcli.sources import LoadedModel
+
+    _common(forward_kwargs, seed, None, False, copy_weights=copy_weights)
+    the_vs = parse_vs([vs] if isinstance(vs, str) else list(vs or ()))
+    if (b is None) == (not the_vs.given):
+        raise UsageError("compare needs b (another model) or vs (a setting), one of them")
+    rules = parse_rules([map] if isinstance(map, str) else list(map or ()))
+    gates = parse_fail_on(names_arg(fail_on), ("divergence",))
+    args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    the_mode = _mode(mode)
+    plan = Plan(rules, align, rtol, atol, "divergence" in gates, copy_weights)
+    with untouched(_tensors((*args, *(forward_kwargs or {}).values()))), collection_paused():
+        pa = live(a, args, forward_kwargs, the_mode, seed)
+        if b is None:
+            device = torch.device(the_vs.device) if the_vs.device else _device_of(a, args)
+            b = transform(copy.deepcopy(a), the_vs, device)
+        pb = live(b, args, forward_kwargs, the_mode, seed)
+        settings = dict(pb.settings)
+        if the_vs.device:
+            settings["device"] = str(torch.device(the_vs.device))
+        pb = Prepared(LoadedModel(module=b, spec=None), None, settings)  # type: ignore[arg-type]
+        side_a = Side("A", pa, pa.model, Vs(), 0 if seed is None else seed)
+        side_b = Side("B", pb, caller(b, the_vs), the_vs, 0 if seed is None else seed)
+        result = run_compare(side_a, side_b, plan, the_mode)
+    assert not isinstance(result, str)
+    return result
+
+
+__all__ = ["Report", "compare", "cost", "diff", "grads", "inspect", "profile", "stats"]

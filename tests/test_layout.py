@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1] / "hookcli"
 # One package per capability: its probe, runner, checks and rendering helpers.
 CAPABILITIES = (
     "hookcli.ablate",
+    "hookcli.compare",
     "hookcli.cost",
     "hookcli.distributed",
     "hookcli.features",

@@ -64,6 +64,12 @@ CASES: list[tuple[str, str, int]] = [
     ("ablate", "ablate sample_models:LeNet -l conv* -l fc1 --metric kl", 0),
     ("ablate-grad", "ablate sample_models:LeNet -l conv* -b 2 --op mean --grad-op scale:0.5", 0),
     ("diff", "diff {old} {new}", 1),
+    (
+        "compare",
+        "compare sample_models:LeNet --vs dtype=bfloat16 --backward --fail-on divergence",
+        1,
+    ),
+    ("compare-meta", "compare sample_models:LeNet --vs dtype=float16 --device meta", 0),
     ("cost", "cost sample_models:LeNet --backward --max-flops 1G", 0),
     ("cost-meta", "cost sample_models.causal_lm:TinyCausalLM --device meta -d 2", 0),
     ("profile", "profile sample_models:LeNet --backward --warmup 0 --repeat 2 --max-ms fc*:1e6", 0),

@@ -23,6 +23,7 @@ _ORDER = (
     "cost",
     "profile",
     "ablate",
+    "compare",
     "watch",
     "diff",
     "models",

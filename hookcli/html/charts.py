@@ -654,6 +654,65 @@ def ablate_charts(data: Report, companions: Mapping[str, Report]) -> list[Sectio
     return [section]
 
 
+# -- compare ----------------------------------------------------------------------------
+
+
+def compare_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]:
+    """Relative L2 error of every aligned call in A's order, propagated and local side by
+    side on a log axis; exact calls (error 0) marked at the bottom; the first divergence
+    marked with a red line."""
+    title = "Error per module: relative L2, propagated and local"
+    rows = [
+        r
+        for r in data.get("calls") or []
+        if isinstance(r, Mapping) and r.get("partner") is not None
+    ]
+    if not data.get("values_compared", True):
+        return [Section("compare", title, note="On meta no values are compared: no chart.")]
+    if not rows:
+        return [Section("compare", title, note="No aligned calls in this report.")]
+    first = data.get("first_divergence") or {}
+    mark = next(
+        (
+            i
+            for i, r in enumerate(rows)
+            if r.get("name") == first.get("module") and r.get("call") == first.get("call")
+        ),
+        None,
+    )
+
+    def draw(fig: Any) -> None:
+        ax = fig.subplots()
+        n = len(rows)
+        series = (("rel_l2", BLUE, "propagated", -0.2), ("local_rel_l2", ORANGE, "local", 0.2))
+        values = [positive(r.get(k)) for r in rows for k, *_ in series]
+        finite = [v for v in values if v is not None and math.isfinite(v)]
+        low = min(finite) if finite else 1e-8
+        high = max(finite) if finite else 1.0
+        bottom = low / 10.0
+        for key, color, name, dx in series:
+            pts = [(i + dx, positive(r.get(key))) for i, r in enumerate(rows)]
+            shown = [(x, v) for x, v in pts if v is not None and math.isfinite(v)]
+            if shown:
+                ax.bar(
+                    [x for x, _ in shown], [v for _, v in shown], width=0.4, color=color, label=name
+                )
+            zeros = [i + dx for i, r in enumerate(rows) if number(r.get(key)) == 0.0]
+            if zeros:
+                ax.scatter(zeros, [bottom] * len(zeros), marker="v", color=color, s=16, zorder=3)
+        if mark is not None:
+            ax.axvline(mark, color=RED, linewidth=1.2, label="first divergence")
+        ax.set_yscale("log")
+        ax.set_ylim(bottom / 3.0, high * 30.0)
+        ax.set_xlim(-0.8, max(n - 0.2, 0.8))
+        set_bar_labels(ax, [row_label(r) for r in rows])
+        ax.set_ylabel("relative L2 (B vs A)")
+        ax.grid(True, axis="y", alpha=0.3)
+        ax.legend(loc="upper left")
+
+    return [chart("compare", title, bar_width(2 * len(rows)), 4.2, draw)]
+
+
 # -- diff -------------------------------------------------------------------------------
 
 
@@ -787,6 +846,7 @@ CHARTS: dict[str, ChartFn] = {
     "cost": cost_charts,
     "profile": profile_charts,
     "ablate": ablate_charts,
+    "compare": compare_charts,
     "diff": diff_charts,
     "watch": watch_charts,
 }

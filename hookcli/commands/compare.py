@@ -1,0 +1,167 @@
+"""``hookcli compare A B`` / ``hookcli compare MODEL --vs KEY=VALUE``: two models (or one
+model under two settings) on the same inputs, module call by module call."""
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from hookcli.cliopts import (
+    AnnotateOpt,
+    AtolOpt,
+    BatchOpt,
+    DebugOpt,
+    DeviceOpt,
+    DtypeOpt,
+    FormatOpt,
+    InputFileOpt,
+    InputOpt,
+    InputsFromOpt,
+    JunitOpt,
+    KwargsOpt,
+    LossOpt,
+    ModelArg,
+    ModeOpt,
+    OutputOpt,
+    RtolOpt,
+    SeedOpt,
+    TrustPickleOpt,
+    WeightsOpt,
+)
+from hookcli.options import Format
+
+NAME = "compare"
+
+
+def _opt(flag: str, metavar: str | None, text: str, panel: str) -> Any:
+    return typer.Option(flag, metavar=metavar, help=text, show_default=False, rich_help_panel=panel)
+
+
+Items = list[str] | None
+ModelBArg = Annotated[
+    str | None,
+    typer.Argument(
+        metavar="[B]",
+        help="The second model (any MODEL form); omit it and give --vs to compare MODEL "
+        "with itself under one changed setting.",
+        show_default=False,
+    ),
+]
+VsOpt = Annotated[Items, _opt("--vs", "KEY=VALUE",
+    "B is MODEL with this changed: amp=bf16|fp16, dtype=NAME, device=DEV, weights=FILE, "
+    "compile[=BACKEND], quantize=dynamic, threads=N, deterministic, seed=N. Repeatable.",
+    "Model")]  # fmt: skip
+AKwargsOpt = Annotated[Items, _opt("--a-kwargs", "KEY=VALUE", "-k for A alone.", "Model")]
+BKwargsOpt = Annotated[Items, _opt("--b-kwargs", "KEY=VALUE", "-k for B alone.", "Model")]
+AKwFileOpt = Annotated[
+    str | None, _opt("--a-kwargs-file", "FILE", "--kwargs-file for A alone.", "Model")
+]
+BKwFileOpt = Annotated[
+    str | None, _opt("--b-kwargs-file", "FILE", "--kwargs-file for B alone.", "Model")
+]
+AWeightsOpt = Annotated[str | None, _opt("--a-weights", "PATH", "--weights for A alone.", "Model")]
+BWeightsOpt = Annotated[str | None, _opt("--b-weights", "PATH", "--weights for B alone.", "Model")]
+CopyWeightsOpt = Annotated[bool, typer.Option("--copy-weights", rich_help_panel="Model",
+    help="Give B A's parameters through the alignment (a Conv1D/Linear weight pair is "
+    "transposed); exit 2 if any of B's cannot be filled.")]  # fmt: skip
+MapOpt = Annotated[Items, _opt("--map", "A_PATTERN=B_PATTERN",
+    "Pair A's modules with B's where names differ: "
+    "'transformer.h.{i}.attn=model.layers.{i}.self_attn' ({i} matches an index; a rule also "
+    "maps the modules under the name). Repeatable.", "Run")]  # fmt: skip
+MapFileOpt = Annotated[str | None, _opt("--map-file", "FILE",
+    "--map rules, one per line ('#' comments), as --print-map writes them.", "Run")]  # fmt: skip
+AlignOpt = Annotated[str, typer.Option("--align", metavar="HOW", rich_help_panel="Run",
+    help="auto (names and --map rules where they pair at least half of A's calls, else "
+    "call order), names, or order (a diff of the call sequences by type and output "
+    "shape).")]  # fmt: skip
+PrintMapOpt = Annotated[bool, typer.Option("--print-map", rich_help_panel="Output",
+    help="Print the alignment as --map rules (for --map-file) instead of the report.")]  # fmt: skip
+BackwardOpt = Annotated[bool, typer.Option("--backward", rich_help_panel="Run",
+    help="Also compare gradients: each aligned call's grad_input and its parameters' "
+    "grads, after backward from --loss on each side.")]  # fmt: skip
+FailOnOpt = Annotated[str | None, _opt("--fail-on", "divergence",
+    "Exit 1 when an aligned call's output passes --rtol/--atol.", "Checks")]  # fmt: skip
+
+
+def command(
+    model: ModelArg,
+    model_b: ModelBArg = None,
+    vs: VsOpt = None,
+    map_rules: MapOpt = None,
+    map_file: MapFileOpt = None,
+    align: AlignOpt = "auto",
+    print_map: PrintMapOpt = False,
+    copy_weights: CopyWeightsOpt = False,
+    backward: BackwardOpt = False,
+    loss: LossOpt = None,
+    rtol: RtolOpt = None,
+    atol: AtolOpt = None,
+    fail_on: FailOnOpt = None,
+    kwargs: KwargsOpt = None,
+    a_kwargs: AKwargsOpt = None,
+    b_kwargs: BKwargsOpt = None,
+    a_kwargs_file: AKwFileOpt = None,
+    b_kwargs_file: BKwFileOpt = None,
+    weights: WeightsOpt = None,
+    a_weights: AWeightsOpt = None,
+    b_weights: BWeightsOpt = None,
+    trust_pickle: TrustPickleOpt = False,
+    input: InputOpt = None,
+    input_file: InputFileOpt = None,
+    inputs_from: InputsFromOpt = None,
+    batch_size: BatchOpt = None,
+    device: DeviceOpt = "cpu",
+    dtype: DtypeOpt = None,
+    mode: ModeOpt = None,
+    format: FormatOpt = Format.TABLE,
+    output: OutputOpt = None,
+    annotate: AnnotateOpt = None,
+    junit: JunitOpt = None,
+    seed: SeedOpt = 0,
+    debug: DebugOpt = False,
+) -> int:
+    """Compare two models (A B), or one model under one changed setting (MODEL --vs
+    KEY=VALUE), on the same inputs: per aligned module call, the error of each output,
+    propagated and local, and the first divergence."""
+    from hookcli.compare.runner import cli_command
+
+    def path(v: str | None) -> Path | None:
+        return None if v is None else Path(v)
+
+    return cli_command(
+        model=model,
+        model_b=model_b,
+        vs=vs,
+        kwargs=kwargs,
+        a_kwargs=a_kwargs,
+        b_kwargs=b_kwargs,
+        a_kwargs_file=path(a_kwargs_file),
+        b_kwargs_file=path(b_kwargs_file),
+        weights=weights,
+        a_weights=path(a_weights),
+        b_weights=path(b_weights),
+        trust_pickle=trust_pickle,
+        map_rules=map_rules,
+        map_file=path(map_file),
+        align=align,
+        print_map=print_map,
+        copy_weights=copy_weights,
+        backward=backward,
+        loss=loss,
+        input=input,
+        input_file=input_file,
+        inputs_from=inputs_from,
+        batch_size=batch_size,
+        device=device,
+        dtype=dtype,
+        mode=mode,
+        format=format,
+        output=output,
+        rtol=rtol,
+        atol=atol,
+        fail_on=fail_on,
+        annotate=annotate,
+        junit=junit,
+        seed=seed,
+        debug=debug,
+    )

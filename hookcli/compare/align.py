@@ -1,0 +1,244 @@
+"""Which call of B answers which call of A.
+
+Three ways, tried in this order (``--align auto``):
+
+- ``--map 'A_PATTERN=B_PATTERN'`` rules: ``{i}`` (also ``{j}``, ``{k}``, ``{n}``) matches
+  an index, any other ``{word}`` one name component; a rule also maps the modules under
+  a matched name (``transformer.h.{i}=model.layers.{i}`` sends ``transformer.h.0.mlp``
+  to ``model.layers.0.mlp``);
+- the same qualified name;
+- the call sequences, aligned like a diff (``difflib.SequenceMatcher``) on
+  (type, output shapes) tokens, then, inside each stretch that differs, on output
+  shapes alone (a Linear against a transformers Conv1D), then on type alone (an
+  Embedding whose output has a leading 1 on one side).
+
+A module called several times is paired call by call (A's call k with B's call k for
+names and rules; in sequence order otherwise). Pure Python: no torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from hookcli.errors import UsageError
+
+METHODS = ("auto", "names", "order")
+_INDEX = frozenset("ijkn")
+
+
+@dataclass(frozen=True)
+class CallInfo:
+    """One module call of a side, as the alignment sees it."""
+
+    index: int  # the order calls began
+    name: str
+    type: str
+    call: int
+    depth: int
+    input_shapes: tuple[tuple[int, ...], ...]
+    output_shapes: tuple[tuple[int, ...], ...]
+
+
+@dataclass(frozen=True)
+class Rule:
+    """``A_PATTERN=B_PATTERN``."""
+
+    text: str
+    a: str
+    b: str
+    regex: re.Pattern[str]
+
+    def apply(self, name: str) -> str | None:
+        """B's name for A's ``name`` (or a module under it), or None."""
+        m = self.regex.match(name)
+        if m is None:
+            return None
+        rest = name[m.end() :]
+        out = self.b
+        for key, value in m.groupdict().items():
+            out = out.replace("{" + key + "}", value)
+        if not out:
+            return rest.removeprefix(".")
+        return out + rest
+
+
+def _root(text: str) -> str:
+    return "" if text.strip() in ("(root)", "") else text.strip()
+
+
+def parse_rule(text: str) -> Rule:
+    """``'transformer.h.{i}.attn=model.layers.{i}.self_attn'`` -> Rule (exit 2 if malformed)."""
+    a, sep, b = text.partition("=")
+    if not sep or "=" in b:
+        raise UsageError(f"--map {text!r}: write A_PATTERN=B_PATTERN (one '=')")
+    a, b = _root(a), _root(b)
+    names_a = re.findall(r"\{(\w+)\}", a)
+    names_b = re.findall(r"\{(\w+)\}", b)
+    if len(set(names_a)) != len(names_a):
+        raise UsageError(f"--map {text!r}: a placeholder appears twice on the left")
+    missing = sorted(set(names_b) - set(names_a))
+    if missing:
+        raise UsageError(f"--map {text!r}: {{{missing[0]}}} on the right is not on the left")
+    pattern = ""
+    pos = 0
+    for m in re.finditer(r"\{(\w+)\}", a):
+        pattern += re.escape(a[pos : m.start()])
+        key = m.group(1)
+        pattern += f"(?P<{key}>\\d+)" if key in _INDEX else f"(?P<{key}>[^.]+)"
+        pos = m.end()
+    pattern += re.escape(a[pos:])
+    # the name itself, or a module under it
+    regex = re.compile(f"^{pattern}(?=$|\\.)" if a else "^$")
+    return Rule(text, a, b, regex)
+
+
+def parse_rules(texts: Sequence[str]) -> tuple[Rule, ...]:
+    out = []
+    for text in texts:
+        for line in text.splitlines():
+            line = line.strip()
+            if line and not line.startswith("#"):
+                out.append(parse_rule(line))
+    return tuple(out)
+
+
+def map_name(name: str, rules: Sequence[Rule]) -> tuple[str, str]:
+    """(B's name, how): by the first rule that matches, else the same name."""
+    for rule in rules:
+        target = rule.apply(name)
+        if target is not None:
+            return target, "rule"
+    return name, "name"
+
+
+@dataclass(frozen=True)
+class Alignment:
+    """A's call index -> B's call index, how each pair was found, and who has no partner."""
+
+    method: str  # names | order
+    pairs: dict[int, int]
+    how: dict[int, str]  # name | rule | order | shapes | type
+    unaligned_a: tuple[int, ...]
+    unaligned_b: tuple[int, ...]
+
+
+def _by_names(
+    calls_a: Sequence[CallInfo], calls_b: Sequence[CallInfo], rules: Sequence[Rule]
+) -> tuple[dict[int, int], dict[int, str]]:
+    b_at = {(c.name, c.call): c.index for c in calls_b}
+    pairs: dict[int, int] = {}
+    how: dict[int, str] = {}
+    for c in calls_a:
+        target, kind = map_name(c.name, rules)
+        j = b_at.get((target, c.call))
+        if j is not None and j not in pairs.values():
+            pairs[c.index] = j
+            how[c.index] = kind
+    return pairs, how
+
+
+_LEVELS = ("type+shapes", "shapes", "type")
+
+
+def _token(c: CallInfo, level: int) -> tuple[object, ...]:
+    if level == 0:
+        return (c.type, c.output_shapes)
+    if level == 1:
+        return (c.output_shapes,)
+    return (c.type,)
+
+
+def _match(
+    calls_a: Sequence[CallInfo],
+    calls_b: Sequence[CallInfo],
+    level: int,
+    pairs: dict[int, int],
+    how: dict[int, str],
+) -> None:
+    """Equal stretches pair; each stretch that differs on both sides is matched again on
+    the next, looser token (type and shapes, then shapes, then type)."""
+    ta = [_token(c, level) for c in calls_a]
+    tb = [_token(c, level) for c in calls_b]
+    matcher = difflib.SequenceMatcher(None, ta, tb, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            for k in range(i2 - i1):
+                pairs[calls_a[i1 + k].index] = calls_b[j1 + k].index
+                how[calls_a[i1 + k].index] = "order" if level == 0 else _LEVELS[level]
+        elif tag == "replace" and level + 1 < len(_LEVELS):
+            _match(calls_a[i1:i2], calls_b[j1:j2], level + 1, pairs, how)
+
+
+def _by_order(
+    calls_a: Sequence[CallInfo], calls_b: Sequence[CallInfo]
+) -> tuple[dict[int, int], dict[int, str]]:
+    pairs: dict[int, int] = {}
+    how: dict[int, str] = {}
+    _match(calls_a, calls_b, 0, pairs, how)
+    return pairs, how
+
+
+def align(
+    calls_a: Sequence[CallInfo],
+    calls_b: Sequence[CallInfo],
+    rules: Sequence[Rule] = (),
+    method: str = "auto",
+) -> Alignment:
+    """Pair the calls: ``names`` (rules, then same names), ``order`` (the sequences), or
+    ``auto``: names where they pair at least half of A's calls (or rules are given),
+    else order."""
+    if method not in METHODS:
+        raise UsageError(f"--align must be one of {', '.join(METHODS)}, got {method!r}")
+    pairs, how = _by_names(calls_a, calls_b, rules)
+    used = "names"
+    enough = bool(rules) or 2 * len(pairs) >= len(calls_a)
+    if method == "order" or (method == "auto" and not enough):
+        pairs, how = _by_order(calls_a, calls_b)
+        used = "order"
+    taken = set(pairs.values())
+    return Alignment(
+        method=used,
+        pairs=pairs,
+        how=how,
+        unaligned_a=tuple(c.index for c in calls_a if c.index not in pairs),
+        unaligned_b=tuple(c.index for c in calls_b if c.index not in taken),
+    )
+
+
+def rules_from_pairs(pairs: Sequence[tuple[str, str]]) -> list[str]:
+    """``--map`` rules that reproduce the module pairs: indices generalised to ``{i}`` where
+    the same indices appear on both sides in the same order; pairs with equal names left out
+    (the names already pair them)."""
+    lines: list[str] = []
+    seen: dict[str, str] = {}
+    literal: list[str] = []
+    for a, b in pairs:
+        if a == b:
+            continue
+        ta, tb = _template(a, b)
+        if ta is None or tb is None or seen.get(ta, tb) != tb:
+            literal.append(f"{a or '(root)'}={b or '(root)'}")
+            continue
+        if ta not in seen:
+            seen[ta] = tb
+            lines.append(f"{ta or '(root)'}={tb or '(root)'}")
+    return lines + [line for line in literal if line not in lines]
+
+
+def _template(a: str, b: str) -> tuple[str | None, str | None]:
+    pa, pb = a.split("."), b.split(".")
+    da = [p for p in pa if p.isdigit()]
+    db = [p for p in pb if p.isdigit()]
+    if da != db:
+        return a, b  # literal
+    letters = "ijkn"
+    if len(da) > len(letters):
+        return None, None
+    ia = iter(letters)
+    out_a = [("{" + next(ia) + "}") if p.isdigit() else p for p in pa]
+    ib = iter(letters)
+    out_b = [("{" + next(ib) + "}") if p.isdigit() else p for p in pb]
+    return ".".join(out_a), ".".join(out_b)

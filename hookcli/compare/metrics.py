@@ -1,0 +1,295 @@
+"""Per output tensor: how far B's value is from A's (A is the reference).
+
+Every figure is computed in float64 from the two tensors as they are (B's cast to
+float64 on A's device), so it does not depend on the dtype either side ran in:
+
+    max_abs  = max |b - a|
+    rel_l2   = ||b - a|| / ||a||          (0 when both are zero, inf when only a is)
+    cosine   = <a, b> / (||a|| ||b||)     (1 when both are zero, 0 when one is)
+    sqnr_db  = 10 log10(||a||^2 / ||b - a||^2)   (inf when b == a)
+
+An element passes when ``|b - a| <= atol + rtol * |a|`` (``torch.isclose(b, a)``, NaN
+equal to NaN), as ``torch.testing.assert_close(b, a)`` tests it; the default tolerances
+are assert_close's for the less precise of the two dtypes.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import torch
+
+# torch.testing.assert_close's defaults (torch/testing/_comparison.py), by dtype name
+_TOLERANCES = {
+    "float16": (1e-3, 1e-5),
+    "bfloat16": (1.6e-2, 1e-5),
+    "float32": (1.3e-6, 1e-5),
+    "float64": (1e-7, 1e-7),
+    "complex32": (1e-3, 1e-5),
+    "complex64": (1.3e-6, 1e-5),
+    "complex128": (1e-7, 1e-7),
+}
+
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def default_tolerance(dtype_a: Any, dtype_b: Any) -> tuple[float, float]:
+    """(rtol, atol): assert_close's for the looser of the two dtypes; integers exact."""
+    pairs = [_TOLERANCES.get(dtype_name(d), (0.0, 0.0)) for d in (dtype_a, dtype_b)]
+    return max(p[0] for p in pairs), max(p[1] for p in pairs)
+
+
+@dataclass(frozen=True)
+class TensorDiff:
+    """One output tensor of one call, A against B."""
+
+    index: int
+    shape_a: tuple[int, ...] | None
+    shape_b: tuple[int, ...] | None
+    dtype_a: str | None
+    dtype_b: str | None
+    rtol: float
+    atol: float
+    max_abs: float | None = None
+    rel_l2: float | None = None
+    cosine: float | None = None
+    sqnr_db: float | None = None
+    nonfinite_a: int = 0
+    nonfinite_b: int = 0
+    mismatched: int = 0  # elements beyond the tolerance
+    worst: tuple[int, ...] | None = None  # where |b - a| is largest
+    value_a: float | None = None
+    value_b: float | None = None
+    # "shape" (B's differs beyond dims of size 1, which are compared as A's shape),
+    # "missing in B", "missing in A"
+    problem: str | None = None
+
+    @property
+    def diverged(self) -> bool:
+        """Values beyond the tolerance, or shapes that differ (a tensor one side has and
+        the other lacks is listed, not counted: the structures differ, not the numbers)."""
+        return self.problem == "shape" or self.mismatched > 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "shape_a": None if self.shape_a is None else list(self.shape_a),
+            "shape_b": None if self.shape_b is None else list(self.shape_b),
+            "dtype_a": self.dtype_a,
+            "dtype_b": self.dtype_b,
+            "max_abs": self.max_abs,
+            "rel_l2": self.rel_l2,
+            "cosine": self.cosine,
+            "sqnr_db": self.sqnr_db,
+            "nonfinite_a": self.nonfinite_a,
+            "nonfinite_b": self.nonfinite_b,
+            "mismatched": self.mismatched,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "worst": None if self.worst is None else list(self.worst),
+            "value_a": self.value_a,
+            "value_b": self.value_b,
+            "problem": self.problem,
+            "diverged": self.diverged,
+        }
+
+
+def _ratio(num: float, den: float, both_zero: float, den_zero: float) -> float:
+    if den > 0:
+        return num / den
+    return both_zero if num == 0 else den_zero
+
+
+def tensor_diff(
+    index: int,
+    a: torch.Tensor | None,
+    b: torch.Tensor | None,
+    rtol: float | None = None,
+    atol: float | None = None,
+) -> TensorDiff:
+    """A against B for one tensor (either may be missing: the structures differ)."""
+    import torch
+
+    da = None if a is None else dtype_name(a.dtype)
+    db = None if b is None else dtype_name(b.dtype)
+    d_rtol, d_atol = default_tolerance(da or db, db or da)
+    rt = d_rtol if rtol is None else rtol
+    at = d_atol if atol is None else atol
+    sa = None if a is None else tuple(a.shape)
+    sb = None if b is None else tuple(b.shape)
+    base: dict[str, Any] = {
+        "index": index,
+        "shape_a": sa,
+        "shape_b": sb,
+        "dtype_a": da,
+        "dtype_b": db,
+    }
+    if a is None or b is None:
+        missing = "missing in B" if b is None else "missing in A"
+        return TensorDiff(**base, rtol=rt, atol=at, problem=missing)
+    if sa != sb:
+        if [d for d in sa or () if d != 1] != [d for d in sb or () if d != 1]:
+            return TensorDiff(**base, rtol=rt, atol=at, problem="shape")
+        b = b.reshape(a.shape)  # the same values, a leading (or inner) 1 more or less
+    if a.is_meta or b.is_meta:
+        return TensorDiff(**base, rtol=rt, atol=at)
+    with torch.no_grad():
+        a64 = a.detach().to(torch.float64).flatten()
+        b64 = b.detach().to(device=a64.device, dtype=torch.float64).flatten()
+        diff = b64 - a64
+        numel = diff.numel()
+        if numel == 0:
+            return TensorDiff(**base, rtol=rt, atol=at, max_abs=0.0, rel_l2=0.0, cosine=1.0,
+                              sqnr_db=math.inf)  # fmt: skip
+        absd = diff.abs_()
+        norms = torch.stack(
+            [
+                torch.linalg.vector_norm(a64),
+                torch.linalg.vector_norm(b64),
+                torch.linalg.vector_norm(absd),
+            ]
+        )
+        if bool(torch.isfinite(norms).all()):  # (float64 norms of these values: finite
+            # exactly when every element is) the common case, a few passes over memory
+            worst_at = absd.argmax()
+            bad_count = torch.gt(absd - rt * a64.abs(), at).sum()
+            nfa = nfb = torch.zeros((), dtype=torch.int64, device=a64.device)
+        else:  # NaN or Inf somewhere: as isclose(b, a, equal_nan=True) decides
+            worst_at = torch.where(torch.isnan(absd), math.inf, absd).argmax()
+            ok = torch.isclose(b64, a64, rtol=rt, atol=at, equal_nan=True)
+            bad_count = (~ok).sum()
+            nfa = (~torch.isfinite(a64)).sum()
+            nfb = (~torch.isfinite(b64)).sum()
+        figures = torch.stack(
+            [
+                absd[worst_at],
+                norms[0],
+                norms[1],
+                norms[2],
+                torch.dot(a64, b64),
+                nfa.to(torch.float64),
+                nfb.to(torch.float64),
+                bad_count.to(torch.float64),
+                a64[worst_at],
+                b64[worst_at],
+                worst_at.to(torch.float64),
+            ]
+        ).tolist()
+    max_abs, na, nb, nd, dot, nfa, nfb, bad, va, vb, k = figures
+    rel = _ratio(nd, na, 0.0, math.inf)
+    cosine = dot / (na * nb) if na > 0 and nb > 0 else (1.0 if na == nb == 0 else 0.0)
+    if nd == 0 or math.isnan(nd):
+        sqnr = math.inf if nd == 0 else math.nan
+    elif na == 0:
+        sqnr = -math.inf
+    else:
+        sqnr = 10.0 * math.log10(na * na / (nd * nd)) if math.isfinite(na) else math.nan
+    worst = _unravel(int(k), sa or ())
+    return TensorDiff(
+        **base,
+        rtol=rt,
+        atol=at,
+        max_abs=max_abs,
+        rel_l2=rel,
+        cosine=cosine,
+        sqnr_db=sqnr,
+        nonfinite_a=int(nfa),
+        nonfinite_b=int(nfb),
+        mismatched=int(bad),
+        worst=worst,
+        value_a=va,
+        value_b=vb,
+    )
+
+
+def _unravel(k: int, shape: tuple[int, ...]) -> tuple[int, ...]:
+    out = []
+    for dim in reversed(shape):
+        out.append(k % dim if dim else 0)
+        k = k // dim if dim else 0
+    return tuple(reversed(out))
+
+
+@dataclass(frozen=True)
+class CallDiff:
+    """Every output tensor of one aligned call, and the call's worst figures."""
+
+    tensors: tuple[TensorDiff, ...]
+
+    @property
+    def diverged(self) -> bool:
+        return any(t.diverged for t in self.tensors)
+
+    def _pick(self, key: str, worst: Any) -> float | None:
+        values = [getattr(t, key) for t in self.tensors if getattr(t, key) is not None]
+        if not values:
+            return None
+        nan = [v for v in values if math.isnan(v)]
+        return nan[0] if nan else worst(values)
+
+    @property
+    def max_abs(self) -> float | None:
+        return self._pick("max_abs", max)
+
+    @property
+    def rel_l2(self) -> float | None:
+        return self._pick("rel_l2", max)
+
+    @property
+    def cosine(self) -> float | None:
+        return self._pick("cosine", min)
+
+    @property
+    def sqnr_db(self) -> float | None:
+        return self._pick("sqnr_db", min)
+
+    def first_bad(self) -> TensorDiff | None:
+        """The tensor that diverged with the largest error (the first if none has values)."""
+        bad = [t for t in self.tensors if t.diverged]
+        if not bad:
+            return None
+        return max(bad, key=lambda t: -1.0 if t.rel_l2 is None else _finite_key(t.rel_l2))
+
+    def summary(self, prefix: str = "") -> dict[str, Any]:
+        return {
+            f"{prefix}max_abs": self.max_abs,
+            f"{prefix}rel_l2": self.rel_l2,
+            f"{prefix}cosine": self.cosine,
+            f"{prefix}sqnr_db": self.sqnr_db,
+            f"{prefix}diverged": self.diverged,
+        }
+
+
+def _finite_key(v: float) -> float:
+    return math.inf if math.isnan(v) else v
+
+
+def call_diff(
+    outs_a: list[torch.Tensor],
+    outs_b: list[torch.Tensor],
+    rtol: float | None,
+    atol: float | None,
+    cache: dict[tuple[int, int, int], TensorDiff] | None = None,
+) -> CallDiff:
+    """Pair the flattened output tensors by position; extra ones on a side are listed.
+    ``cache``: figures of a pair already measured (a container's output that is its last
+    child's, the same copies on both sides) are reused."""
+    n = max(len(outs_a), len(outs_b))
+    diffs = []
+    for i in range(n):
+        a = outs_a[i] if i < len(outs_a) else None
+        b = outs_b[i] if i < len(outs_b) else None
+        key = (i, id(a), id(b))
+        if cache is not None and a is not None and b is not None and key in cache:
+            diffs.append(cache[key])
+            continue
+        d = tensor_diff(i, a, b, rtol, atol)
+        if cache is not None and a is not None and b is not None:
+            cache[key] = d
+        diffs.append(d)
+    return CallDiff(tuple(diffs))

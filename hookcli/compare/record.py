@@ -1,0 +1,153 @@
+"""The probes of compare's passes: record a side's calls, and feed B A's inputs (local mode)."""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+
+from hookcli.session import Frame, HookSession, Probe
+from hookcli.structures import _rebuildable, iter_tensors, rebuild
+
+
+def _copies(*objs: Any) -> list[torch.Tensor]:
+    """Every tensor in ``objs``, detached and copied (a later in-place op cannot change it)."""
+    out = []
+    for obj in objs:
+        if obj is None:
+            continue
+        for t in iter_tensors(obj):
+            out.append(t.detach().clone())
+    return out
+
+
+class Recorder(Probe):
+    """Keeps a copy of the output tensors (and, when asked, the inputs) of the calls
+    ``keep`` names (None: every call), and the order the calls finished in."""
+
+    def __init__(
+        self, inputs: bool = False, keep: set[int] | None = None, input_refs: bool = False
+    ) -> None:
+        self.keep_inputs = inputs or input_refs
+        self.keep = keep
+        # input_refs: the inputs themselves, no copy, with their version counters (the
+        # run goes under no_grad, where tensors have them): read only while unchanged
+        self.input_refs = input_refs
+        self.needs_versions = input_refs
+        self.inputs: dict[int, list[torch.Tensor]] = {}
+        self.versions: dict[int, list[int]] = {}
+        # copied outputs by tensor: a later call's input that is an earlier call's output,
+        # unchanged since (same object, same version), shares its copy
+        self._copied: dict[int, tuple[Any, int, torch.Tensor]] = {}
+        if inputs and not input_refs:
+            self.needs_versions = True
+        self.outputs: dict[int, list[torch.Tensor]] = {}
+        self.finished: list[int] = []
+        self.grad_inputs: dict[int, list[torch.Tensor]] = {}
+        self.backward_order: list[int] = []
+
+    def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
+        if self.keep_inputs and (self.keep is None or frame.index in self.keep):
+            if self.input_refs:
+                refs = [t.detach() for obj in (args, kwargs) for t in iter_tensors(obj)]
+                self.inputs[frame.index] = refs
+                self.versions[frame.index] = [t._version for t in refs]
+            else:
+                self.inputs[frame.index] = [
+                    self._copy(t) for obj in (args, kwargs) for t in iter_tensors(obj)
+                ]
+
+    def on_forward(
+        self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
+    ) -> None:
+        self.finished.append(frame.index)
+        if self.keep is None or frame.index in self.keep:
+            self.outputs[frame.index] = [self._copy(t, True) for t in iter_tensors(output)]
+
+    def _copy(self, t: torch.Tensor, remember: bool = False) -> torch.Tensor:
+        """A copy of ``t``: the one already made where ``t`` is unchanged since."""
+        if not self.needs_versions or t.is_inference():
+            return t.detach().clone()
+        seen = self._copied.get(id(t))
+        if seen is not None and seen[0]() is t and seen[1] == t._version:
+            return seen[2]
+        copy = t.detach().clone()
+        if remember:
+            with contextlib.suppress(TypeError):  # a tensor subclass without weak references
+                self._copied[id(t)] = (weakref.ref(t), t._version, copy)
+        return copy
+
+    def on_backward(
+        self, frame: Frame, module: nn.Module, grad_input: Any, grad_output: Any
+    ) -> None:
+        self.backward_order.append(frame.index)
+        if self.keep is None or frame.index in self.keep:
+            self.grad_inputs[frame.index] = _copies(grad_input)
+
+    def unchanged_inputs(self, index: int) -> list[torch.Tensor] | None:
+        """A call's inputs (kept by reference) if nothing changed them in place since."""
+        refs = self.inputs.get(index)
+        if refs is None:
+            return None
+        if self.input_refs and [t._version for t in refs] != self.versions.get(index):
+            return None
+        return refs
+
+
+class Substitute(Probe):
+    """The local mode: a forward pre-hook on B's modules returns A's recorded input for the
+    aligned call (cast to the dtype and device of B's own), so B's module starts from A's
+    values and its error is its own. A call whose inputs differ in number or shape keeps its
+    own (``kept`` lists it)."""
+
+    def __init__(self, sources: Mapping[tuple[str, int], list[torch.Tensor]]) -> None:
+        self.sources = sources  # (B name, B call) -> A's input tensors
+        self.calls: dict[int, int] = {}
+        self.kept: list[tuple[str, int]] = []
+        self.fed: int = 0
+
+    def attach(self, session: HookSession) -> None:
+        names = {n for n, _ in self.sources}
+        for module in session.model.modules():
+            name = session.names.get(id(module))
+            if name in names:
+                session.keep(module.register_forward_pre_hook(self._hook(name), with_kwargs=True))
+
+    def _hook(self, name: str) -> Any:
+        def hook(module: nn.Module, args: Any, kwargs: Any) -> Any:
+            call = self.calls.get(id(module), 0)
+            self.calls[id(module)] = call + 1
+            source = self.sources.get((name, call))
+            if source is None:
+                return None
+            own = list(iter_tensors(args)) + list(iter_tensors(kwargs))
+            if len(own) != len(source) or any(
+                tuple(o.shape) != tuple(s.shape) for o, s in zip(own, source, strict=True)
+            ):
+                self.kept.append((name, call))
+                return None
+            feed = iter(
+                [
+                    s.to(device=o.device, dtype=o.dtype)
+                    if o.is_floating_point() and s.is_floating_point()
+                    else s.to(device=o.device)
+                    for o, s in zip(own, source, strict=True)
+                ]
+            )
+
+            def leaf(v: Any) -> Any:
+                return next(feed) if isinstance(v, torch.Tensor) else v
+
+            new_args = rebuild(args, leaf, _rebuildable)
+            new_kwargs = rebuild(kwargs, leaf, _rebuildable)
+            if next(feed, None) is not None:  # a tensor inside an object rebuild keeps
+                self.kept.append((name, call))
+                return None
+            self.fed += 1
+            return new_args, new_kwargs
+
+        return hook

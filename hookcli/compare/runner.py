@@ -1,0 +1,934 @@
+"""``compare``'s run: build both sides, run A, run B (propagated, then local), align,
+measure, and build the report.
+
+A runs once, keeping a copy of every call's inputs and outputs; B runs once freely
+(propagated) and once with each aligned module fed A's input for that call (local,
+through ``record.Substitute``). The two runs use ``HookSession`` as every command does.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from hookcli.compare.settings import Vs
+from hookcli.options import Format, Mode
+from hookcli.report import Report
+
+if TYPE_CHECKING:
+    from hookcli.compare.align import Alignment, CallInfo, Rule
+    from hookcli.compare.metrics import CallDiff
+    from hookcli.pipeline import Prepared
+    from hookcli.report import Column, Row
+
+
+@dataclass(frozen=True)
+class CompareReport(Report):
+    """A Report with compare's top-level keys (``first_divergence``, ...) in its JSON."""
+
+    extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out.update({k: v for k, v in self.extra.items()})
+        return out
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to compare: the alignment, the tolerances, the gates."""
+
+    rules: tuple[Rule, ...] = ()
+    align: str = "auto"
+    rtol: float | None = None
+    atol: float | None = None
+    fail_on_divergence: bool = False
+    copy_weights: bool = False
+    print_map: bool = False
+    top: int = 5
+    backward: bool = False
+    loss: Any = None  # --loss as typed (None: sum)
+    local: bool = True  # the local mode's passes (the benchmark times the modes apart)
+
+
+@dataclass
+class Side:
+    """One side of the comparison: its built model, what calls it, its settings."""
+
+    label: str
+    prepared: Prepared
+    call: Any
+    vs: Vs
+    seed: int
+
+    @property
+    def model(self) -> Any:
+        return self.prepared.model
+
+
+@dataclass
+class Pass:
+    records: tuple[Any, ...]
+    inputs: dict[int, list[Any]]
+    outputs: dict[int, list[Any]]
+    finished: list[int]
+    kept: list[tuple[str, int]] = field(default_factory=list)
+    grad_inputs: dict[int, list[Any]] = field(default_factory=dict)
+    backward_order: list[int] = field(default_factory=list)
+    param_grads: dict[str, Any] = field(default_factory=dict)  # qualified name -> grad copy
+    loss: float | None = None
+
+
+def _infos(records: Sequence[Any]) -> list[CallInfo]:
+    from hookcli.compare.align import CallInfo
+
+    return [
+        CallInfo(r.index, r.name, r.type, r.call, r.depth, r.input_shapes, r.output_shapes)
+        for r in records
+        if r.done
+    ]
+
+
+def _run_pass(
+    side: Side,
+    args: Any,
+    kwargs: Any,
+    mode: Mode,
+    *,
+    inputs: bool = False,
+    sources: Mapping[tuple[str, int], list[Any]] | None = None,
+    keep: set[int] | None = None,
+    loss: Any = None,
+    input_refs: bool = False,
+) -> Pass:
+    """One forward of a side inside a HookSession, recording every call; with ``loss``
+    (a ``--loss`` spec) also backward from it, recording grad_input and parameter grads."""
+    import torch
+
+    from hookcli.compare.record import Recorder, Substitute
+    from hookcli.compare.settings import running
+    from hookcli.errors import RunError
+    from hookcli.loading import keep_cwd
+    from hookcli.pipeline import note_meta_assumptions
+    from hookcli.session import HookSession
+
+    recorder = Recorder(inputs=inputs, keep=keep, input_refs=input_refs)
+    probes: list[Any] = [recorder]
+    sub = None
+    if sources is not None:
+        sub = Substitute(sources)
+        probes.append(sub)
+    device = _device(side)
+    try:
+        with (
+            keep_cwd(),
+            running(side.vs, device),
+            HookSession(
+                side.model, probes, mode=mode, call=side.call, backward=loss is not None
+            ) as session,
+        ):
+            torch.manual_seed(side.seed if side.vs.seed is None else side.vs.seed)
+            output = session.forward(args, kwargs)
+            grads: dict[str, Any] = {}
+            loss_value = None
+            if loss is not None:
+                from hookcli.losses import make_loss
+
+                value = make_loss(loss, side.prepared.inputs)(output)
+                loss_value = None if value.is_meta else float(value.detach())
+                session.backward(value)
+                grads = {
+                    n: p.grad.detach().clone()
+                    for n, p in side.model.named_parameters()
+                    if p.grad is not None
+                }
+            session.finish()
+            note_meta_assumptions(session, side.prepared.settings)
+            records = session.records
+    except RunError as err:
+        raise RunError(f"{side.label}: {err.message}", module=err.module) from err
+    kept_inputs = recorder.inputs
+    if input_refs:  # only the inputs no in-place op changed after the call
+        kept_inputs = {
+            i: refs for i in recorder.inputs if (refs := recorder.unchanged_inputs(i)) is not None
+        }
+    return Pass(
+        records,
+        kept_inputs,
+        recorder.outputs,
+        recorder.finished,
+        sub.kept if sub else [],
+        recorder.grad_inputs,
+        recorder.backward_order,
+        grads,
+        loss_value,
+    )
+
+
+def _device(side: Side) -> Any:
+    import torch
+
+    return torch.device(side.prepared.settings["device"])
+
+
+def b_inputs(a: Prepared, vs: Vs, device: Any) -> tuple[Any, dict[str, Any]]:
+    """A's input tensors for B: the same objects, cast/moved only where --vs says so."""
+    import torch
+
+    from hookcli.structures import move_tensors
+
+    assert a.inputs is not None
+    args, kwargs = a.inputs.args, dict(a.inputs.kwargs)
+    if vs.dtype is None and vs.device is None:
+        return args, kwargs
+    dtype = getattr(torch, vs.dtype) if vs.dtype else None
+    return move_tensors(args, device, dtype), move_tensors(kwargs, device, dtype)
+
+
+def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str:
+    """Both sides' passes, the alignment and the figures: the report (or, for
+    ``print_map``, the ``--map`` rules as text)."""
+    from hookcli.compare.align import align, rules_from_pairs
+    from hookcli.errors import UsageError
+
+    assert a.prepared.inputs is not None
+    meta = (
+        str(a.prepared.settings["device"]) == "meta" or str(b.prepared.settings["device"]) == "meta"
+    )
+    args_a, kwargs_a = a.prepared.inputs.args, dict(a.prepared.inputs.kwargs)
+    args_b, kwargs_b = b_inputs(a.prepared, b.vs, _device(b))
+    loss = (plan.loss or "sum") if plan.backward and not meta else None
+    pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
+    pb = _run_pass(b, args_b, kwargs_b, mode, input_refs=not meta, loss=loss)
+    infos_a, infos_b = _infos(pa.records), _infos(pb.records)
+    alignment = align(infos_a, infos_b, plan.rules, plan.align)
+    if not alignment.pairs:
+        raise UsageError(
+            "A and B have nothing aligned: no module name, --map rule or call sequence pairs "
+            "them; give --map 'A_PATTERN=B_PATTERN' rules"
+        )
+    by_a = {r.index: r for r in pa.records}
+    by_b = {r.index: r for r in pb.records}
+    module_pairs: list[tuple[str, str]] = []
+    for i, j in sorted(alignment.pairs.items()):
+        pair = (by_a[i].name, by_b[j].name)
+        if pair not in module_pairs:
+            module_pairs.append(pair)
+    if plan.print_map:
+        lines = rules_from_pairs(module_pairs)
+        head = f"# --map rules for {alignment.method} alignment ({len(alignment.pairs)} calls)"
+        return "\n".join([head, *lines]) + "\n"
+    copied = None
+    if plan.copy_weights:
+        from hookcli.compare.weights import copy_weights
+
+        if meta:
+            raise UsageError("--copy-weights needs values: --device meta holds shapes only")
+        copied = copy_weights(a.model, b.model, module_pairs)
+        pb = _run_pass(b, args_b, kwargs_b, mode, input_refs=True, loss=loss)  # A's weights
+        infos_b2 = _infos(pb.records)
+        if [(c.name, c.call) for c in infos_b2] != [(c.name, c.call) for c in infos_b]:
+            raise UsageError("--copy-weights: B called other modules with A's weights")
+    local = None
+    if not meta and plan.local:
+        local = _local_passes(a, b, pa, pb, alignment, args_b, kwargs_b, mode)
+    return _report(a, b, plan, mode, pa, pb, local, alignment, meta, copied)
+
+
+def _local_passes(
+    a: Side,
+    b: Side,
+    pa: Pass,
+    pb: Pass,
+    alignment: Alignment,
+    args_b: Any,
+    kwargs_b: Any,
+    mode: Mode,
+) -> Pass:
+    """The local mode: one pass of B per module depth, in which each aligned module of
+    that depth is fed A's input for the call and runs its own subtree freely, so its
+    error is the one it (its code and its children) adds. Modules of one depth never
+    nest, so a pass serves them all; the root (depth 0) is fed A's inputs already."""
+    by_b = {r.index: r for r in pb.records}
+    outputs: dict[int, list[Any]] = {}
+    kept: list[tuple[str, int]] = []
+    depths = sorted({by_b[j].depth for j in alignment.pairs.values()})
+    for depth in depths:
+        pairs = {i: j for i, j in alignment.pairs.items() if by_b[j].depth == depth}
+        if depth == 0:
+            outputs.update({j: pb.outputs[j] for j in pairs.values() if j in pb.outputs})
+            continue
+        sources = {
+            (by_b[j].name, by_b[j].call): pa.inputs[i] for i, j in pairs.items() if i in pa.inputs
+        }
+        p = _run_pass(b, args_b, kwargs_b, mode, sources=sources, keep=set(pairs.values()))
+        outputs.update(p.outputs)
+        kept += p.kept
+    return Pass(pb.records, {}, outputs, pb.finished, kept)
+
+
+def _param_grads(
+    pa: Pass, pb: Pass, i: int, j: int, by_a: Any, by_b: Any, plan: Plan
+) -> tuple[CallDiff, list[tuple[str, str]]] | None:
+    """The grads of A's module's own parameters against its partner's (by local name, else
+    by position; a Linear/Conv1D weight transposed)."""
+    from hookcli.compare.metrics import CallDiff, tensor_diff
+
+    ra, rb = by_a[i], by_b[j]
+
+    def own(grads: dict[str, Any], module: str) -> list[tuple[str, Any]]:
+        prefix = f"{module}." if module else ""
+        return [
+            (n[len(prefix) :], g)
+            for n, g in grads.items()
+            if n.startswith(prefix) and "." not in n[len(prefix) :]
+        ]
+
+    ga, gb = own(pa.param_grads, ra.name), own(pb.param_grads, rb.name)
+    if not ga:
+        return None
+    named_b = dict(gb)
+    crossed = {ra.type, rb.type} == {"Linear", "Conv1D"}
+    tensors: list[Any] = []
+    names: list[tuple[str, str]] = []
+    for pos, (name, g) in enumerate(ga):
+        other = named_b.get(name)
+        if other is None and len(ga) == len(gb):
+            other = gb[pos][1]
+        if other is not None and crossed and other.dim() == 2:
+            other = other.t()
+        tensors.append(tensor_diff(len(tensors), g, other, plan.rtol, plan.atol))
+        names.append(
+            (name, name if name in named_b else (gb[pos][0] if len(ga) == len(gb) else ""))
+        )
+    return CallDiff(tuple(tensors)), names
+
+
+def _grad_report(
+    pa: Pass, pb: Pass, alignment: Alignment, by_a: Any, by_b: Any, plan: Plan
+) -> tuple[dict[int, dict[str, Any]], dict[str, Any] | None]:
+    """Per aligned call: its grad_input and (first call only) its parameters' grads; and the
+    first divergence in A's backward order."""
+    from hookcli.compare.metrics import call_diff
+
+    cols: dict[int, dict[str, Any]] = {}
+    diverged: dict[int, str] = {}
+    for i, j in alignment.pairs.items():
+        data: dict[str, Any] = {}
+        gi = None
+        if i in pa.grad_inputs and j in pb.grad_inputs:
+            gi = call_diff(pa.grad_inputs[i], pb.grad_inputs[j], plan.rtol, plan.atol)
+            data.update(gi.summary("grad_input_"))
+            if gi.diverged:
+                diverged[i] = "grad_input"
+        pg = _param_grads(pa, pb, i, j, by_a, by_b, plan) if by_a[i].call == 0 else None
+        if pg is not None:
+            cd, names = pg
+            data.update(cd.summary("param_grad_"))
+            data["param_grads"] = [
+                {"a": a, "b": b, **t.to_dict()} for (a, b), t in zip(names, cd.tensors, strict=True)
+            ]
+            if cd.diverged:
+                diverged.setdefault(i, "param_grad")
+        cols[i] = data
+    first = None
+    for i in pa.backward_order:
+        if i in diverged:
+            ra, rb = by_a[i], by_b[alignment.pairs[i]]
+            first = {
+                "module": ra.name,
+                "partner": rb.name,
+                "call": ra.call,
+                "partner_call": rb.call,
+                "what": diverged[i],
+            }
+            break
+    return cols, first
+
+
+def _diffs(pa: Pass, pb: Pass | None, alignment: Alignment, plan: Plan) -> dict[int, CallDiff]:
+    from hookcli.compare.metrics import call_diff
+
+    if pb is None:
+        return {}
+    out = {}
+    cache: dict[tuple[int, int, int], Any] = {}  # (the copies stay alive while it is used)
+    for i, j in alignment.pairs.items():
+        if i in pa.outputs and j in pb.outputs:
+            out[i] = call_diff(pa.outputs[i], pb.outputs[j], plan.rtol, plan.atol, cache)
+    return out
+
+
+def _input_diverged(i: int, pa: Pass, pb: Pass | None, alignment: Alignment, plan: Plan) -> bool:
+    from hookcli.compare.metrics import call_diff
+
+    j = alignment.pairs.get(i)
+    if pb is None or j is None or i not in pa.inputs or j not in pb.inputs:
+        return False
+    return call_diff(pa.inputs[i], pb.inputs[j], plan.rtol, plan.atol).diverged
+
+
+def _enclosing(i: int, pa: Pass) -> int | None:
+    """The innermost call that began before call ``i`` and returned after it."""
+    pos = {k: n for n, k in enumerate(pa.finished)}
+    for j in range(i - 1, -1, -1):
+        if pos.get(j, -1) > pos.get(i, -1):
+            return j
+    return None
+
+
+def _divergence(
+    pa: Pass,
+    diffs: Mapping[int, CallDiff],
+    alignment: Alignment,
+    by_a: Any,
+    by_b: Any,
+    pb: Pass | None = None,
+    plan: Plan | None = None,
+) -> dict[str, Any] | None:
+    """The first call in A's order (of finishing: a module's output exists once it
+    returned) whose output passes the tolerance. Where that call's input already differs
+    (propagated mode, ``pb``), the error was made by the code around it: the enclosing
+    call whose own code ran before it is named (the module that differs, not the first
+    child that carries it)."""
+    for i in pa.finished:
+        d = diffs.get(i)
+        if d is None or not d.diverged:
+            continue
+        if pb is not None and plan is not None:
+            while _input_diverged(i, pa, pb, alignment, plan):
+                up = _enclosing(i, pa)
+                if up is None or up not in diffs or not diffs[up].diverged:
+                    break
+                i, d = up, diffs[up]
+        t = d.first_bad()
+        assert t is not None
+        ra, rb = by_a[i], by_b[alignment.pairs[i]]
+        return {
+            "module": ra.name,
+            "partner": rb.name,
+            "call": ra.call,
+            "partner_call": rb.call,
+            "type": ra.type,
+            "partner_type": rb.type,
+            "input_shapes": [list(s) for s in ra.input_shapes],
+            "output_shapes": [list(s) for s in ra.output_shapes],
+            "output": t.index,
+            "worst": None if t.worst is None else list(t.worst),
+            "value_a": t.value_a,
+            "value_b": t.value_b,
+            "max_abs": t.max_abs,
+            "rel_l2": t.rel_l2,
+            "mismatched": t.mismatched,
+            "problem": t.problem,
+            "rtol": t.rtol,
+            "atol": t.atol,
+        }
+    return None
+
+
+def _ranking(
+    diffs: Mapping[int, CallDiff], alignment: Alignment, by_a: Any, by_b: Any, top: int
+) -> list[dict[str, Any]]:
+    """Aligned calls by local relative L2, largest first (a tie: the deeper module first,
+    as a container whose last child made its output carries that child's error)."""
+
+    def key(i: int) -> tuple[float, int]:
+        v = diffs[i].rel_l2
+        return (-(math.inf if v is None or math.isnan(v) else v), -by_a[i].depth)
+
+    ranked = sorted((i for i in diffs if diffs[i].rel_l2 is not None), key=key)
+    return [
+        {
+            "module": by_a[i].name,
+            "partner": by_b[alignment.pairs[i]].name,
+            "call": by_a[i].call,
+            "rel_l2": diffs[i].rel_l2,
+            "sqnr_db": diffs[i].sqnr_db,
+        }
+        for i in ranked[:top]
+    ]
+
+
+def _report(
+    a: Side,
+    b: Side,
+    plan: Plan,
+    mode: Mode,
+    pa: Pass,
+    pb: Pass,
+    local: Pass | None,
+    alignment: Alignment,
+    meta: bool,
+    copied: Any,
+) -> CompareReport:
+    from hookcli.report import CheckResult, Row, shapes_list
+
+    by_a = {r.index: r for r in pa.records}
+    by_b = {r.index: r for r in pb.records}
+    prop = _diffs(pa, None if meta else pb, alignment, plan)
+    loc = _diffs(pa, local, alignment, plan)
+    first = _divergence(pa, prop, alignment, by_a, by_b, None if meta else pb, plan)
+    grad_cols: dict[int, dict[str, Any]] = {}
+    first_grad = None
+    if plan.backward and not meta:
+        grad_cols, first_grad = _grad_report(pa, pb, alignment, by_a, by_b, plan)
+    first_local = _divergence(pa, loc, alignment, by_a, by_b)
+    marks = {}
+    if first_local is not None:
+        marks[(first_local["module"], first_local["call"])] = "<- first divergence (local)"
+    if first is not None:
+        key = (first["module"], first["call"])
+        marks[key] = "<- first divergence" + (" (both)" if key in marks else "")
+    rows = []
+    for r in pa.records:
+        j = alignment.pairs.get(r.index)
+        rb = by_b.get(j) if j is not None else None
+        data: dict[str, Any] = {
+            "name": r.name,
+            "type": r.type,
+            "depth": r.depth,
+            "call": r.call,
+            "partner": None if rb is None else rb.name,
+            "partner_type": None if rb is None else rb.type,
+            "partner_call": None if rb is None else rb.call,
+            "aligned_by": alignment.how.get(r.index),
+            "input_shapes": shapes_list(r.input_shapes),
+            "output_shapes": shapes_list(r.output_shapes),
+            "partner_output_shapes": None if rb is None else shapes_list(rb.output_shapes),
+        }
+        d, dl = prop.get(r.index), loc.get(r.index)
+        for prefix, cd in (("", d), ("local_", dl)):
+            if cd is None:
+                data.update(
+                    {
+                        f"{prefix}{k}": None
+                        for k in ("max_abs", "rel_l2", "cosine", "sqnr_db", "diverged")
+                    }
+                )
+            else:
+                data.update(cd.summary(prefix))
+        if plan.backward:
+            empty = {f"{p}{k}": None for p in ("grad_input_", "param_grad_")
+                     for k in ("max_abs", "rel_l2", "cosine", "sqnr_db", "diverged")}  # fmt: skip
+            data.update({**empty, **grad_cols.get(r.index, {})})
+        data["outputs"] = [t.to_dict() for t in d.tensors] if d else []
+        data["local_outputs"] = [t.to_dict() for t in dl.tensors] if dl else []
+        display: dict[str, Any] = {}
+        if rb is not None and rb.name == r.name:
+            display["partner"] = "="  # the same name: the table says so without repeating it
+        mark = marks.get((r.name, r.call))
+        if rb is None:
+            display["mark"] = "(no partner)"
+        elif mark:
+            display["mark"] = mark
+        rows.append(Row.of(data, display))
+    unaligned_b = [
+        Row.of(
+            {
+                "name": by_b[j].name,
+                "type": by_b[j].type,
+                "call": by_b[j].call,
+                "output_shapes": shapes_list(by_b[j].output_shapes),
+            }
+        )
+        for j in alignment.unaligned_b
+    ]
+    unaligned_a = [
+        {"name": by_a[i].name, "type": by_a[i].type, "call": by_a[i].call}
+        for i in alignment.unaligned_a
+        if by_a[i].done
+    ]
+    ranking = _ranking(loc, alignment, by_a, by_b, plan.top)
+    checks: tuple[CheckResult, ...] = ()
+    if plan.fail_on_divergence:
+        if meta:
+            detail = "on meta no values are compared"
+            checks = (CheckResult("divergence", True, detail),)
+        elif first is None:
+            checks = (CheckResult("divergence", True, "every aligned call within tolerance"),)
+        else:
+            checks = (
+                CheckResult(
+                    "divergence",
+                    False,
+                    f"first divergence at {_where(first)}",
+                    (first["module"],),
+                ),
+            )
+    settings = {**a.prepared.settings}
+    settings["b"] = {
+        k: v
+        for k, v in b.prepared.settings.items()
+        if a.prepared.settings.get(k) != v or k in ("device", "dtype")
+    }
+    if b.vs.given:
+        settings["vs"] = list(b.vs.texts)
+    settings["align"] = alignment.method
+    settings["rtol"] = plan.rtol
+    settings["atol"] = plan.atol
+    totals: dict[str, Any] = {
+        "values_compared": not meta,
+        "aligned_calls": len(alignment.pairs),
+        "calls_a": len([r for r in pa.records if r.done]),
+        "calls_b": len([r for r in pb.records if r.done]),
+        "unaligned_a": len(unaligned_a),
+        "unaligned_b": len(unaligned_b),
+        "diverged_calls": sum(1 for d in prop.values() if d.diverged),
+        "local_diverged_calls": sum(1 for d in loc.values() if d.diverged),
+    }
+    if plan.backward:
+        totals["first_grad_divergence"] = first_grad
+        totals["loss_a"], totals["loss_b"] = pa.loss, pb.loss
+    root = prop.get(pa.records[0].index) if pa.records else None
+    if root is not None:
+        totals["output"] = root.summary()
+    notes = [_side_line("A", a), _side_line("B", b)]
+    if meta:
+        notes.append("on meta: alignment and shapes only; no values are compared")
+    if local is not None and local.kept:
+        notes.append(
+            f"local mode: {len(local.kept)} call(s) of B kept their own inputs (their number "
+            "or shapes differ from A's)"
+        )
+    if copied is not None:
+        notes.append(
+            f"--copy-weights: {len(copied.pairs)} parameter(s) copied from A"
+            + (
+                f", {len(copied.transposed)} transposed (Conv1D/Linear)"
+                if copied.transposed
+                else ""
+            )
+        )
+    extra = {
+        "values_compared": not meta,
+        "first_divergence": first,
+        "first_divergence_local": first_local,
+        **({"first_grad_divergence": first_grad} if plan.backward else {}),
+        "local_ranking": ranking,
+        "unaligned_a": unaligned_a,
+        "copied_weights": None
+        if copied is None
+        else [{"a": x, "b": y, "how": h} for x, y, h in copied.pairs],
+    }
+    report = CompareReport(
+        command="compare",
+        model={
+            "spec": a.prepared.loaded.spec,
+            "class": type(a.model).__name__,
+            "b_spec": b.prepared.loaded.spec,
+            "b_class": type(b.model).__name__,
+        },
+        settings=settings,
+        inputs=a.prepared.input_dicts(),
+        totals=totals,
+        checks=checks,
+        lists={"calls": tuple(rows), "unaligned_b": tuple(unaligned_b)},
+        primary="calls",
+        notes=tuple(notes),
+        extra=extra,
+        columns=tuple(_columns(meta, plan.backward)),
+        table_totals=tuple(
+            _totals_lines(
+                first, first_local, ranking, alignment, totals, unaligned_a, unaligned_b, plan
+            )
+        ),
+    )
+    return report
+
+
+def _side_line(label: str, side: Side) -> str:
+    s = side.prepared.settings
+    what = side.prepared.loaded.spec or type(side.model).__name__
+    extra = f" --vs {', '.join(side.vs.texts)}" if side.vs.given else ""
+    return f"{label}: {what} ({type(side.model).__name__}){extra} | {s['device']} {s['dtype']}"
+
+
+def _where(d: Mapping[str, Any]) -> str:
+    call = f" #{d['call']}" if d["call"] else ""
+    pcall = f" #{d['partner_call']}" if d["partner_call"] else ""
+    a = f"{d['module'] or '(root)'}{call} ({d['type']})"
+    return f"{a} <-> {d['partner'] or '(root)'}{pcall} ({d['partner_type']})"
+
+
+def _div_lines(label: str, d: Mapping[str, Any] | None) -> list[tuple[str, str]]:
+    from hookcli.render import fmt_float, fmt_shapes
+
+    if d is None:
+        return [(label, "none (every aligned call within tolerance)")]
+    text = f"{_where(d)}, in {fmt_shapes(d['input_shapes'])} out {fmt_shapes(d['output_shapes'])}"
+    if d["problem"] == "shape":
+        text += f"; output {d['output']}: shapes differ"
+    else:
+        text += (
+            f"; output {d['output']} at {d['worst']}: A {fmt_float(d['value_a'], 6)} vs "
+            f"B {fmt_float(d['value_b'], 6)} (max |diff| {fmt_float(d['max_abs'])}, "
+            f"rel L2 {fmt_float(d['rel_l2'])}, rtol {d['rtol']:g} atol {d['atol']:g})"
+        )
+    return [(label, text)]
+
+
+def _totals_lines(
+    first: Any,
+    first_local: Any,
+    ranking: list[dict[str, Any]],
+    alignment: Alignment,
+    totals: Mapping[str, Any],
+    unaligned_a: list[dict[str, Any]],
+    unaligned_b: list[Row],
+    plan: Plan,
+) -> list[tuple[str, str]]:
+    from hookcli.render import fmt_float
+
+    lines = [
+        (
+            "Aligned",
+            f"{totals['aligned_calls']} of {totals['calls_a']} calls of A "
+            f"({totals['calls_b']} of B), by {alignment.method}",
+        )
+    ]
+    if unaligned_a:
+        lines.append(("Unaligned in A", _cut([_call_name(u) for u in unaligned_a])))
+    if unaligned_b:
+        lines.append(("Unaligned in B", _cut([_call_name(r.data) for r in unaligned_b])))
+    if not totals.get("values_compared", True):
+        lines.append(("First divergence", "not sought: on meta no values are compared"))
+        return lines
+    lines += _div_lines("First divergence", first)
+    lines += _div_lines("First divergence (local)", first_local)
+    if plan.backward:
+        g = totals.get("first_grad_divergence")
+        lines.append(
+            (
+                "First grad divergence",
+                "none"
+                if g is None
+                else f"{g['module'] or '(root)'} <-> {g['partner'] or '(root)'} ({g['what']})",
+            )
+        )
+    adding = [r for r in ranking if r["rel_l2"]]
+    if adding:
+        lines.append(
+            (
+                "Local ranking",
+                ", ".join(
+                    f"{r['module'] or '(root)'} {fmt_float(r['rel_l2'])}" for r in adding[:3]
+                ),
+            )
+        )
+    tol = (
+        "assert_close's defaults by dtype"
+        if plan.rtol is None and plan.atol is None
+        else f"rtol {plan.rtol}, atol {plan.atol}"
+    )
+    lines.append(("Tolerance", tol))
+    return lines
+
+
+def _call_name(d: Mapping[str, Any]) -> str:
+    return (d["name"] or "(root)") + (f" #{d['call']}" if d.get("call") else "")
+
+
+def _cut(names: list[str], limit: int = 6) -> str:
+    more = f" (+{len(names) - limit})" if len(names) > limit else ""
+    return ", ".join(names[:limit]) + more
+
+
+def _columns(meta: bool, backward: bool = False) -> list[Column]:
+    from hookcli.render import fmt_float, fmt_shapes
+    from hookcli.report import Column
+
+    cols = [
+        Column("name", "Layer"),
+        Column("partner", "Partner in B", _partner),
+        Column("type", "Type"),
+        Column("output_shapes", "Output shape", fmt_shapes),
+    ]
+    if meta:
+        return [*cols, Column("partner_output_shapes", "B output shape", fmt_shapes)]
+    grads = [
+        Column("grad_input_rel_l2", "Grad in rel L2", fmt_float, "right"),
+        Column("param_grad_rel_l2", "Param grad rel L2", fmt_float, "right"),
+    ]
+    return (
+        cols
+        + [
+            Column("max_abs", "Max |diff|", fmt_float, "right"),
+            Column("rel_l2", "Rel L2", fmt_float, "right"),
+            Column("cosine", "Cosine", _fmt_cos, "right"),
+            Column("sqnr_db", "SQNR dB", _fmt_db, "right"),
+            Column("local_rel_l2", "Local rel L2", fmt_float, "right"),
+            Column("local_sqnr_db", "Local SQNR dB", _fmt_db, "right"),
+        ]
+        + (grads if backward else [])
+    )
+
+
+def _partner(v: Any) -> str:
+    if v is None:
+        return "-"
+    return v or "(root)"
+
+
+def _fmt_cos(v: Any) -> str:
+    if v is None:
+        return "-"
+    return f"{float(v):.6f}" if math.isfinite(float(v)) else str(v)
+
+
+def _fmt_db(v: Any) -> str:
+    if v is None:
+        return "-"
+    v = float(v)
+    return f"{v:.1f}" if math.isfinite(v) else ("inf" if v > 0 else str(v))
+
+
+# -- the command ----------------------------------------------------------------------------
+
+
+def cli_command(
+    *,
+    model: str,
+    model_b: str | None,
+    vs: list[str] | None,
+    kwargs: list[str] | None,
+    a_kwargs: list[str] | None,
+    b_kwargs: list[str] | None,
+    a_kwargs_file: Path | None,
+    b_kwargs_file: Path | None,
+    weights: Path | None,
+    a_weights: Path | None,
+    b_weights: Path | None,
+    trust_pickle: bool,
+    map_rules: list[str] | None,
+    map_file: Path | None,
+    align: str,
+    print_map: bool,
+    copy_weights: bool,
+    backward: bool,
+    loss: str | None,
+    input: list[str] | None,
+    input_file: Path | None,
+    inputs_from: str | None,
+    batch_size: int | None,
+    device: str,
+    dtype: str | None,
+    mode: Mode | None,
+    format: Format,
+    output: Path | None,
+    rtol: float | None,
+    atol: float | None,
+    fail_on: str | None,
+    annotate: Any,
+    junit: Path | None,
+    seed: int,
+    debug: bool,
+) -> int:
+    """The compare command's run (``hookcli compare``): plan, build both, compare, emit."""
+    from hookcli.cliopts import (
+        ci_options,
+        model_options,
+        output_options,
+        parse_fail_on,
+        run_options,
+    )
+    from hookcli.compare.align import METHODS, parse_rules
+    from hookcli.compare.settings import parse_vs
+    from hookcli.errors import UsageError
+    from hookcli.kwargs import with_file
+    from hookcli.options import loss_arg
+
+    if (model_b is None) == (not vs):
+        raise UsageError(
+            "compare needs two models (compare A B) or one model and a setting "
+            "(compare MODEL --vs KEY=VALUE)"
+            if model_b is None
+            else "compare A B compares two models; --vs changes one model: give one of them"
+        )
+    the_vs = parse_vs(vs or ())
+    if align not in METHODS:
+        raise UsageError(f"--align must be one of {', '.join(METHODS)}, got {align!r}")
+    texts = list(map_rules or ())
+    if map_file is not None:
+        try:
+            texts.append(map_file.read_text(encoding="utf-8"))
+        except OSError as err:
+            raise UsageError(f"--map-file {map_file}: {err.strerror or err}") from None
+    rules = parse_rules(texts)
+    gates = parse_fail_on(fail_on, ("divergence",))
+    if (a_weights is not None or b_weights is not None) and weights is not None:
+        raise UsageError("--weights gives both sides theirs: use --a-weights/--b-weights instead")
+    if the_vs.weights is not None and (b_weights is not None or weights is not None):
+        raise UsageError("--vs weights=FILE gives B its weights: drop --weights/--b-weights")
+    ka = [*(with_file(list(kwargs or ()), a_kwargs_file) or ()), *(a_kwargs or ())]
+    kb = [*(with_file(list(kwargs or ()), b_kwargs_file) or ()), *(b_kwargs or ())]
+    mopts_a = model_options(model, ka, a_weights or weights, trust_pickle, seed)
+    mopts_b = model_options(
+        model_b or model, kb, the_vs.weights or b_weights or weights, trust_pickle, seed
+    )
+    ropts = run_options(
+        input, batch_size, device, dtype, mode, Mode.EVAL,
+        input_file=input_file, inputs_from=inputs_from,
+    )  # fmt: skip
+    ci = ci_options(None, False, annotate, junit)
+    out = output_options(format, output, None, debug, ci)
+    plan = Plan(
+        rules=rules,
+        align=align,
+        rtol=rtol,
+        atol=atol,
+        fail_on_divergence="divergence" in gates,
+        copy_weights=copy_weights,
+        print_map=print_map,
+        backward=backward,
+        loss=loss_arg(loss).value if loss is not None else None,
+    )
+    if loss is not None and not backward:
+        raise UsageError("--loss is the loss --backward starts from: add --backward")
+    a, b = build_sides(mopts_a, mopts_b, ropts, the_vs, same=model_b is None)
+    result = run_compare(a, b, plan, ropts.mode)
+    from hookcli.pipeline import emit, write_text
+
+    if isinstance(result, str):
+        write_text(result, out)
+        return 0
+    return emit(result, out, result.columns, result.table_totals)
+
+
+def build_sides(mopts_a: Any, mopts_b: Any, ropts: Any, vs: Vs, same: bool) -> tuple[Side, Side]:
+    """A as ``prepare`` builds it; B built the same way (or, for --vs without weights, a
+    copy of A), then changed as --vs says. B draws no inputs: it gets A's."""
+    import copy
+    import dataclasses
+
+    from hookcli.compare.settings import caller, transform
+    from hookcli.inputs.grammar import resolve_device
+    from hookcli.pipeline import Prepared, prepare
+
+    pa = prepare(mopts_a, ropts)
+    if same and vs.weights is None:
+        try:  # the same weights without a second build
+            loaded_b = dataclasses.replace(pa.loaded, module=copy.deepcopy(pa.model))
+        except Exception:  # a module deepcopy cannot copy: build it again, same seed
+            loaded_b = None
+        pb = prepare(mopts_b, ropts, need_inputs=False, loaded=loaded_b)
+    else:
+        pb = prepare(mopts_b, ropts, need_inputs=False)
+    device_b = resolve_device(vs.device) if vs.device else resolve_device(ropts.device)
+    module = transform(pb.model, vs, device_b)
+    if module is not pb.model:
+        pb = Prepared(dataclasses.replace(pb.loaded, module=module), None, pb.settings)
+    settings = dict(pb.settings)
+    settings["device"] = str(device_b)
+    if vs.dtype:
+        settings["dtype"] = vs.dtype
+    if vs.amp:
+        settings["amp"] = vs.amp
+    pb = Prepared(loaded=pb.loaded, inputs=None, settings=settings)
+    a = Side("A", pa, pa.model, Vs(), mopts_a.seed)
+    b = Side("B", pb, caller(pb.model, vs), vs, mopts_b.seed)
+    return a, b

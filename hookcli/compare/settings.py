@@ -1,0 +1,189 @@
+"""``--vs KEY=VALUE``: the one thing the B side of ``compare MODEL --vs ...`` changes.
+
+amp=bf16|fp16      B's forwards under torch.autocast on its device
+dtype=NAME         B cast to float32|float16|bfloat16|float64 (floating inputs too)
+device=DEV         B (and its copy of the inputs) on DEV (cuda, cuda:1, cpu, mps)
+weights=FILE       B loads FILE (as --weights does)
+compile[=BACKEND]  B called through torch.compile (backend: inductor by default)
+quantize=dynamic   B's nn.Linear quantized to int8 (torch.ao.quantization.quantize_dynamic)
+threads=N          B's forwards with torch.set_num_threads(N)
+deterministic      B's forwards with torch.use_deterministic_algorithms(True)
+seed=N             B's forwards after torch.manual_seed(N) (A's: after --seed)
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from hookcli.errors import UsageError
+
+if TYPE_CHECKING:
+    from torch import nn
+
+KEYS = (
+    "amp",
+    "dtype",
+    "device",
+    "weights",
+    "compile",
+    "quantize",
+    "threads",
+    "deterministic",
+    "seed",
+)
+_FLAGS = ("compile", "deterministic")
+
+
+@dataclass(frozen=True)
+class Vs:
+    """The B side's changes (all None/False: none)."""
+
+    texts: tuple[str, ...] = ()
+    amp: str | None = None
+    dtype: str | None = None
+    device: str | None = None
+    weights: Path | None = None
+    compile: str | None = None  # the backend
+    quantize: str | None = None
+    threads: int | None = None
+    deterministic: bool = False
+    seed: int | None = None
+
+    @property
+    def given(self) -> bool:
+        return bool(self.texts)
+
+
+def _int(key: str, value: str, low: int) -> int:
+    try:
+        n = int(value)
+    except ValueError:
+        raise UsageError(f"--vs {key}={value}: {key} takes an integer") from None
+    if n < low:
+        raise UsageError(f"--vs {key}={value}: {key} must be >= {low}")
+    return n
+
+
+def parse_vs(texts: Sequence[str]) -> Vs:
+    """``["amp=bf16", "threads=1"]`` -> Vs; an unknown key or a bad value is exit 2."""
+    from hookcli.amp import CHOICES
+    from hookcli.options import FLOAT_DTYPES
+
+    found: dict[str, Any] = {}
+    for text in texts:
+        key, sep, value = text.strip().partition("=")
+        key, value = key.strip(), value.strip()
+        if key not in KEYS:
+            raise UsageError(
+                f"--vs {text!r}: unknown setting {key!r}; choose from {', '.join(KEYS)}"
+            )
+        if key in found:
+            raise UsageError(f"--vs {key} is given twice")
+        if key == "deterministic" and sep:
+            raise UsageError(f"--vs {text!r}: deterministic takes no value")
+        if key not in _FLAGS and not value:
+            raise UsageError(f"--vs {text!r}: write {key}=VALUE")
+        if key == "amp":
+            if value not in CHOICES:
+                raise UsageError(f"--vs amp={value}: amp must be one of {', '.join(CHOICES)}")
+            found[key] = value
+        elif key == "dtype":
+            if value not in FLOAT_DTYPES:
+                raise UsageError(
+                    f"--vs dtype={value}: dtype must be one of {', '.join(FLOAT_DTYPES)}"
+                )
+            found[key] = value
+        elif key == "device":
+            from hookcli.inputs.grammar import resolve_device
+
+            resolve_device(value)  # a bad device: exit 2 before any build
+            found[key] = value
+        elif key == "weights":
+            path = Path(value)
+            if not path.exists():
+                raise UsageError(f"--vs weights={value}: no such file")
+            found[key] = path
+        elif key == "compile":
+            found[key] = value or "inductor"
+        elif key == "quantize":
+            if value != "dynamic":
+                raise UsageError(f"--vs quantize={value}: only quantize=dynamic (int8 nn.Linear)")
+            found[key] = value
+        elif key == "threads":
+            found[key] = _int(key, value, 1)
+        elif key == "seed":
+            found[key] = _int(key, value, 0)
+        else:
+            found[key] = True
+    return Vs(texts=tuple(t.strip() for t in texts), **found)
+
+
+def transform(model: nn.Module, vs: Vs, device: Any) -> nn.Module:
+    """B's module: cast, moved and quantized as ``vs`` says (the module is B's own copy)."""
+    import torch
+
+    if vs.dtype is not None:
+        model.to(getattr(torch, vs.dtype))
+    if vs.device is not None:
+        model.to(device)
+    if vs.quantize == "dynamic":
+        if device.type != "cpu":
+            raise UsageError("--vs quantize=dynamic runs on the CPU (torch.ao's int8 kernels)")
+        with _quiet():
+            model = torch.ao.quantization.quantize_dynamic(
+                model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True
+            )
+    return model
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao's deprecation notice
+        yield
+
+
+def caller(model: nn.Module, vs: Vs) -> Any:
+    """What B's forward calls: ``torch.compile(model)`` for compile, else the model."""
+    if vs.compile is None:
+        return model
+    import torch
+
+    return torch.compile(model, backend=vs.compile)
+
+
+@contextlib.contextmanager
+def running(vs: Vs, device: Any) -> Iterator[None]:
+    """The process settings of B's forwards (threads, determinism, autocast), put back after."""
+    import torch
+
+    from hookcli import amp as autocast
+
+    threads = torch.get_num_threads()
+    det = torch.are_deterministic_algorithms_enabled()
+    warn_only = torch.is_deterministic_algorithms_warn_only_enabled()
+    saved_amp = autocast._active
+    try:
+        if vs.threads is not None:
+            torch.set_num_threads(vs.threads)
+        if vs.deterministic:
+            torch.use_deterministic_algorithms(True)
+        if vs.amp is not None:
+            autocast.activate(autocast.check(vs.amp, device), device)
+        yield
+    finally:
+        autocast._active = saved_amp
+        if vs.deterministic:
+            torch.use_deterministic_algorithms(det, warn_only=warn_only)
+        if vs.threads is not None:
+            torch.set_num_threads(threads)
+
+
+def words(vs: Vs) -> str:
+    return ", ".join(vs.texts)
