@@ -774,20 +774,32 @@ def _module_configs(target: Any) -> list[tuple[Any, bool]]:
 
 
 def _covering(target: Any, keys: set[str]) -> list[Any]:
-    """The config classes of MODEL's module whose fields hold every key, best first by tier:
-    classes with named fields defined there, then imported there, then classes that take
-    any keyword (defined there, then imported); the first tier with any is returned, and
-    among several, those named like a config (``...Config``, ``...Args``) where that
-    narrows it."""
-    tiers: list[list[Any]] = [[], [], [], []]
+    """The config classes of MODEL's module that take these keys, best first by tier:
+    classes with named fields that hold every key (defined there, then imported there);
+    else those whose fields hold the most keys or names close to them (a typo is then
+    named by the build); else classes that take any keyword (defined there, then
+    imported). The first tier with any is returned; among several, those named like a
+    config (``...Config``, ``...Args``) where that narrows it."""
+    tiers: list[list[Any]] = [[], [], [], [], []]
+    near: dict[Any, tuple[int, bool]] = {}
     for cls, local in _module_configs(target):
         kind = config_kind(cls)
         assert kind is not None
         fields = _fields_of(cls, kind)
         if fields.any_key:
-            tiers[2 if local else 3].append(cls)
+            tiers[3 if local else 4].append(cls)
         elif keys <= set(fields.fields):
             tiers[0 if local else 1].append(cls)
+        else:
+            names = list(fields.fields)
+            score = sum(
+                1 for k in keys if k in names or difflib.get_close_matches(k, names, 1, 0.6)
+            )
+            if score:
+                near[cls] = (score, local)
+    if near:
+        best = max(near.values())
+        tiers[2] = [cls for cls, rank in near.items() if rank == best]
     for tier in tiers:
         if tier:
             named = [c for c in tier if _CONFIG_NAME.search(c.__name__)]
