@@ -214,6 +214,11 @@ def _merge(into: dict[Any, Any], new: Mapping[Any, Any]) -> None:
 def plain(tree: Mapping[str, Any], where: str) -> dict[str, Any]:
     """The tree for a source that takes no config objects (torchvision, timm): a VALUE
     that is not a literal is exit 2 naming the key."""
+    if getattr(tree, "classes", None):
+        raise UsageError(
+            f"{CONFIG_CLASS}: {where} takes its keyword arguments by name; config classes are "
+            "for a Python class or factory's parameters"
+        )
     for value in _leaves(tree):
         if isinstance(value, Raw):
             raise UsageError(_not_literal(value, None, where))
@@ -800,10 +805,12 @@ def _covering(target: Any, keys: set[str]) -> list[Any]:
     if near:
         best = max(near.values())
         tiers[2] = [cls for cls, rank in near.items() if rank == best]
+    model = getattr(_unwrap(target), "__name__", "")
     for tier in tiers:
         if tier:
             named = [c for c in tier if _CONFIG_NAME.search(c.__name__)]
-            return named if len(named) == 1 else tier
+            own = [c for c in named if model and c.__name__.startswith(model)]  # GPTConfig
+            return own if len(own) == 1 else named if len(named) == 1 else tier
     return []
 
 
@@ -812,7 +819,14 @@ def _module_label(target: Any) -> str:
     if not modules:
         return "the model's module"
     module = modules[0]
-    return getattr(module, "__file__", None) or module.__name__
+    path = getattr(module, "__file__", None)
+    if not path:
+        return module.__name__
+    with contextlib.suppress(ValueError):
+        inside = os.path.relpath(path)
+        if not inside.startswith(".."):
+            return inside
+    return path
 
 
 class Binder:
@@ -845,6 +859,14 @@ class Binder:
                 out[name] = self.value(value, None, None, name, self.spec)
             else:
                 out[name] = self.value(value, field.hint, field.default, name, self.spec)
+        for name, maker in makers.items():  # a required config no -k names: its defaults
+            if (
+                name not in out
+                and name not in tree
+                and sig.fields[name].required
+                and not maker.plain
+            ):
+                out[name] = self.make(maker, {}, name)
         return out
 
     # -- which config each parameter takes ---------------------------------------------
@@ -874,8 +896,8 @@ class Binder:
                 isinstance(given, dict) or (given is None and field.required)
             ):
                 keysets += [set(data) | given_keys for _, data in self.offer.configs()]
-            if isinstance(given, dict):
-                keysets.append(given_keys)
+            if isinstance(given, dict) or (given is None and field.required):
+                keysets.append(given_keys)  # none given: the class's defaults, if one fits
             if keysets:
                 found = self.infer(target, sig, param, keysets)
                 if found is not None:
@@ -974,10 +996,12 @@ class Binder:
             first = first or found
         if len(first) > 1 and not quiet:
             names = [c.__name__ for c in first]
+            head = f"-k {param}.FIELD=...: " if any(keysets) else ""
+            fit = "take these fields" if any(keysets) else "could be its config"
             raise UsageError(
-                f"-k {param}.FIELD=...: {param} of {self.spec} has no annotation, and "
-                f"{len(names)} classes in {_module_label(target)} take these fields "
-                f"({', '.join(names)}): name one, e.g. {CONFIG_CLASS} {param}={names[0]}"
+                f"{head}{param} of {self.spec} has no annotation, and {len(names)} classes "
+                f"in {_module_label(target)} {fit} ({', '.join(names)}): name one, e.g. "
+                f"{CONFIG_CLASS} {param}={names[0]}"
             )
         return None
 

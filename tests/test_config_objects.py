@@ -202,6 +202,17 @@ def test_an_ambiguous_config_names_the_candidates_and_the_option(tmp_path: Path)
     assert r.returncode == 2 and "no parameter 'cfg'" in r.stderr
 
 
+def test_with_no_k_the_one_config_class_gives_its_defaults(tmp_path: Path) -> None:
+    """``GPT(config)`` with nothing given: GPTConfig() (the class named for the model, among
+    the module's three config classes); where the module's classes tie, exit 2 naming them."""
+    doc = report("params", f"{CM}:GPT")
+    assert doc["totals"]["params"] == numel(cm.GPT(cm.GPTConfig()))
+    (tmp_path / "two.py").write_text(TWO_CONFIGS)
+    r = hookcli("params", "two.py:Net", cwd=tmp_path)
+    assert r.returncode == 2 and "SmallConfig, WideConfig" in r.stderr, r.stderr
+    assert "--config-class config=SmallConfig" in r.stderr
+
+
 def test_with_no_config_class_in_the_module_the_dict_is_passed(tmp_path: Path) -> None:
     (tmp_path / "d.py").write_text(
         "from torch import nn\n\n"
@@ -211,6 +222,16 @@ def test_with_no_config_class_in_the_module_the_dict_is_passed(tmp_path: Path) -
         "        self.fc = nn.Linear(config['width'], 2)\n"
     )
     doc = report("params", "d.py:Net", "-k", "config.width=5", cwd=tmp_path)
+    assert doc["totals"]["params"] == 5 * 2 + 2
+    (tmp_path / "d2.py").write_text(
+        (tmp_path / "d.py").read_text()
+        + "\n\nfrom dataclasses import dataclass\n\n\n@dataclass\nclass WConfig:\n    width: int = 1\n"
+    )
+    r = hookcli("params", "d2.py:Net", "-k", "config.width=5", cwd=tmp_path)
+    assert r.returncode == 3 and "subscriptable" in r.stderr  # WConfig inferred: not a dict
+    doc = report(
+        "params", "d2.py:Net", "-k", "config.width=5", "--config-class", "dict", cwd=tmp_path
+    )
     assert doc["totals"]["params"] == 5 * 2 + 2
 
 
