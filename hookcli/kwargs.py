@@ -11,9 +11,20 @@ Python literals, or ``Raw`` for a VALUE that is not one. Binding knows the targe
 - lets a ``Raw`` value through as a string only where the parameter takes one (annotated
   ``str``, a ``Literal`` of strings, a path or an enum member's name; unannotated with a
   string default); anywhere else it is exit 2 naming the key, never a silent string;
+- for a parameter with no annotation and no default (nanoGPT's and minGPT's ``def
+  __init__(self, config):``), picks the config (``Binder.makers``): ``--config-class
+  [PARAM=]CLASS`` where given; else a ``get_default_config()``-style class or static method
+  of the model class, whose result is the start the fields are set on; else the one config
+  class of the model's module whose fields hold the keys (``-k``'s and the checkpoint
+  config's); several: exit 2 naming them; none: the dict as given;
 - fills config parameters (and plain ones) from a config a ``--weights`` checkpoint holds
   (``model_args``, ``dims``, ``config``, ``hyper_parameters``) where ``-k`` leaves them,
   with ``-k`` values winning.
+
+Hostile input is exit 2 in one short line: keys and values nested past ``MAX_DEPTH``, an
+integer over Python's digit limit, fields given to a plain value, a key a JSON or YAML file
+gives twice, YAML aliases that expand past ``ALIAS_BUDGET`` (counted on the composed nodes,
+before anything is built); messages show long items clipped (``clip``).
 
 No torch import here.
 """
@@ -99,7 +110,8 @@ def config_class_items(values: list[str] | tuple[str, ...] | None) -> list[Item]
 def _config_class_option(item: str, classes: dict[str, str]) -> None:
     param, sep, name = item.rpartition("=")
     param, name = param.strip(), name.strip()
-    ok = all(p.isidentifier() for p in re.split(r"[.:/]", name.removesuffix(".py")) if p)
+    where, _, attr = name.rpartition(":")
+    ok = all(p.isidentifier() for p in attr.split(".")) and (where.strip() != "" or ":" not in name)
     if not name or (sep and not param.isidentifier()) or not ok:
         raise UsageError(
             f"bad {CONFIG_CLASS} {clip(item)!r}: expected [PARAM=]CLASS, CLASS a name in the "
