@@ -567,13 +567,18 @@ def _add_kwargs_file(wrapper: Any, fn: Callable[..., int]) -> None:
     the ``-k`` ones (so the command line wins), each naming the file in messages."""
     import inspect
 
-    from hookcli.cliopts import KwargsFileOpt
+    from hookcli.cliopts import ConfigClassOpt, KwargsFileOpt
 
     sig = inspect.signature(fn)
     if "kwargs" not in sig.parameters or "kwargs_file" in sig.parameters:
         return
     _add_option(wrapper, sig, "kwargs", "kwargs_file", KwargsFileOpt)
-    wrapper.__annotations__ = {**fn.__annotations__, "kwargs_file": KwargsFileOpt}
+    _add_option(wrapper, inspect.signature(wrapper), "kwargs_file", "config_class", ConfigClassOpt)
+    wrapper.__annotations__ = {
+        **fn.__annotations__,
+        "kwargs_file": KwargsFileOpt,
+        "config_class": ConfigClassOpt,
+    }
 
 
 # The commands that run the model's forward take --amp (params and registrations build
@@ -617,14 +622,18 @@ def _amp_option(options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
 
 
 def _kwargs_file(options: dict[str, Any]) -> dict[str, Any]:
-    """``--kwargs-file FILE`` read into the ``-k`` items (a bad file: exit 2 naming it)."""
+    """``--kwargs-file FILE`` read into the ``-k`` items (a bad file: exit 2 naming it);
+    ``--config-class`` after them (``hookcli.kwargs.config_class_items``)."""
     if "kwargs_file" not in options:
         return options
-    from hookcli.kwargs import with_file
+    from hookcli.kwargs import config_class_items, with_file
 
     options = dict(options)
     path = options.pop("kwargs_file")
+    classes = config_class_items(options.pop("config_class", None))
     options["kwargs"] = with_file(options.get("kwargs"), path)
+    if classes:
+        options["kwargs"] = [*(options["kwargs"] or []), *classes]
     return options
 
 

@@ -55,6 +55,18 @@ KwargsFileOpt = Annotated[
         show_default=False,
     ),
 ]
+ConfigClassOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--config-class",
+        metavar="[PARAM=]CLASS",
+        help="The config class of a parameter with no annotation (def __init__(self, config)) "
+        "where hookcli cannot infer it: a name in the model's module (GPTConfig, "
+        "GPT.get_default_config), pkg.mod:Name or file.py:Name; dict passes the dict. "
+        "Repeatable.",
+        show_default=False,
+    ),
+]
 WeightsOpt = Annotated[
     Path | None,
     typer.Option(
@@ -427,6 +439,7 @@ __all__ = [
     "BaselineOpt",
     "BatchOpt",
     "ColumnsOpt",
+    "ConfigClassOpt",
     "DebugOpt",
     "DepthOpt",
     "DeviceOpt",

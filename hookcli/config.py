@@ -140,8 +140,10 @@ def kwargs_items(table: Mapping[str, Any], where: str) -> list[str]:
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             same = False
         if not same:
+            from hookcli.kwargs import clip
+
             raise UsageError(
-                f"{where}: {key} = {value}: not a value -k can pass (strings, numbers, "
+                f"{where}: {key} = {clip(str(value))}: not a value -k can pass (strings, numbers, "
                 "booleans, null, arrays and tables of them are)"
             )
         items.append(f"{key}={text}")

@@ -103,14 +103,136 @@ def test_missing_fields_of_a_config_without_defaults_are_named() -> None:
     assert "ModelDimensions needs n_audio_ctx" in r.stderr and "n_text_layer" in r.stderr
 
 
-def test_a_keyword_class_config_minGPT_cfgnode() -> None:
+def _mingpt(**fields: Any) -> cm.MinGPT:
+    """minGPT as its projects build it: the default config, filled in, passed to GPT."""
+    config = cm.MinGPT.get_default_config()
+    for key, value in fields.items():
+        setattr(config, key, value)
+    return cm.MinGPT(config)
+
+
+def test_minGPT_get_default_config_is_the_start() -> None:
+    """minGPT's unannotated ``GPT(config)``: ``GPT.get_default_config()`` (a CfgNode) is
+    the start, the -k fields are set on it, a text field takes text (model_type)."""
     doc = report(
-        "inspect", f"{CM}:MinGPT", "-k", "config.vocab_size=20", "-k", "config.n_embd=8",
-        "-k", "config.n_layer=3", "-i", "int64:2x5:0..20",
+        "inspect", f"{CM}:MinGPT", "-k", "config.model_type=gpt-nano", "-k", "config.vocab_size=20",
+        "-k", "config.block_size=6", "-i", "int64:2x5:0..20",
     )  # fmt: skip
-    expected = cm.MinGPT(cm.CfgNode(vocab_size=20, n_embd=8, n_layer=3))
+    torch.manual_seed(0)
+    expected = _mingpt(model_type="gpt-nano", vocab_size=20, block_size=6)
     assert doc["totals"]["params"] == numel(expected)
-    assert root_output(doc) == [[2, 5, 20]]
+    logits, loss = expected(torch.zeros(2, 5, dtype=torch.long))
+    assert root_output(doc)[0] == list(logits.shape) and loss is None
+    doc = report(
+        "params", f"{CM}:MinGPT", "-k", "config.model_type=None", "-k", "config.n_layer=1",
+        "-k", "config.n_head=2", "-k", "config.n_embd=8", "-k", "config.vocab_size=20",
+        "-k", "config.block_size=6",
+    )  # fmt: skip
+    kw = {"n_layer": 1, "n_head": 2, "n_embd": 8, "vocab_size": 20, "block_size": 6}
+    assert doc["totals"]["params"] == numel(_mingpt(model_type=None, **kw))
+    r = hookcli("params", f"{CM}:MinGPT", "-k", "config.n_layers=2")
+    assert r.returncode == 2 and "did you mean n_layer" in r.stderr, r.stderr
+    assert "get_default_config()" in r.stderr
+
+
+# -- unannotated config parameters: inference and --config-class ---------------------------
+
+TWO_CONFIGS = """
+from dataclasses import dataclass
+from torch import nn
+
+
+@dataclass
+class SmallConfig:
+    n_layer: int = 1
+    width: int = 4
+
+
+@dataclass
+class WideConfig:
+    n_layer: int = 1
+    width: int = 8
+    heads: int = 2
+
+
+class Net(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.h = nn.Sequential(*[nn.Linear(config.width, config.width) for _ in range(config.n_layer)])
+
+    def forward(self, x):
+        return self.h(x)
+
+
+def default_wide():
+    return WideConfig(width=6)
+"""
+
+
+def test_the_class_whose_fields_hold_the_keys_is_inferred(tmp_path: Path) -> None:
+    (tmp_path / "two.py").write_text(TWO_CONFIGS)
+    doc = report(
+        "params", "two.py:Net", "-k", "config.heads=4", "-k", "config.n_layer=3", cwd=tmp_path
+    )
+    assert doc["totals"]["params"] == 3 * (8 * 8 + 8)  # WideConfig: the one with `heads`
+
+
+def test_an_ambiguous_config_names_the_candidates_and_the_option(tmp_path: Path) -> None:
+    (tmp_path / "two.py").write_text(TWO_CONFIGS)
+    r = hookcli("params", "two.py:Net", "-k", "config.n_layer=2", cwd=tmp_path)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "SmallConfig" in lines[0] and "WideConfig" in lines[0]
+    assert "--config-class config=SmallConfig" in lines[0]
+    for option, width in (
+        ("config=SmallConfig", 4),
+        ("WideConfig", 8),  # PARAM left out: the one unannotated parameter
+        ("config=two:WideConfig", 8),
+        ("config=default_wide", 6),  # a function returning the start
+    ):
+        doc = report(
+            "params", "two.py:Net", "-k", "config.n_layer=2", "--config-class", option, cwd=tmp_path
+        )
+        assert doc["totals"]["params"] == 2 * (width * width + width), option
+    r = hookcli(
+        "params", "two.py:Net", "-k", "config.n_layer=2", "--config-class", "Nope", cwd=tmp_path
+    )
+    assert r.returncode == 2 and "no 'Nope'" in r.stderr and "SmallConfig, WideConfig" in r.stderr
+    r = hookcli("params", "two.py:Net", "--config-class", "cfg=SmallConfig", cwd=tmp_path)
+    assert r.returncode == 2 and "no parameter 'cfg'" in r.stderr
+
+
+def test_with_no_k_the_one_config_class_gives_its_defaults(tmp_path: Path) -> None:
+    """``GPT(config)`` with nothing given: GPTConfig() (the class named for the model, among
+    the module's three config classes); where the module's classes tie, exit 2 naming them."""
+    doc = report("params", f"{CM}:GPT")
+    assert doc["totals"]["params"] == numel(cm.GPT(cm.GPTConfig()))
+    (tmp_path / "two.py").write_text(TWO_CONFIGS)
+    r = hookcli("params", "two.py:Net", cwd=tmp_path)
+    assert r.returncode == 2 and "SmallConfig, WideConfig" in r.stderr, r.stderr
+    assert "--config-class config=SmallConfig" in r.stderr
+
+
+def test_with_no_config_class_in_the_module_the_dict_is_passed(tmp_path: Path) -> None:
+    (tmp_path / "d.py").write_text(
+        "from torch import nn\n\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self, config):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(config['width'], 2)\n"
+    )
+    doc = report("params", "d.py:Net", "-k", "config.width=5", cwd=tmp_path)
+    assert doc["totals"]["params"] == 5 * 2 + 2
+    (tmp_path / "d2.py").write_text(
+        (tmp_path / "d.py").read_text()
+        + "\n\nfrom dataclasses import dataclass\n\n\n@dataclass\nclass WConfig:\n    width: int = 1\n"
+    )
+    r = hookcli("params", "d2.py:Net", "-k", "config.width=5", cwd=tmp_path)
+    assert r.returncode == 3 and "subscriptable" in r.stderr  # WConfig inferred: not a dict
+    doc = report(
+        "params", "d2.py:Net", "-k", "config.width=5", "--config-class", "dict", cwd=tmp_path
+    )
+    assert doc["totals"]["params"] == 5 * 2 + 2
 
 
 def test_a_namedtuple_config_and_text_parameters() -> None:
@@ -228,8 +350,8 @@ def test_a_checkpoint_config_fills_the_config_parameter(tmp_path: Path) -> None:
     model, _ = _nanogpt_checkpoint(ckpt)
     r = hookcli("inspect", f"{CM}:GPT", "--weights", str(ckpt), "-i", "int64:1x8:0..50",
                 "-f", "json")  # fmt: skip
-    assert r.returncode == 0, r.stderr
-    assert "holds a config under 'model_args'" in r.stderr
+    assert r.returncode == 0, r.stderr  # GPT(config) is unannotated: GPTConfig is inferred
+    assert "holds a config under 'model_args'" in r.stderr and "not used" not in r.stderr
     doc = json.loads(r.stdout)
     assert doc["totals"]["params"] == numel(model)
     weights = doc["settings"]["weights"]

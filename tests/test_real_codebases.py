@@ -1,5 +1,6 @@
 """Every command that takes a MODEL, on models shaped like issue 29's eight public codebases
-(nanoGPT, minGPT, vit-pytorch, Whisper, llama, segment-anything, pygcn, diffusers' UNet)
+(nanoGPT, minGPT, vit-pytorch, Whisper, llama, segment-anything, pygcn, diffusers' UNet;
+nanoGPT's and minGPT's ``GPT(config)`` unannotated, as published: issue 44)
 and the other shapes it names (a package with relative imports, an inference-mode forward,
 a KV cache in attributes, a dataclass output), from the command line with no Python glue.
 
@@ -14,8 +15,8 @@ module-call counts against forward hooks, output shapes and feature bytes agains
 forward, buffers against ``named_buffers()``, registrations against
 ``named_parameters(remove_duplicate=False)``.
 
-The matrix is marked slow (about 200 runs; ``make slow``); one fast test runs inspect and
-grads on the dataclass-config GPT.
+The matrix is marked slow (about 200 runs; ``make slow``); a fast test runs inspect and
+grads on the three GPTs (nanoGPT's two shapes and minGPT's).
 """
 
 from __future__ import annotations
@@ -99,6 +100,27 @@ SAM = {"img_size": 32, "patch_size": 8, "embed_dim": 32, "depth": 2, "num_heads"
 SAM_OUT = 16
 
 
+MINGPT = {
+    "model_type": None,
+    "n_layer": 2,
+    "n_head": 2,
+    "n_embd": 16,
+    "vocab_size": 50,
+    "block_size": 8,
+    "embd_pdrop": 0.0,
+    "resid_pdrop": 0.0,
+    "attn_pdrop": 0.0,
+}
+
+
+def _mingpt_config(**fields: Any) -> Any:
+    """As minGPT's projects do: ``GPT.get_default_config()``, fields set on it."""
+    config = cm.MinGPT.get_default_config()
+    for key, value in fields.items():
+        setattr(config, key, value)
+    return config
+
+
 def _k(kwargs: dict[str, Any]) -> tuple[str, ...]:
     return tuple(a for key, value in kwargs.items() for a in ("-k", f"{key}={value!r}"))
 
@@ -117,11 +139,12 @@ class Case:
 
 
 CASES: dict[str, Case] = {
-    # karpathy/nanoGPT: GPT(config: GPTConfig) -> (logits, loss), tied embedding
+    # karpathy/nanoGPT: GPT(config) (unannotated; GPTConfig in the same file) -> (logits,
+    # loss), tied embedding
     "nanogpt": Case(
         f"{FIX}/real_models.py:GPT",
-        ("-k", "config.n_layer=2"),
-        lambda: rm.GPT(rm.GPTConfig(n_layer=2)),
+        ("-k", "config.n_layer=3"),
+        lambda: rm.GPT(rm.GPTConfig(n_layer=3)),
         lambda: _tokens_and_targets(32),
         "transformer.h.0",
         loss="output:1",
@@ -137,13 +160,15 @@ CASES: dict[str, Case] = {
         loss="output:1",
         loss_of=lambda out: out[1],
     ),
-    # karpathy/minGPT: a CfgNode (a class taking **kwargs) for config
+    # karpathy/minGPT: GPT(config), config = GPT.get_default_config() (a CfgNode) filled in
     "mingpt": Case(
         f"{FIX}/configmodels.py:MinGPT",
-        ("-k", "config.vocab_size=50", "-k", "config.n_embd=16", "-k", "config.n_layer=2"),
-        lambda: cm.MinGPT(cm.CfgNode(vocab_size=50, n_embd=16, n_layer=2)),
-        lambda: [_ints(50, 2, 8, seed=3)],
-        "blocks.0",
+        _k({f"config.{k}": v for k, v in MINGPT.items()}),
+        lambda: cm.MinGPT(_mingpt_config(**MINGPT)),
+        lambda: _tokens_and_targets(50),
+        "transformer.h.0",
+        loss="output:1",
+        loss_of=lambda out: out[1],
     ),
     # lucidrains/vit-pytorch: keyword-only arguments with no defaults
     "vit": Case(
@@ -495,14 +520,19 @@ def test_stats_on_an_inference_mode_forward() -> None:
 # -- fast: the dataclass-config GPT ---------------------------------------------------------
 
 
-def test_config_gpt_inspect_and_grads(tmp_path: Path) -> None:
-    """``-k config.n_layer=2`` builds GPT(GPTConfig(n_layer=2)) from the command line:
-    inspect's parameter total and grads' loss and grad norm with ``--loss output:1`` (the
-    model's own cross-entropy) equal plain PyTorch's."""
-    case = CASES["gpt_config"]
+@pytest.mark.parametrize("name", ["gpt_config", "nanogpt", "mingpt"])
+def test_config_gpt_inspect_and_grads(tmp_path: Path, name: str) -> None:
+    """``-k config.n_layer=2`` builds nanoGPT's unannotated ``GPT(config)`` with the
+    GPTConfig of its file, and minGPT's from ``GPT.get_default_config()`` with the fields
+    set on it, from the command line: inspect's parameter total and grads' loss and grad
+    norm with ``--loss output:1`` (the model's own cross-entropy) equal plain PyTorch's."""
+    case = CASES[name]
     torch.save(case.inputs() if case.inputs else [], tmp_path / "in.pt")
     for command in ("inspect", "grads"):
         result = hookcli(*command_line(case, command, tmp_path / "in.pt"))
         assert result.returncode == 0, result.stderr
         check_figure(case, command, json.loads(result.stdout))
-    assert numel(built(case)) != numel(cm.GPT(cm.GPTConfig()))  # the -k took effect
+    if name == "gpt_config":
+        assert numel(built(case)) != numel(cm.GPT(cm.GPTConfig()))  # the -k took effect
+    if name == "nanogpt":
+        assert numel(built(case)) != numel(rm.GPT(rm.GPTConfig()))
