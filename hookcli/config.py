@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from hookcli.errors import UsageError
+from hookcli.errors import UsageError, clip
 
 # Typer ships its own copy of Click: its classes are reached by duck typing here.
 Command = Any
@@ -140,8 +140,6 @@ def kwargs_items(table: Mapping[str, Any], where: str) -> list[str]:
         except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
             same = False
         if not same:
-            from hookcli.kwargs import clip
-
             raise UsageError(
                 f"{where}: {key} = {clip(str(value))}: not a value -k can pass (strings, numbers, "
                 "booleans, null, arrays and tables of them are)"

@@ -144,3 +144,14 @@ def printable(text: str) -> str:
         ch if ch.isprintable() or ch == " " else ch.encode("unicode_escape").decode("ascii")
         for ch in text
     )
+
+
+# how much of a user's item a message shows
+SHOWN = 100
+
+
+def clip(text: str, limit: int = SHOWN) -> str:
+    """``text``, or its start and end with the length between, where it is longer."""
+    if len(text) <= limit:
+        return text
+    return f"{text[: limit - 30]}...{text[-12:]} ({len(text):,} characters)"

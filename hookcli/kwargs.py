@@ -47,7 +47,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from hookcli.errors import LoadError, UsageError, first_line
+from hookcli.errors import LoadError, UsageError, clip, first_line
 
 # checkpoint keys that hold a model's config, most specific first (nanoGPT's model_args,
 # whisper's dims, the config many trainers save, Lightning's hyper_parameters)
@@ -82,16 +82,7 @@ class Raw(str):
 
 # how deep a -k key and its value may nest (config.a.b... and {"a": {"b": ...}}), together
 MAX_DEPTH = 64
-# how much of an item a message shows
-SHOWN = 100
 CONFIG_CLASS = "--config-class"
-
-
-def clip(text: str, limit: int = SHOWN) -> str:
-    """``text``, or its start and end with the length between, where it is longer."""
-    if len(text) <= limit:
-        return text
-    return f"{text[: limit - 30]}...{text[-12:]} ({len(text):,} characters)"
 
 
 def _where(item: str, key: str) -> str:
@@ -844,9 +835,12 @@ def _module_label(target: Any) -> str:
 class Binder:
     """Binds one tree to one target, naming keys as the user wrote them."""
 
-    def __init__(self, spec: str, offer: Offer | None) -> None:
+    def __init__(
+        self, spec: str, offer: Offer | None, resolve: Callable[[str, str], Any] | None = None
+    ) -> None:
         self.spec = spec
         self.offer = offer
+        self.resolve = resolve  # FILE.py or pkg.mod, and a name -> the object (loading's)
 
     def bind(self, target: Any, tree: Mapping[str, Any]) -> dict[str, Any]:
         """The keyword arguments to call ``target`` with."""
@@ -954,10 +948,10 @@ class Binder:
         where, sep, attr = name.rpartition(":")
         obj: Any
         if sep:
-            from hookcli.loading import user_function
-
+            if self.resolve is None:
+                raise UsageError(f"{option}: a class by path is not available here")
             try:
-                obj = user_function(where, attr)
+                obj = self.resolve(where, attr)
             except LoadError as err:
                 raise UsageError(f"{option}: {err}") from None
         else:
@@ -1212,6 +1206,13 @@ class Binder:
         )
 
 
-def bind(target: Any, tree: Mapping[str, Any], spec: str, offer: Offer | None = None) -> dict:
-    """The keyword arguments to call ``target`` (MODEL's class or factory) with."""
-    return Binder(spec, offer).bind(target, tree)
+def bind(
+    target: Any,
+    tree: Mapping[str, Any],
+    spec: str,
+    offer: Offer | None = None,
+    resolve: Callable[[str, str], Any] | None = None,
+) -> dict:
+    """The keyword arguments to call ``target`` (MODEL's class or factory) with; ``resolve``
+    finds ``--config-class FILE.py:Name`` / ``pkg.mod:Name`` (the loader's importer)."""
+    return Binder(spec, offer, resolve).bind(target, tree)

@@ -408,7 +408,8 @@ def _instantiate(
             f"{spec} returns {declared} (so its return annotation says), not an nn.Module: "
             "not a model factory, so it was not called"
         )
-    kwargs = bind(obj, kwargs, spec, offer)  # config objects built, non-literals judged
+    # config objects built, non-literals judged
+    kwargs = bind(obj, kwargs, spec, offer, user_function)
     _seed(seed)
     try:
         with _argv(_argv0(obj, spec)):
