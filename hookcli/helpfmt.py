@@ -18,8 +18,15 @@ from typer.core import TyperCommand
 PANEL_ORDER = ("Model", "Input", "Run", "Output", "Checks", "CI", "Distributed")
 PANELS: dict[str, str] = {}
 for _panel, _flags in {
-    "Model": ("--kwargs", "--kwargs-file", "--weights", "--trust-pickle", "--seed",
-              "--model-parallel", "--part"),
+    "Model": (
+        "--kwargs",
+        "--kwargs-file",
+        "--weights",
+        "--trust-pickle",
+        "--seed",
+        "--model-parallel",
+        "--part",
+    ),
     "Input": ("--input", "--input-file", "--inputs-from", "--batch-size"),
     "Run": (
         "--device",

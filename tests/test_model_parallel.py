@@ -180,9 +180,7 @@ def test_torchrun_two_ranks_model_parallel_two(tmp_path: Path) -> None:
     assert oracle["returncode"] == 0, oracle
     expected = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert expected[0] < _whole_count()  # a shard, not the whole model
-    run = torchrun(
-        tmp_path, "params", SPEC, *KWARGS, "--model-parallel", "2", "--format", "json"
-    )
+    run = torchrun(tmp_path, "params", SPEC, *KWARGS, "--model-parallel", "2", "--format", "json")
     assert run["returncode"] == 0, run
     for rank in (0, 1):
         report = json.loads(run["ranks"][rank]["stdout"])
