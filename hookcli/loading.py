@@ -574,7 +574,7 @@ def load_model(
     A model whose own construction code needs tensor values cannot be built on
     meta; it is built on the CPU instead and moved (a note on stderr says so).
     ``model_parallel``: the process and model-parallel groups of that size first
-    (``hookcli.distributed.modelparallel``; torn down when the command's scope ends).
+    (``hookcli.modelparallel``; torn down when the command's scope ends).
     ``part``: the submodule of that qualified name, taken after ``weights`` are applied.
     Both default to what the command line asked (``requested``).
     """
@@ -587,7 +587,7 @@ def load_model(
     if part is None:
         part = _REQUESTED.get("part")
     if model_parallel is not None:
-        from hookcli.distributed.modelparallel import set_up
+        from hookcli.modelparallel import set_up
         from hookcli.preserve import on_scope_end
 
         on_scope_end(set_up(model_parallel))  # outside a scope (the API): the groups stay
@@ -601,7 +601,7 @@ def load_model(
         raise LoadError(f"could not build {spec}: {_why(err)}") from err
     except (LoadError, RuntimeError, MemoryError, AssertionError) as err:
         if model_parallel is None:
-            from hookcli.distributed.modelparallel import refusal
+            from hookcli.modelparallel import refusal
 
             refused = refusal(spec, err)
             if refused is not None:

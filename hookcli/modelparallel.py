@@ -5,8 +5,9 @@ and Megatron's parallel layers (``ColumnParallelLinear``, ``RowParallelLinear``,
 In a plain process: a gloo group of one (an in-memory store, no port), then
 ``fairscale.nn.model_parallel.initialize.initialize_model_parallel(N)`` and, where
 ``megatron.core`` is importable, ``parallel_state.initialize_model_parallel(N)``.
-Under torchrun or srun: the launch's group (started here with ``env://`` unless
-``--ddp``/``--fsdp`` started it), N ranks to a model-parallel group. Whatever is
+Under torchrun (``RANK``/``WORLD_SIZE`` set): the launch's group (started here, gloo,
+``env://``, unless ``--ddp``/``--fsdp`` started it), N ranks to a model-parallel group.
+Part of the shared core (loading calls it), so it imports no capability. Whatever is
 set up here is torn down when the command ends, and only that.
 
 Without the option, a build that stops on "model parallel group is not initialized"
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
-import sys
+import io
 from collections.abc import Callable
 
 from hookcli.errors import LoadError, UsageError, first_line
@@ -45,9 +46,9 @@ def refusal(spec: str, err: BaseException) -> LoadError | None:
 def set_up(size: int) -> Callable[[], None]:
     """The groups for a model-parallel size of ``size``; the function that tears down
     what this call created (exit 2 when the launch cannot give that size)."""
-    import torch.distributed as dist
+    import os
 
-    from hookcli.distributed.launch import detect_env
+    import torch.distributed as dist
 
     if size < 1:
         raise UsageError(f"--model-parallel must be >= 1, got {size}")
@@ -56,18 +57,11 @@ def set_up(size: int) -> Callable[[], None]:
     undo: list[Callable[[], None]] = []
     try:
         if not dist.is_initialized():
-            env = detect_env()
-            if env is None:
+            if "RANK" in os.environ and "WORLD_SIZE" in os.environ:  # torchrun's
+                dist.init_process_group("gloo", init_method="env://")
+            else:
                 store = dist.HashStore()  # one process: no port, no network
                 dist.init_process_group("gloo", store=store, rank=0, world_size=1)
-            else:
-                import os
-
-                os.environ.setdefault("MASTER_ADDR", env.master_addr)
-                os.environ.setdefault("MASTER_PORT", str(env.master_port))
-                dist.init_process_group(
-                    "gloo", init_method="env://", rank=env.rank, world_size=env.world_size
-                )
             undo.append(_destroy_group)
         world = dist.get_world_size()
         if size > world or world % size:
@@ -105,14 +99,15 @@ def _destroy_group() -> None:
 
 
 def _fairscale(size: int) -> list[Callable[[], None]]:
-    """fairscale's groups (its own prints go to stderr: stdout carries the report)."""
+    """fairscale's groups (its "> initializing ..." lines are hookcli's call, not the
+    model's: not shown)."""
     if importlib.util.find_spec("fairscale") is None:
         return []
     from fairscale.nn.model_parallel import initialize as fs_init
 
     if fs_init.model_parallel_is_initialized():
         return []  # the user's own (an in-process caller): theirs to keep
-    with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(io.StringIO()):
         fs_init.initialize_model_parallel(size)
     return [fs_init.destroy_model_parallel]
 
@@ -128,6 +123,6 @@ def _megatron(size: int) -> list[Callable[[], None]]:
 
     if parallel_state.model_parallel_is_initialized():
         return []
-    with contextlib.redirect_stdout(sys.stderr):
+    with contextlib.redirect_stdout(io.StringIO()):
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=size)
     return [parallel_state.destroy_model_parallel]
