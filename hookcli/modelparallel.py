@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import io
+import sys
 from collections.abc import Callable
 
 from hookcli.errors import LoadError, UsageError, first_line
@@ -119,10 +120,19 @@ def _megatron(size: int) -> list[Callable[[], None]]:
             return []
     except (ImportError, ValueError):
         return []
-    from megatron.core import parallel_state
+    try:
+        from megatron.core import parallel_state
 
-    if parallel_state.model_parallel_is_initialized():
+        if parallel_state.model_parallel_is_initialized():
+            return []
+        with contextlib.redirect_stdout(io.StringIO()):
+            parallel_state.initialize_model_parallel(tensor_model_parallel_size=size)
+    except Exception as err:  # installed but not usable here (it may want CUDA): fairscale's
+        # groups still serve; a Megatron model then stops with its own message
+        print(
+            f"hookcli: note: megatron.core's model-parallel groups not set up: {first_line(err)}",
+            file=sys.stderr,
+            flush=True,
+        )
         return []
-    with contextlib.redirect_stdout(io.StringIO()):
-        parallel_state.initialize_model_parallel(tensor_model_parallel_size=size)
     return [parallel_state.destroy_model_parallel]

@@ -19,6 +19,8 @@ import torch
 import torch.distributed as dist
 from fairscale.nn.model_parallel import initialize as fs_init
 
+from hookcli.errors import LoadError
+from hookcli.modelparallel import refusal
 from tests.conftest import invoke
 from tests.fixtures import llama_fairscale as llama
 
@@ -135,6 +137,23 @@ def test_grads_match_plain_autograd_in_float64(tmp_path: Path, fairscale_groups:
     finally:
         dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
         fs_init.initialize_model_parallel(1)
+
+
+def test_megatrons_wording_is_refused_the_same_way() -> None:
+    """megatron.core's ``get_tensor_model_parallel_group`` asserts "tensor model parallel
+    group is not initialized" (its older ``mpu``: "intra_layer_model parallel group ...")."""
+    for text in (
+        "tensor model parallel group is not initialized",
+        "intra_layer_model parallel group is not initialized",
+    ):
+        cause = AssertionError(text)
+        err = LoadError(f"could not build gpt.py:GPTModel: {text}")
+        err.__cause__ = cause
+        refused = refusal("gpt.py:GPTModel", err)
+        assert refused is not None
+        assert refused.message.startswith(f"could not build gpt.py:GPTModel: {text} (")
+        assert refused.message.endswith("add --model-parallel 1")
+    assert refusal("gpt.py:GPTModel", RuntimeError("data parallel group is missing")) is None
 
 
 def test_a_size_one_process_cannot_give_is_exit_2_naming_torchrun() -> None:
