@@ -39,22 +39,18 @@ class _CudaRedirect(TorchFunctionMode):
         self.first: str | None = None  # the model's first line that asked for cuda
 
     def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = dict(kwargs or {})
-        if isinstance(func, torch._ops.OpOverload):  # aten ops hookcli's own modes call
-            return func(*args, **kwargs)
-        hit = False
-        if _is_cuda(kwargs.get("device")):
-            kwargs["device"] = self.target
-            kwargs.pop("pin_memory", None)  # pinning needs CUDA
-            hit = True
+        kwargs = kwargs or {}
+        # the common case first: nothing asks for cuda (every op of a build passes here)
         if func is torch.Tensor.cuda and args:
             self._seen()
             keep = {k: v for k, v in kwargs.items() if k in ("non_blocking", "memory_format")}
             return args[0].to(self.target, **keep)
+        if "device" in kwargs and _is_cuda(kwargs["device"]):
+            kwargs = {**kwargs, "device": self.target}
+            kwargs.pop("pin_memory", None)  # pinning needs CUDA
+            self._seen()
         if func is torch.Tensor.to and len(args) > 1 and _is_cuda(args[1]):
             args = (args[0], self.target, *args[2:])
-            hit = True
-        if hit:
             self._seen()
         return func(*args, **kwargs)
 
