@@ -31,7 +31,8 @@ _MESSAGE = "model parallel group is not initialized"
 
 def refusal(spec: str, err: BaseException) -> LoadError | None:
     """The one-line refusal of a build that wanted a model-parallel group; else None."""
-    found, seen = None, err
+    found: BaseException | None = None
+    seen: BaseException | None = err
     while seen is not None:  # the innermost: the layer's own assertion
         if _MESSAGE in str(seen):
             found = seen
