@@ -526,9 +526,17 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
                 options = preflight(kwargs, name)
                 options, amp = _amp_option(options)
                 enable_grad = bool(options.pop("enable_grad", False))
+                options, build = _pop_build_options(options)
             if runs_model(name):
                 _started()  # torch in, before any model code
-            with blamed(ctx), requested(amp), gradmode.requested(enable_grad):
+            from hookcli.loading import requested as build_requested
+
+            with (
+                blamed(ctx),
+                requested(amp),
+                gradmode.requested(enable_grad),
+                build_requested(**build),
+            ):
                 return fn(**_kwargs_file(options))
 
         code = execute(body, bool(kwargs.get("debug")))
@@ -537,6 +545,7 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
 
     _add_kwargs_file(wrapper, fn)
     _add_amp(wrapper, fn, name)
+    _add_build_options(wrapper)
     from hookcli.helpfmt import PanelCommand
 
     settings = getattr(fn, "context_settings", None)  # watch: COMMAND keeps its own flags
@@ -606,6 +615,31 @@ def _add_amp(wrapper: Any, fn: Callable[..., int], name: str) -> None:
         "amp": AmpOpt,
         "enable_grad": EnableGradOpt,
     }
+
+
+_BUILD_OPTIONS = ("model_parallel", "part")  # held by hookcli.loading.requested
+
+
+def _add_build_options(wrapper: Any) -> None:
+    """``--model-parallel N`` and ``--part NAME`` after ``--weights`` on every command
+    that builds a MODEL; ``hookcli.loading.requested`` holds them for its build."""
+    import inspect
+
+    from hookcli.cliopts import ModelParallelOpt, PartOpt
+
+    sig = inspect.signature(wrapper)
+    if "weights" not in sig.parameters or "part" in sig.parameters:
+        return
+    _add_option(wrapper, sig, "weights", "part", PartOpt)
+    _add_option(wrapper, inspect.signature(wrapper), "weights", "model_parallel", ModelParallelOpt)
+    annotations = {"model_parallel": ModelParallelOpt, "part": PartOpt}
+    wrapper.__annotations__ = {**getattr(wrapper, "__annotations__", {}), **annotations}
+
+
+def _pop_build_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The options less ``--model-parallel`` and ``--part``, and those two."""
+    build = {k: options[k] for k in _BUILD_OPTIONS if k in options}
+    return {k: v for k, v in options.items() if k not in _BUILD_OPTIONS}, build
 
 
 def _amp_option(options: dict[str, Any]) -> tuple[dict[str, Any], str | None]:

@@ -78,6 +78,28 @@ WeightsOpt = Annotated[
         show_default=False,
     ),
 ]
+ModelParallelOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--model-parallel",
+        metavar="N",
+        min=1,
+        help="Set up a process group and fairscale's (and megatron.core's) model-parallel "
+        "groups of size N before the build, for ColumnParallelLinear-style code: 1 in one "
+        "process, N under torchrun.",
+        show_default=False,
+    ),
+]
+PartOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--part",
+        metavar="NAME",
+        help="Run on the built model's submodule NAME (a named_modules() name, e.g. "
+        "image_encoder), after --weights are applied to the whole model.",
+        show_default=False,
+    ),
+]
 TrustPickleOpt = Annotated[
     bool,
     typer.Option("--trust-pickle", help="Allow --weights to unpickle arbitrary objects."),
@@ -458,8 +480,10 @@ __all__ = [
     "LossOpt",
     "ModeOpt",
     "ModelArg",
+    "ModelParallelOpt",
     "NoForwardOpt",
     "OutputOpt",
+    "PartOpt",
     "RtolOpt",
     "SeedOpt",
     "TrustPickleOpt",

@@ -25,6 +25,8 @@ for _panel, _flags in {
         "--weights",
         "--trust-pickle",
         "--seed",
+        "--model-parallel",
+        "--part",
     ),
     "Input": ("--input", "--input-file", "--inputs-from", "--batch-size"),
     "Run": (

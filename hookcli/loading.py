@@ -484,19 +484,24 @@ def build_on(device: torch.device | None) -> Iterator[None]:
     factory makes its tensor on meta, an explicit ``device=`` or ``.to(device)`` in
     ``__init__`` included, and small tensors keep CPU shadows so construction code
     that reads values (``linspace(...).tolist()``) still works. On CUDA and other
-    devices, torch's device context makes every factory call allocate there.
+    devices, torch's device context makes every factory call allocate there. On a
+    device that is not CUDA, the model's own CUDA placements (``.cuda()``,
+    ``device="cuda"``) go to the run's device, with a note (``hookcli.cudaredirect``).
     """
-    if device is None or device.type == "cpu":
-        yield
-        return
-    if device.type == "meta":
+    if device is not None and device.type == "meta":
         from hookcli.metavalues import building_on_meta
 
         with building_on_meta():
             yield
         return
-    with device:
-        yield
+    from hookcli.cudaredirect import redirecting_cuda
+
+    with redirecting_cuda(device):  # .cuda() in __init__ on a run that is not CUDA's
+        if device is None or device.type == "cpu":
+            yield
+            return
+        with device:
+            yield
 
 
 def _no_dotted(kw: Tree, source: str) -> None:
@@ -562,25 +567,94 @@ def load_model(
     weights: Path | None = None,
     trust_pickle: bool = False,
     device: torch.device | None = None,
+    model_parallel: int | None = None,
+    part: str | None = None,
 ) -> LoadedModel:
     """Build the model a MODEL string names on ``device``, seeded with ``torch.manual_seed``.
 
     A model whose own construction code needs tensor values cannot be built on
     meta; it is built on the CPU instead and moved (a note on stderr says so).
+    ``model_parallel``: the process and model-parallel groups of that size first
+    (``hookcli.modelparallel``; torn down when the command's scope ends).
+    ``part``: the submodule of that qualified name, taken after ``weights`` are applied.
+    Both default to what the command line asked (``requested``).
     """
     kw = kwargs if isinstance(kwargs, Tree) else Tree(kwargs or {})
     spec = spec.strip()
     if not spec:
         raise UsageError("MODEL is empty: give a torchvision name, pkg.module:attr or file.py:attr")
+    if model_parallel is None:
+        model_parallel = _REQUESTED.get("model_parallel")
+    if part is None:
+        part = _REQUESTED.get("part")
+    if model_parallel is not None:
+        from hookcli.modelparallel import set_up
+        from hookcli.preserve import on_scope_end
+
+        on_scope_end(set_up(model_parallel))  # outside a scope (the API): the groups stay
     try:
-        return _load_checked(spec, kw, seed, weights, trust_pickle, device)
+        loaded = _load_checked(spec, kw, seed, weights, trust_pickle, device)
+        if model_parallel is not None:
+            settings = {**(loaded.settings or {}), "model_parallel": model_parallel}
+            loaded = replace(loaded, settings=settings)
+        return loaded if part is None else _part(loaded, part)
     except SystemExit as err:  # a source that does not wrap it (hf, timm, torchvision)
         raise LoadError(f"could not build {spec}: {_why(err)}") from err
-    except (LoadError, RuntimeError, MemoryError) as err:
+    except (LoadError, RuntimeError, MemoryError, AssertionError) as err:
+        if model_parallel is None:
+            from hookcli.modelparallel import refusal
+
+            refused = refusal(spec, err)
+            if refused is not None:
+                raise refused from err
         if not is_oom(err):
             raise
         cause = oom_cause(err)
         raise ResourceError(f"out of memory while building {spec}: {first_line(cause)}") from err
+
+
+_REQUESTED: dict[str, Any] = {}  # the command line's --model-parallel and --part
+
+
+@contextlib.contextmanager
+def requested(model_parallel: int | None = None, part: str | None = None) -> Iterator[None]:
+    """Hold ``--model-parallel`` and ``--part`` for one command (the CLI), for every
+    ``load_model`` of it; cleared after it, whatever happened."""
+    _REQUESTED.update(model_parallel=model_parallel, part=part)
+    try:
+        yield
+    finally:
+        _REQUESTED.clear()
+
+
+def _part(loaded: LoadedModel, name: str) -> LoadedModel:
+    """``--part NAME``: the built model's submodule ``NAME`` (``named_modules()``'s
+    qualified name); an unknown one is exit 2 naming the nearest. The whole model's
+    default inputs do not carry over: the part's ``example_input_array``, or ``-i``."""
+    from torch import nn
+
+    name = name.strip()
+    names = [n for n, _ in loaded.module.named_modules(remove_duplicate=False) if n]
+    try:
+        module = loaded.module.get_submodule(name) if name else None
+    except AttributeError:
+        module = None
+    if not isinstance(module, nn.Module) or module is loaded.module:
+        close = difflib.get_close_matches(name, names, n=5, cutoff=0.5)
+        if not close:  # nothing alike: the top-level modules, where a name starts
+            close = [n for n in names if "." not in n][:8]
+        listed = f"; nearest: {', '.join(close)}" if close else " (it has no submodules)"
+        raise UsageError(f"--part {name!r}: {loaded.spec} has no such module{listed}")
+    return replace(
+        loaded,
+        module=module,
+        family=None,
+        torchvision_name=None,
+        default_inputs=(),
+        input_source="",
+        input_values=None,
+        settings={**(loaded.settings or {}), "part": name},
+    )
 
 
 def _load_checked(
@@ -611,7 +685,7 @@ def _load_checked(
             file=sys.stderr,
             flush=True,
         )
-        with keep_cwd():
+        with build_on(None), keep_cwd():
             loaded = _load(spec, kw, seed, offer)
     loaded = _eager(loaded)
     recorded: dict[str, Any] = {}
