@@ -230,6 +230,7 @@ def step_memory(prepared: Prepared, plan: CostPlan, fsdp: FsdpPlan | None = None
     from hookcli.errors import HookcliError, UsageError, first_line
     from hookcli.losses import make_loss
     from hookcli.memory.step import track_inference, track_step
+    from hookcli.preserve import kept_attributes, training_flags
 
     assert prepared.inputs is not None
     model = prepared.model
@@ -250,6 +251,7 @@ def step_memory(prepared: Prepared, plan: CostPlan, fsdp: FsdpPlan | None = None
         from hookcli.cost.probe import _FusedAttentionOnMeta
         from hookcli.metavalues import MetaValues
 
+        attributes.reset()  # each step's forward starts from the KV cache as found
         stack = contextlib.ExitStack()
         if on_meta:  # the CPU's attention kernel, as the measured pass counts it, and
             # values where the model reads some (a packed-sequence check in train mode)
@@ -282,14 +284,16 @@ def step_memory(prepared: Prepared, plan: CostPlan, fsdp: FsdpPlan | None = None
         )
 
     _progress("one steady-state training step under the live-bytes tracker")
-    try:
-        found = step(args, kwargs)
-        inference = track_inference(model, args, kwargs, forward_context, fsdp)
-        fit = _fit(plan.fit, step, args, kwargs) if plan.fit is not None else {}
-    except HookcliError:
-        raise
-    except Exception as err:  # the model's own failure in train mode: said, not fatal
-        return {"step_peak_error": first_line(err)}
+    # every module's own mode and the plain tensor attributes as found, whatever the step did
+    with training_flags(model), kept_attributes(model) as attributes:
+        try:
+            found = step(args, kwargs)
+            inference = track_inference(model, args, kwargs, forward_context, fsdp)
+            fit = _fit(plan.fit, step, args, kwargs) if plan.fit is not None else {}
+        except HookcliError:
+            raise
+        except Exception as err:  # the model's own failure in train mode: said, not fatal
+            return {"step_peak_error": first_line(err)}
     peak = found.train
     return {
         "step_peak_bytes": peak.bytes,
