@@ -538,6 +538,14 @@ def _uncounted_note(probe: CostProbe) -> str:
     )
 
 
+def _cannot_train(model: nn.Module) -> str | None:
+    """Why the model cannot train (its root's forward runs without autograd), else None."""
+    from hookcli.failure import grad_off_forwards
+
+    off = grad_off_forwards(model)
+    return off[0].label() if off and off[0].name == "" else None
+
+
 def _checks(totals: dict[str, Any], plan: CostPlan) -> tuple[CheckResult, ...]:
     from hookcli.render import fmt_count
     from hookcli.report import CheckResult
@@ -559,6 +567,10 @@ def _checks(totals: dict[str, Any], plan: CostPlan) -> tuple[CheckResult, ...]:
         if memory_for is MemoryTotal.TRAIN and "step_peak_bytes" in totals:
             key = "step_peak_bytes"  # the tracked step's peak, where it ran
         value = totals[key]
+        if value is None:  # a forward that cannot train has no training total
+            why = f"no training total: {totals.get('cannot_train')}, so it cannot train"
+            out.append(CheckResult("max-memory", False, why))
+            return tuple(out)
         ok = value <= limit
         out.append(
             CheckResult(
@@ -603,6 +615,10 @@ def build_report(
         totals["backward_macs"] = bwd // 2
     totals.update(memory_totals(model, probe, optimizer))
     totals.update(peaks or {})
+    cannot = None if probe.backward_ran else _cannot_train(model)
+    if cannot is not None:  # no training figure for a forward that cannot train
+        totals["train_step_bytes"] = None
+        totals["cannot_train"] = cannot
     totals["uncounted_op_count"] = len(probe.uncounted)
     checks = () if error is not None else _checks(totals, plan)
     settings = {**prepared.settings, "optimizer": optimizer.value, "backward": backward}
@@ -892,14 +908,18 @@ def _table_totals(
         out.append(("Attribute tensors", attrs))
         held = "params + buffers + attribute tensors"
     state = t["optimizer_state_bytes"]
-    out.append(
-        (
-            "Training step",
-            f"{_size(t['train_step_bytes'])} = {held} + grads "
-            f"{_size(t['grad_bytes'])} + {optimizer.value} state {_size(state)} "
-            f"+ saved activations {_size(t['saved_bytes'])}",
+    if t["train_step_bytes"] is None:
+        why = f"none: {t.get('cannot_train')}, so it cannot train (no output carries a gradient)"
+        out.append(("Training step", why))
+    else:
+        out.append(
+            (
+                "Training step",
+                f"{_size(t['train_step_bytes'])} = {held} + grads "
+                f"{_size(t['grad_bytes'])} + {optimizer.value} state {_size(state)} "
+                f"+ saved activations {_size(t['saved_bytes'])}",
+            )
         )
-    )
     if "train_peak_bytes" in t:
         out.append(
             (
