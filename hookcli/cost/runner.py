@@ -568,7 +568,10 @@ def _checks(totals: dict[str, Any], plan: CostPlan) -> tuple[CheckResult, ...]:
             key = "step_peak_bytes"  # the tracked step's peak, where it ran
         value = totals[key]
         if value is None:  # a forward that cannot train has no training total
-            why = f"no training total: {totals.get('cannot_train')}, so it cannot train"
+            why = (
+                f"no training total: {totals.get('cannot_train')}, so it cannot train; "
+                "check the inference total with --memory-for inference"
+            )
             out.append(CheckResult("max-memory", False, why))
             return tuple(out)
         ok = value <= limit
