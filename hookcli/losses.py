@@ -265,7 +265,9 @@ def _code_of(fn: Any) -> Any:
         return inspect.unwrap(target).__code__
     if inspect.isroutine(target) or isinstance(target, type):
         return None  # a built-in function; a class: its instance is no loss
-    return getattr(getattr(type(target), "__call__", None), "__code__", None)
+    mro = type(target).__mro__
+    call = next((c.__dict__["__call__"] for c in mro if "__call__" in c.__dict__), None)
+    return getattr(call, "__code__", None)
 
 
 def _not_a_loss(fn: Any, where: str) -> str:

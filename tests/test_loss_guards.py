@@ -84,7 +84,9 @@ def test_a_loss_that_exits_is_blamed_on_the_users_file(model_file: Path) -> None
         "def leave(output):\n    sys.exit(5)\n"
     )
     for name, said, line_no in (("quit", "os._exit(3)", 5), ("leave", "sys.exit(5)", 8)):
-        result = hookcli("grads", f"{model_file}:Marked", "-i", "2x4", "--loss", f"fn:{losses}:{name}")
+        result = hookcli(
+            "grads", f"{model_file}:Marked", "-i", "2x4", "--loss", f"fn:{losses}:{name}"
+        )
         assert result.returncode == 4, result.stderr
         line = error_line(result)
         assert f"the loss function fn:{losses}:{name} called {said}" in line
