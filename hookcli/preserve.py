@@ -138,7 +138,11 @@ class TensorAttributes:
                 for name, t in before.items():
                     if not isinstance(t, tensor):
                         continue
-                    self.kept.append([m, name, t, _saved(t), _version(t), t.grad_fn is not None])
+                    try:
+                        copy = _saved(t)
+                    except Exception:  # a tensor no copy can be made of: left alone
+                        continue
+                    self.kept.append([m, name, t, copy, _version(t), t.grad_fn is not None])
 
     def reset(self) -> None:
         """Every attribute as found; any tensor attribute added since dropped."""
