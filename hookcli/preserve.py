@@ -123,21 +123,27 @@ class TensorAttributes:
     object, its values, no autograd history; a tensor attribute that a pass added is
     dropped, one it replaced is set back), so that every forward starts where the first
     did and no backward reaches into an earlier pass's graph, as buffers are put back.
-    Values are copied only where they are not all zeros (a fresh cache costs nothing)."""
+    Values are copied only where they are not all zeros (a fresh cache costs nothing).
+    The modules of ``torch.nn`` itself are not looked at: they keep no such attribute."""
 
     def __init__(self, modules: Any) -> None:
         import torch
 
         tensor = torch.Tensor
-        self.modules = list(modules)
         # [module, name, original, copy (None: all zeros), version, had history]
         self.kept: list[list[Any]] = []
-        self.before = [dict(m.__dict__) for m in self.modules]  # each one's attributes
+        # each module's attributes, where its forward is not torch's own (torch.nn's
+        # modules neither keep nor add tensor attributes: they are not looked at, which
+        # keeps this cheap on a large tree); a tensor attribute added is dropped
+        self.before: list[tuple[Any, dict[str, Any]]] = []
         with torch.no_grad():
-            for m, before in zip(self.modules, self.before, strict=True):
-                for name, t in before.items():
-                    if not isinstance(t, tensor):
-                        continue
+            for m in modules:
+                if type(m).__module__.startswith(_TORCH_NN):
+                    continue
+                d = m.__dict__
+                self.before.append((m, d.copy()))
+                for name in _tensor_names(d, tensor):
+                    t = d[name]
                     try:
                         copy = _saved(t)
                     except Exception:  # a tensor no copy can be made of: left alone
@@ -166,17 +172,33 @@ class TensorAttributes:
                         fresh = torch.zeros_like(original) if copy is None else copy.clone()
                         m.__dict__[name] = entry[2] = fresh
                     entry[4] = _version(entry[2])
-            for m, before in zip(self.modules, self.before, strict=True):
+            for m, before in self.before:
                 added = [
                     k
-                    for k, v in m.__dict__.items()
-                    if isinstance(v, tensor) and not isinstance(before.get(k), tensor)
+                    for k in _tensor_names(m.__dict__, tensor)
+                    if not isinstance(before.get(k), tensor)
                 ]
                 for k in added:
                     if k in before:
                         m.__dict__[k] = before[k]
                     else:
                         del m.__dict__[k]
+
+
+_TORCH_NN = "torch.nn.modules."
+_TENSOR_TYPES: dict[type, bool] = {}  # type -> whether it is a tensor type
+
+
+def _tensor_names(attributes: dict[str, Any], tensor: type) -> list[str]:
+    """The names of the tensors among ``attributes``: the types are looked at first (a
+    set made in C), the names only where one is a tensor type, as in few modules."""
+    for tp in set(map(type, attributes.values())):
+        hit = _TENSOR_TYPES.get(tp)
+        if hit is None:
+            hit = _TENSOR_TYPES[tp] = issubclass(tp, tensor)
+        if hit:
+            return [k for k, v in attributes.items() if isinstance(v, tensor)]
+    return []
 
 
 def _saved(t: Any) -> Any:
