@@ -6,6 +6,7 @@ the subtree's parameter grads in float64."""
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 
@@ -24,7 +25,7 @@ def autograd_model() -> torch.nn.Module:
     return model
 
 
-def l2(tensors: list[torch.Tensor]) -> float:
+def l2(tensors: list[Any]) -> float:
     return float(torch.cat([t.detach().double().reshape(-1) for t in tensors]).norm())
 
 

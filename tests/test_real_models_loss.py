@@ -271,7 +271,7 @@ def lm_head_grad_in(loss_of: Any) -> float:
     def keep_grad(module: nn.Module, args: Any) -> None:
         args[0].register_hook(seen.append)
 
-    model.lm_head.register_forward_pre_hook(keep_grad)
+    model.get_submodule("lm_head").register_forward_pre_hook(keep_grad)
     loss_of(model(*rm.gpt_inputs())).backward()
     return float(seen[0].double().norm())
 
