@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -84,6 +85,36 @@ def _reduce(output: Any, kind: LossKind, what: str = "the model's output") -> to
         count = sum(t.numel() for t in tensors)
         return total / max(count, 1)
     return total
+
+
+# A sum of n independent zero-mean values is about ||x||_2 in size (N(0, ||x||_2^2)); one
+# under 1e-3 of that happens by chance about once in 1,250 runs, while a normalised output
+# (LayerNorm, softmax minus its mean) sums to rounding noise, ~1e-7 of it in float32. Half
+# types round each element by their epsilon, so there the bound is 8 epsilons.
+CANCELLED_SUM = 1e-3
+
+
+def cancelled_sum(output: Any, total: torch.Tensor) -> str | None:
+    """A note when the sum loss of ``output`` cancels out (|sum| under ``CANCELLED_SUM``
+    times the L2 norm of the summed elements, in half types 8 epsilons): its gradients are
+    then rounding noise. None otherwise, and on meta."""
+    tensors = [t.real if t.is_complex() else t for t in _grad_tensors(output)]
+    if not tensors or total.is_meta or any(t.layout != torch.strided for t in tensors):
+        return None
+    with torch.no_grad():
+        norm = float(torch.stack([t.detach().double().norm() for t in tensors]).norm())
+        value = float(total.detach())
+    bound = max([CANCELLED_SUM] + [8 * torch.finfo(t.dtype).eps for t in tensors])
+    if not norm or abs(value) >= bound * norm or not math.isfinite(value):
+        return None
+    from hookcli.render import fmt_float
+
+    return (
+        f"note: the sum of the output is {fmt_float(value)}, next to an L2 norm of "
+        f"{fmt_float(norm)}: it cancels out (a normalised output sums to ~0 whatever the "
+        "weights), so its gradients are rounding noise; pass --loss random (a fixed "
+        "random projection), or --loss output:KEY / fn:FILE.py:FUNCTION for a real loss"
+    )
 
 
 def random_projection(output: Any) -> torch.Tensor:
@@ -210,7 +241,54 @@ def load_loss_fn(spec: str) -> Callable[..., Any]:
         raise UsageError(f"--loss fn:{spec}: {err.message}") from err
     if not callable(fn):
         raise UsageError(f"--loss fn:{spec}: {attr} is a {type(fn).__name__}, not a function")
+    foreign = _not_a_loss(fn, where)
+    if foreign:
+        raise UsageError(
+            f"--loss fn:{spec}: {attr} is {foreign}, not a loss function of yours: name a "
+            "Python function that takes the output (and the model's inputs) and returns "
+            "a scalar tensor"
+        )
     return fn
+
+
+def _code_of(fn: Any) -> Any:
+    """The Python code object behind a callable (a function, a method, a partial, an object
+    whose class defines ``__call__`` in Python); None for a built-in."""
+    import functools
+
+    target = fn
+    while isinstance(target, functools.partial):
+        target = target.func
+    if inspect.ismethod(target):
+        target = target.__func__
+    if inspect.isfunction(target):
+        return inspect.unwrap(target).__code__
+    if inspect.isroutine(target) or isinstance(target, type):
+        return None  # a built-in function; a class: its instance is no loss
+    mro = type(target).__mro__
+    call = next((c.__dict__["__call__"] for c in mro if "__call__" in c.__dict__), None)
+    return getattr(call, "__code__", None)
+
+
+def _not_a_loss(fn: Any, where: str) -> str:
+    """What ``fn`` (found in ``where``) is when it cannot be a user's loss: a built-in
+    (``os.system``, ``torch.sum``; also ``os._exit``, which hookcli stands in for while it
+    runs), a function of Python's standard library; '' otherwise."""
+    import os
+    import sysconfig
+
+    if isinstance(fn, type):
+        return "a class"
+    code = _code_of(fn)
+    here = os.path.dirname(os.path.realpath(__file__)) + os.sep
+    path = os.path.realpath(code.co_filename) if code is not None else here
+    if path.startswith(here):
+        return f"a built-in of {where}"
+    paths = sysconfig.get_paths()
+    stdlib = {os.path.realpath(paths[k]) + os.sep for k in ("stdlib", "platstdlib")}
+    if any(path.startswith(root) for root in stdlib) and "-packages" not in path:
+        return f"a function of Python's standard library ({where})"
+    return ""
 
 
 def _call_loss_fn(
@@ -245,13 +323,39 @@ def _call_loss_fn(
 
         if is_oom(err):
             raise
-        from hookcli.failure import raised_at
-        from hookcli.session import _reason
+        raise RunError(f"the loss function fn:{spec} {_failed(err, fn)}") from err
 
-        at = raised_at(err)
-        raise RunError(
-            f"the loss function fn:{spec} raised: {_reason(err)}{at.suffix() if at else ''}"
-        ) from err
+
+def _failed(err: BaseException, fn: Callable[..., Any]) -> str:
+    """``raised: ValueError: ... (raised at loss.py:3 in f)``, ``called os._exit(3) (...)``:
+    where in the user's code, never hookcli's frame (the ``os._exit`` stand-in)."""
+    import os
+
+    from hookcli.errors import first_line
+    from hookcli.failure import raised_at
+
+    what = (
+        f"called {getattr(err, 'via', 'sys.exit')}({err.code!r})"
+        if isinstance(err, SystemExit)
+        else f"raised: {first_line(err)}"
+    )
+    at = raised_at(err)
+    if at is not None and not at.hookcli:
+        return what + at.suffix()
+    code = _code_of(fn)
+    own = os.path.realpath(code.co_filename) if code is not None else None
+    line = None
+    tb = err.__traceback__
+    while tb is not None:  # the innermost frame in the loss function's own file
+        if own is not None and os.path.realpath(tb.tb_frame.f_code.co_filename) == own:
+            line = (tb.tb_lineno, tb.tb_frame.f_code.co_name)
+        tb = tb.tb_next
+    if line is None or code is None:
+        return what
+    from hookcli.failure import RaisedAt, _shown
+
+    where = RaisedAt(_shown(own or "", getattr(fn, "__module__", None)), *line, False)
+    return what + where.suffix()
 
 
 # -- the loss of a run ---------------------------------------------------------------------
@@ -292,11 +396,15 @@ class LossFunction:
             if not loss.explicit and not self._looked:
                 self._looked = True
                 self._look_for_natural(output)
-                if self.natural is not None:
-                    from hookcli.streams import progress
+                from hookcli.streams import progress
 
+                if self.natural is not None:
                     value = None if total.is_meta else float(total.detach())
                     progress(f"hookcli: {self.note(value)}")
+                elif loss.kind is LossKind.SUM:
+                    cancelled = cancelled_sum(output, total)
+                    if cancelled is not None:
+                        progress(f"hookcli: {cancelled}")
             return total
         if loss.kind is LossKind.RANDOM:
             return random_projection(output)

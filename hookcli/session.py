@@ -4,7 +4,8 @@ One set of hooks per kind is attached (per module, or through the global
 ``register_module_*`` family with ``global_hooks=True``) and dispatched to the
 probes, so that the session alone owns every handle. On exit, also after an
 exception or Ctrl-C, it removes every handle, restores each module's training
-flag, every buffer (values and identity), every parameter's ``.grad`` and any
+flag, every buffer (values and identity), every plain tensor attribute (a KV cache,
+also before each forward after the first), every parameter's ``.grad`` and any
 ``inplace`` flag it switched off for backward hooks.
 """
 
@@ -33,6 +34,7 @@ from hookcli.errors import (
 from hookcli.metavalues import MetaValues
 from hookcli.modelinfo import depth_of
 from hookcli.options import HookKind, Mode
+from hookcli.preserve import TensorAttributes
 from hookcli.structures import iter_tensors, shapes_of
 
 
@@ -261,6 +263,7 @@ class HookSession:
         self.failure: Frame | None = None
         self.backward_failure: Frame | None = None
         self.backward_done = False  # a ``backward`` call returned (every grad arrived)
+        self.passes = 0  # forwards run: each after the first starts from the state as found
         self._stack: list[Frame] = []
         self._calls: dict[int, int] = {}
         self._bw_pending: dict[int, list[Frame]] = {}
@@ -326,6 +329,9 @@ class HookSession:
                             del m._buffers[extra]
 
         self.on_exit(restore_buffers)
+        # plain tensor attributes (a KV cache that forward writes): as found on each pass
+        self._attributes = TensorAttributes(modules)
+        self.on_exit(self._attributes.reset)
 
         params = _parameters(model, modules)
         grads = [(p, p.grad) for p in params]
@@ -341,6 +347,11 @@ class HookSession:
                 p.grad = None  # accumulate from zero, so the figures are this run's alone
             if not self._alias_hooked_tensors():
                 self._disable_inplace()
+
+    def reset_attributes(self) -> None:
+        """The model's plain tensor attributes as found (``preserve.TensorAttributes``):
+        call before a pass the session does not run itself (profile's timed passes)."""
+        self._attributes.reset()
 
     def _disable_inplace(self) -> None:
         # Full backward hooks wrap module outputs in a view; an in-place op on it
@@ -596,6 +607,9 @@ class HookSession:
     def forward(self, args: Sequence[Any] = (), kwargs: dict[str, Any] | None = None) -> Any:
         """Run the model once; a failure raises RunError naming the module."""
         meta = MetaValues() if _on_meta(self.model, args, kwargs) else None
+        if self.passes:
+            self.reset_attributes()
+        self.passes += 1
         try:
             with self._grad_context(), meta or contextlib.nullcontext(), autocast():
                 return self.call(*args, **(kwargs or {}))

@@ -230,6 +230,7 @@ def step_memory(prepared: Prepared, plan: CostPlan, fsdp: FsdpPlan | None = None
     from hookcli.errors import HookcliError, UsageError, first_line
     from hookcli.losses import make_loss
     from hookcli.memory.step import track_inference, track_step
+    from hookcli.preserve import kept_attributes, training_flags
 
     assert prepared.inputs is not None
     model = prepared.model
@@ -250,6 +251,7 @@ def step_memory(prepared: Prepared, plan: CostPlan, fsdp: FsdpPlan | None = None
         from hookcli.cost.probe import _FusedAttentionOnMeta
         from hookcli.metavalues import MetaValues
 
+        attributes.reset()  # each step's forward starts from the KV cache as found
         stack = contextlib.ExitStack()
         if on_meta:  # the CPU's attention kernel, as the measured pass counts it, and
             # values where the model reads some (a packed-sequence check in train mode)
@@ -282,14 +284,16 @@ def step_memory(prepared: Prepared, plan: CostPlan, fsdp: FsdpPlan | None = None
         )
 
     _progress("one steady-state training step under the live-bytes tracker")
-    try:
-        found = step(args, kwargs)
-        inference = track_inference(model, args, kwargs, forward_context, fsdp)
-        fit = _fit(plan.fit, step, args, kwargs) if plan.fit is not None else {}
-    except HookcliError:
-        raise
-    except Exception as err:  # the model's own failure in train mode: said, not fatal
-        return {"step_peak_error": first_line(err)}
+    # every module's own mode and the plain tensor attributes as found, whatever the step did
+    with training_flags(model), kept_attributes(model) as attributes:
+        try:
+            found = step(args, kwargs)
+            inference = track_inference(model, args, kwargs, forward_context, fsdp)
+            fit = _fit(plan.fit, step, args, kwargs) if plan.fit is not None else {}
+        except HookcliError:
+            raise
+        except Exception as err:  # the model's own failure in train mode: said, not fatal
+            return {"step_peak_error": first_line(err)}
     peak = found.train
     return {
         "step_peak_bytes": peak.bytes,
@@ -534,6 +538,14 @@ def _uncounted_note(probe: CostProbe) -> str:
     )
 
 
+def _cannot_train(model: nn.Module) -> str | None:
+    """Why the model cannot train (its root's forward runs without autograd), else None."""
+    from hookcli.failure import grad_off_forwards
+
+    off = grad_off_forwards(model)
+    return off[0].label() if off and off[0].name == "" else None
+
+
 def _checks(totals: dict[str, Any], plan: CostPlan) -> tuple[CheckResult, ...]:
     from hookcli.render import fmt_count
     from hookcli.report import CheckResult
@@ -555,6 +567,13 @@ def _checks(totals: dict[str, Any], plan: CostPlan) -> tuple[CheckResult, ...]:
         if memory_for is MemoryTotal.TRAIN and "step_peak_bytes" in totals:
             key = "step_peak_bytes"  # the tracked step's peak, where it ran
         value = totals[key]
+        if value is None:  # a forward that cannot train has no training total
+            why = (
+                f"no training total: {totals.get('cannot_train')}, so it cannot train; "
+                "check the inference total with --memory-for inference"
+            )
+            out.append(CheckResult("max-memory", False, why))
+            return tuple(out)
         ok = value <= limit
         out.append(
             CheckResult(
@@ -599,6 +618,10 @@ def build_report(
         totals["backward_macs"] = bwd // 2
     totals.update(memory_totals(model, probe, optimizer))
     totals.update(peaks or {})
+    cannot = None if probe.backward_ran else _cannot_train(model)
+    if cannot is not None:  # no training figure for a forward that cannot train
+        totals["train_step_bytes"] = None
+        totals["cannot_train"] = cannot
     totals["uncounted_op_count"] = len(probe.uncounted)
     checks = () if error is not None else _checks(totals, plan)
     settings = {**prepared.settings, "optimizer": optimizer.value, "backward": backward}
@@ -888,14 +911,18 @@ def _table_totals(
         out.append(("Attribute tensors", attrs))
         held = "params + buffers + attribute tensors"
     state = t["optimizer_state_bytes"]
-    out.append(
-        (
-            "Training step",
-            f"{_size(t['train_step_bytes'])} = {held} + grads "
-            f"{_size(t['grad_bytes'])} + {optimizer.value} state {_size(state)} "
-            f"+ saved activations {_size(t['saved_bytes'])}",
+    if t["train_step_bytes"] is None:
+        why = f"none: {t.get('cannot_train')}, so it cannot train (no output carries a gradient)"
+        out.append(("Training step", why))
+    else:
+        out.append(
+            (
+                "Training step",
+                f"{_size(t['train_step_bytes'])} = {held} + grads "
+                f"{_size(t['grad_bytes'])} + {optimizer.value} state {_size(state)} "
+                f"+ saved activations {_size(t['saved_bytes'])}",
+            )
         )
-    )
     if "train_peak_bytes" in t:
         out.append(
             (

@@ -291,8 +291,12 @@ class GradProbe(Probe):
         output_hooks: bool = True,
         watch_forward: bool = False,
         flag_inf: bool = False,
+        depth: int | None = None,
     ) -> None:
         self.kinds = frozenset(k for k in kinds if k.is_backward)
+        # --depth: a row at that depth stands for its subtree (its hidden descendants' too)
+        self.depth = depth
+        self._cut: dict[int, nn.Module] = {}
         self.per_param = per_param
         self.output_hooks = output_hooks and HookKind.TENSOR in self.kinds
         self.watch_forward = watch_forward
@@ -503,6 +507,8 @@ class GradProbe(Probe):
             )
         by_id = {id(p): params[i] for i, (_, p) in enumerate(self._params)}
         self._by_param = by_id
+        if self.depth is not None:  # the modules whose rows the depth cuts below
+            self._cut = {id(m): m for m in session.model.modules() if next(m.children(), None)}
         modules: dict[int, ModuleGrad] = {}
         module_params: dict[int, tuple[str, ...]] = {}
         for mname, m in session.model.named_modules():
@@ -570,7 +576,10 @@ class GradProbe(Probe):
             return {}
         out: dict[str, Any] = {}
         call = f.calls.get(record.index, CallGrad())
-        if HookKind.TENSOR in self.kinds:
+        cut = self._cut.get(record.module_id) if record.depth == self.depth else None
+        if cut is not None:  # children hidden by --depth: the norms of the whole subtree
+            out.update(self.container_columns(cut))
+        elif HookKind.TENSOR in self.kinds:
             mod = f.modules.get(record.module_id, ModuleGrad(None, None, ()))
             out["grad_norm"] = mod.grad_norm
             out["weight_norm"] = mod.weight_norm

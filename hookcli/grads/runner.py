@@ -155,6 +155,7 @@ def run_grads(prepared: Prepared, plan: GradsPlan, launch: Launch | None = None)
         output_hooks=plan.explicit and HookKind.TENSOR in kinds,
         watch_forward=bool({"nan", "inf", "dead"} & set(gates.fail_on)),
         flag_inf="inf" in gates.fail_on,
+        depth=plan.depth,
     )
     outcome = run_session(
         prepared,

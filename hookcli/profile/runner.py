@@ -281,6 +281,7 @@ def time_passes(
     bstarts: list[int] = []
 
     def forward(p: int, with_hooks: bool, keep: bool) -> Any:
+        session.reset_attributes()  # a KV cache in attributes: each pass starts as found
         origin = None
         if with_hooks:
             hooks.begin_pass(p)
@@ -354,6 +355,7 @@ def time_passes(
             bstarts.append(t0)
 
     def survey_forward() -> None:
+        session.reset_attributes()
         try:
             with grad_ctx(), autocast():
                 model(*args, **kwargs)
@@ -364,7 +366,7 @@ def time_passes(
 
     bar = _Progress(plan.progress, plan.repeat)
     with HookSession(model, [], mode=Mode(prepared.settings["mode"]), backward=plan.backward,
-                     only=(), grad=plan.backward):  # fmt: skip
+                     only=(), grad=plan.backward) as session:  # fmt: skip
         try:
             if plan.backward:
                 hooks.survey(lambda: survey_forward())  # which modules need tensor hooks
@@ -372,6 +374,7 @@ def time_passes(
                 forward(0, False, keep=False)
                 forward(0, True, keep=False)
             if prepared.settings["device"].startswith("cuda"):
+                session.reset_attributes()
                 m.memory = _memory_pass(model, modules, tree, args, kwargs, grad_ctx, MemoryHooks)
             began = counter()
             for r in range(plan.repeat):
