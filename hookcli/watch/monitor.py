@@ -34,25 +34,36 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import gc
-import json
 import math
 import os
 import socket
 import sys
-import threading
 import time
-import warnings
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
-from hookcli.norms import BLOCKED_FROM, LOW_PRECISION, blocked_norm
 from hookcli.watch.config import STEPS_SCHEMA, WatchConfig, logged
+from hookcli.watch.figures import (
+    NanOrigin,
+    _copies,
+    _differences,
+    _first_float,
+    _Host,
+    _hypot,
+    _nonfinite_kind,
+    _norm_vector,
+    _Plan,
+    _stats,
+)
+from hookcli.watch.registry import Registry, _compiling_in_use, _modules, _objects, _roots, _tops
+from hookcli.watch.sinks import FileSink, MemorySink, _rank
+
+__all__ = ["FileSink", "MemorySink", "Monitor", "StopTraining"]
 
 _MAX_NAMES = 20  # names listed in one event
 
@@ -60,97 +71,6 @@ _MAX_NAMES = 20  # names listed in one event
 class StopTraining(RuntimeError):
     """Raised out of ``optimizer.step()`` by ``--stop-on`` / ``stop_on=`` when no
     ``hookcli watch`` parent ends the process for it."""
-
-
-# -- sinks ------------------------------------------------------------------------------
-
-
-def _rank() -> tuple[int | None, int | None, int | None]:
-    """(rank, world size, local rank) from torchrun's or Slurm's environment."""
-    env = os.environ
-
-    def num(*keys: str) -> int | None:
-        for key in keys:
-            with contextlib.suppress(KeyError, ValueError):
-                return int(env[key])
-        return None
-
-    return (
-        num("RANK", "SLURM_PROCID"),
-        num("WORLD_SIZE", "SLURM_NTASKS"),
-        num("LOCAL_RANK", "SLURM_LOCALID"),
-    )
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready: non-finite floats as the strings "nan", "inf", "-inf"."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-class MemorySink:
-    """Records kept in a list (the Python API)."""
-
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def write(self, record: dict[str, Any]) -> None:
-        self.records.append(_plain(record))
-
-    def close(self) -> None:
-        pass
-
-
-class FileSink:
-    """One ``steps.jsonl`` per process under the run's folder, a line per record,
-    flushed as written: a run that is killed keeps every line written before."""
-
-    def __init__(self, config: WatchConfig) -> None:
-        self.folder = config.out
-        self.path: str | None = None
-        self._file: Any = None
-        self._lock = threading.Lock()
-
-    def _open(self) -> Any:
-        assert self.folder is not None
-        os.makedirs(self.folder, exist_ok=True)
-        rank = _rank()[0]
-        names = ([f"steps.rank{rank}.jsonl"] if rank is not None else ["steps.jsonl"]) + [
-            f"steps.pid{os.getpid()}.jsonl"
-        ]
-        for name in names:
-            path = os.path.join(self.folder, name)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                continue
-            self.path = path
-            return fd
-        raise FileExistsError(f"every steps file name is taken in {self.folder}")
-
-    def write(self, record: dict[str, Any]) -> None:
-        try:  # the common case: every number finite, nothing to convert
-            line = json.dumps(record, separators=(",", ":"), allow_nan=False)
-        except ValueError:
-            line = json.dumps(_plain(record), separators=(",", ":"), allow_nan=False)
-        data = (line + "\n").encode()
-        with self._lock:
-            if self._file is None:
-                self._file = self._open()
-            while data:  # one write per record, no buffer a kill could lose
-                data = data[os.write(self._file, data) :]
-
-    def close(self) -> None:
-        with self._lock:
-            if self._file is not None:
-                with contextlib.suppress(OSError):
-                    os.close(self._file)
-                self._file = None
 
 
 # -- the figures of one model/optimizer --------------------------------------------------
@@ -212,171 +132,6 @@ class _Track:
     kept: list[torch.Tensor] | None = None  # the parameter copies, reused (CPU)
 
 
-@dataclass(frozen=True)
-class _Plan:
-    """How to take the norms of a list of tensors: one fused ``_foreach_norm`` per
-    (device, dtype) group of dense floating tensors, as ``clip_grad_norm_`` does (half
-    types in float32), except that a large CPU tensor is read by rows
-    (``hookcli.norms.blocked_norm``: closer to the exact norm, and on both threads);
-    sparse and other tensors one by one."""
-
-    groups: tuple[tuple[bool, tuple[int, ...]], ...]  # (low precision, fused indices)
-    others: tuple[int, ...]
-    single: bool  # every tensor of one device and dtype (the fused copies below)
-    blocked: tuple[int, ...] = ()  # large CPU tensors, out of their groups: norms by rows
-
-    @staticmethod
-    def of(tensors: list[torch.Tensor]) -> _Plan:
-        groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
-        others = []
-        blocked = []
-        for i, t in enumerate(tensors):
-            if t.layout != torch.strided or not t.is_floating_point():
-                others.append(i)
-            elif t.device.type == "cpu" and t.numel() >= BLOCKED_FROM:
-                blocked.append(i)
-                groups.setdefault((t.device, t.dtype), [])
-            else:
-                groups.setdefault((t.device, t.dtype), []).append(i)
-        plan = tuple((dtype in LOW_PRECISION, tuple(idx)) for (_, dtype), idx in groups.items())
-        return _Plan(plan, tuple(others), len(plan) == 1 and not others, tuple(blocked))
-
-
-def _copies(
-    params: list[torch.Tensor], plans: dict[Any, _Plan], kept: list[torch.Tensor] | None
-) -> list[torch.Tensor]:
-    """Copies of the parameters (one fused multiply by 1 where they share a dtype and
-    device: exact, NaN and -0.0 included), into ``kept`` when given (the same shapes)."""
-    plan = plans.get("weights") or _Plan.of(params)
-    if kept is not None and len(kept) == len(params) and plan.single:
-        torch._foreach_copy_(kept, params)
-        return kept
-    if plan.single:
-        return list(torch._foreach_mul(params, 1.0))
-    return [p.detach().clone() for p in params]
-
-
-def _differences(
-    params: list[torch.Tensor], before: list[torch.Tensor], plans: dict[Any, _Plan]
-) -> list[torch.Tensor]:
-    """``before - params``, written into ``before`` (hookcli's own copies; a new tensor of
-    the parameters' size would cost its allocation again): the update's norm is its
-    difference's, whichever the sign."""
-    plan = plans.get("weights") or _Plan.of(params)
-    if plan.single:
-        torch._foreach_sub_(before, params)
-        return before
-    for b, p in zip(before, params, strict=True):
-        b.sub_(p.detach())
-    return before
-
-
-def _foreach(group: list[torch.Tensor], low: bool) -> tuple[torch.Tensor, ...]:
-    if low:
-        return tuple(torch._foreach_norm(group, 2, dtype=torch.float32))
-    return tuple(torch._foreach_norm(group, 2))
-
-
-def _norm_vector(
-    tensors: list[torch.Tensor], cache: dict[Any, _Plan], key: Any
-) -> torch.Tensor | None:
-    """The L2 norm of each tensor, one vector (``_Plan``; the plan of ``key`` is kept:
-    the tensors of a track keep their dtypes, devices and sizes from step to step)."""
-    if not tensors:
-        return None
-    plan = cache.get(key)
-    if plan is None or len(cache) > 64:
-        if len(cache) > 64:
-            cache.clear()
-        plan = cache[key] = _Plan.of(tensors)
-    try:
-        return _norms(tensors, plan)
-    except RuntimeError:  # a layout or dtype changed since: plan again
-        fresh = cache[key] = _Plan.of(tensors)
-        if fresh == plan:
-            raise
-        return _norms(tensors, fresh)
-
-
-def _norms(tensors: list[torch.Tensor], plan: _Plan) -> torch.Tensor:
-    if plan.single and not plan.blocked:
-        return torch.stack(_foreach(tensors, plan.groups[0][0]))
-    out: list[torch.Tensor | None] = [None] * len(tensors)
-    for low, idx in plan.groups:
-        if idx:
-            for i, n in zip(idx, _foreach([tensors[i] for i in idx], low), strict=True):
-                out[i] = n
-    for i in plan.blocked:
-        out[i] = blocked_norm(tensors[i])
-    if plan.others:
-        from hookcli.grads.probe import tensor_norm
-
-        for i in plan.others:
-            out[i] = tensor_norm(tensors[i]).float()
-    norms = [n for n in out if n is not None]
-    device = norms[0].device
-    if any(n.device != device for n in norms):
-        norms = [n.to(device) for n in norms]
-    return torch.stack(norms).to(torch.float64)  # stack promotes float32 to float64
-
-
-class _Host:
-    """1-D tensors read on the host: on the CPU at once (``tolist``: exact floats); on
-    CUDA copied together into pinned memory without a sync, read when ``values`` is
-    called (an event says when they are there)."""
-
-    def __init__(self, parts: list[torch.Tensor | None]) -> None:
-        self.sizes = [0 if p is None else p.numel() for p in parts]
-        self._lists: list[list[float]] | None = None
-        self._flat: list[float] | None = None
-        self._event: Any = None
-        self._buffer: torch.Tensor | None = None
-        if all(p is None or p.device.type == "cpu" for p in parts):
-            self._lists = [[] if p is None else p.reshape(-1).tolist() for p in parts]
-            return
-        present = [p.reshape(-1).to(torch.float64) for p in parts if p is not None]
-        devices = {p.device for p in present}
-        if len(devices) > 1:
-            present = [p.cpu() for p in present]
-        flat = torch.cat(present) if len(present) > 1 else present[0]
-        if flat.device.type == "cuda":
-            self._buffer = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
-            self._buffer.copy_(flat, non_blocking=True)
-            self._event = torch.cuda.Event()
-            self._event.record()
-        else:
-            self._flat = flat.tolist()
-
-    def ready(self) -> bool:
-        return self._event is None or bool(self._event.query())
-
-    def values(self) -> list[list[float]]:
-        """The parts' values, each a list (empty for a None part)."""
-        if self._lists is not None:
-            return self._lists
-        if self._flat is None:
-            self._event.synchronize()
-            assert self._buffer is not None
-            self._flat = self._buffer.tolist()
-        out = []
-        pos = 0
-        for n in self.sizes:
-            out.append(self._flat[pos : pos + n])
-            pos += n
-        self._lists = out
-        return out
-
-
-def _hypot(values: list[float]) -> float:
-    return math.hypot(*values) if values else 0.0
-
-
-def _nonfinite_kind(value: float | None) -> str | None:
-    if value is None or math.isfinite(value):
-        return None
-    return "nan" if math.isnan(value) else "inf"
-
-
 # -- the monitor ------------------------------------------------------------------------
 
 
@@ -417,12 +172,9 @@ class Monitor:
         self._t0 = config.t0 if config.t0 is not None else time.time()
         self._clock0 = time.perf_counter() - (time.time() - self._t0)
         # --nan-origin: the watched calls of the current step, and backward events
-        self._calls: dict[int, list[Any]] = {}  # call id -> [track, module, out_bad, in_bad]
-        self._call_ids = 0
-        self._checked: dict[tuple[int, int], Any] = {}  # (id, version) -> bad flag
-        self._backward_events: list[tuple[int, str, Any]] = []  # (call, "in"/"out", bad)
+        self._origin = NanOrigin()
         self.stopped: dict[str, Any] | None = None
-        self._registry: _Registry | None = None
+        self._registry: Registry | None = None
 
     # -- install / remove
 
@@ -452,7 +204,7 @@ class Monitor:
             # Armed as torch is imported, before any model or optimizer exists: the
             # registry sees every one built, so no scan of the process's objects is
             # needed to find a model or to know whether an optimizer exists.
-            self._registry = _Registry().install()
+            self._registry = Registry().install()
             atexit.register(self.finish)
         return self
 
@@ -799,7 +551,7 @@ class Monitor:
             step.act, step.act_order = track.act, track.act_order
             track.act, track.act_order = {}, []
         if self.config.nan_origin:
-            step.origin = self._origin_of_step(track)
+            step.origin = self._origin.of_step(track)
         track.pending = step
         host = self._host_pre(step)
         now = bool(self.config.stop_on) or self.config.nan_origin or host.ready()
@@ -1024,64 +776,9 @@ class Monitor:
                     track.act[index] = (_stats(t), t.numel())
                     track.act_order.append(index)
             if self.config.nan_origin:
-                self._watch_call(track, index, args, output)
+                self._origin.watch_call(track, index, args, output)
         except Exception as err:
             self._broken(err)
-
-    def _watch_call(self, track: _Track, index: int, args: Any, output: Any) -> None:
-        from hookcli.structures import iter_tensors
-
-        self._call_ids += 1
-        call = self._call_ids
-        out_bad = None
-        for t in iter_tensors(output):
-            if t.is_floating_point() and t.numel():
-                flag = _nonfinite_flag(t)
-                self._checked[(id(t), t._version)] = flag
-                out_bad = flag if out_bad is None else _either(out_bad, flag)
-                if t.requires_grad:
-                    t.register_hook(_grad_hook(self._backward_events, call, "out"))
-        in_bad = None
-        for t in iter_tensors(args):
-            if t.is_floating_point() and t.numel():
-                flag = self._checked.get((id(t), t._version))
-                if flag is None:
-                    flag = _nonfinite_flag(t)
-                in_bad = flag if in_bad is None else _either(in_bad, flag)
-                if t.requires_grad:
-                    t.register_hook(_grad_hook(self._backward_events, call, "in"))
-        self._calls[call] = [track, index, out_bad, in_bad]
-
-    def _origin_of_step(self, track: _Track) -> dict[str, Any] | None:
-        """--nan-origin: the first module whose output (forward) or whose input's grad
-        (backward) turned non-finite from finite values, this step."""
-        calls = {c: v for c, v in self._calls.items() if v[0] is track}
-        for c in calls:
-            del self._calls[c]
-        events = [e for e in self._backward_events if e[0] in calls]
-        self._backward_events = [e for e in self._backward_events if e[0] in self._calls]
-        self._checked = {}
-
-        def kind(flag: Any) -> str | None:
-            if flag is None:
-                return None
-            if isinstance(flag, torch.Tensor):
-                flag = int(flag)
-            return {0: None, 1: "nan", 2: "inf", 3: "nan"}[int(flag)]
-
-        for entry in calls.values():
-            out, inp = kind(entry[2]), kind(entry[3])
-            if out is not None and inp is None:
-                return {"what": out, "phase": "forward", "module": track.modules[entry[1]].name}
-        out_seen: dict[int, str | None] = {}
-        for call, which, flag in events:
-            k = kind(flag)
-            if which == "out":
-                out_seen[call] = out_seen.get(call) or k
-            elif k is not None and out_seen.get(call) is None:
-                name = track.modules[calls[call][1]].name
-                return {"what": k, "phase": "backward", "module": name}
-        return None
 
     # -- stopping, the end
 
@@ -1155,191 +852,3 @@ def _sum(values: list[float]) -> float:
     for v in values[1:]:
         total += v
     return total
-
-
-class _Registry:
-    """Who owns which parameter, and which module holds which, as models are built: the
-    global parameter and module registration hooks (they fire in ``__setattr__``,
-    ``register_parameter`` and ``add_module`` only, never per call), and the optimizers
-    made (``Optimizer.__init__`` wrapped, calling the original unchanged)."""
-
-    def __init__(self) -> None:
-        self.owner: dict[int, tuple[weakref.ref[Any], weakref.ref[nn.Module]]] = {}
-        self.parent: dict[int, tuple[weakref.ref[nn.Module], weakref.ref[nn.Module]]] = {}
-        self.optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._handles: list[Any] = []
-        self._init: Any = None
-        self._real_init: Any = None
-
-    def install(self) -> _Registry:
-        from torch.nn.modules import module as mod
-
-        self._handles.append(mod.register_module_parameter_registration_hook(self._param))
-        self._handles.append(mod.register_module_module_registration_hook(self._module))
-        real = torch.optim.Optimizer.__init__
-        optimizers = self.optimizers
-
-        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
-            real(opt, *args, **kwargs)
-            optimizers.add(opt)
-
-        __init__.__wrapped__ = real  # type: ignore[attr-defined]
-        __init__.__doc__ = real.__doc__
-        torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign,assignment]
-        self._init, self._real_init = __init__, real
-        return self
-
-    def uninstall(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        if torch.optim.Optimizer.__init__ is self._init:
-            torch.optim.Optimizer.__init__ = self._real_init  # type: ignore[method-assign]
-
-    def _param(self, module: nn.Module, name: str, param: Any) -> None:
-        if param is not None:
-            self.owner[id(param)] = (weakref.ref(param), weakref.ref(module))
-
-    def _module(self, module: nn.Module, name: str, child: Any) -> None:
-        if isinstance(child, nn.Module):
-            self.parent[id(child)] = (weakref.ref(child), weakref.ref(module))
-
-    def top(self, m: nn.Module) -> nn.Module:
-        seen = {id(m)}
-        while True:
-            entry = self.parent.get(id(m))
-            if entry is None or entry[0]() is not m:
-                return m
-            up = entry[1]()
-            if up is None or id(up) in seen or m not in up._modules.values():
-                return m
-            seen.add(id(up))
-            m = up
-
-    def roots(self, params: list[torch.Tensor]) -> list[nn.Module] | None:
-        """The outermost modules holding ``params``; None when one of them was not seen
-        being registered (a model unpickled whole, built before the monitor)."""
-        tops: dict[int, nn.Module] = {}
-        memo: dict[int, nn.Module] = {}
-        for p in params:
-            entry = self.owner.get(id(p))
-            owner = entry[1]() if entry is not None and entry[0]() is p else None
-            if owner is None or not any(q is p for q in owner._parameters.values()):
-                return None
-            top = memo.get(id(owner))
-            if top is None:
-                top = memo[id(owner)] = self.top(owner)
-            tops.setdefault(id(top), top)
-        return list(tops.values())
-
-    def tops(self) -> list[nn.Module] | None:
-        """Every outermost module seen (None: none seen)."""
-        found: dict[int, nn.Module] = {}
-        for _, owner_ref in self.owner.values():
-            owner = owner_ref()
-            if owner is not None:
-                top = self.top(owner)
-                found.setdefault(id(top), top)
-        return list(found.values()) or None
-
-
-def _objects(kind: type) -> Iterator[Any]:
-    """Every object of ``kind`` the garbage collector tracks (looked up by type, not
-    ``isinstance``: a proxy's ``__class__`` would warn or import)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for obj in gc.get_objects():
-            if issubclass(type(obj), kind):
-                yield obj
-
-
-def _modules() -> list[nn.Module]:
-    return list(_objects(nn.Module))
-
-
-def _tops(modules: list[nn.Module]) -> list[nn.Module]:
-    """The modules that are no other module's child."""
-    children = {id(c) for m in modules for c in m._modules.values() if c is not None}
-    return [m for m in modules if id(m) not in children]
-
-
-def _roots(modules: list[nn.Module], stepped: set[int]) -> list[nn.Module]:
-    """The models that own the stepped parameters: the outermost modules holding them
-    (a DDP or ``torch.compile`` wrapper included: names are as ``named_modules()`` of
-    what the training calls), the one holding most first, until every stepped
-    parameter that a module holds is covered."""
-    remaining = set(stepped)
-    found: list[nn.Module] = []
-    covers = []
-    for m in _tops(modules):
-        own = {id(p) for p in m.parameters()} & remaining
-        if own:
-            covers.append((len(own), m, own))
-    covers.sort(key=lambda c: -c[0])
-    for _, m, own in covers:
-        if own & remaining:
-            remaining -= own
-            found.append(m)
-    return found
-
-
-def _compiling_in_use() -> bool:
-    """Whether torch.compile has compiled anything in this process (torch.optim alone
-    imports torch._dynamo, so that import says nothing)."""
-    dynamo = sys.modules.get("torch._dynamo.utils")
-    if dynamo is None:
-        return False
-    try:
-        return bool(dynamo.counters["frames"]["ok"]) or bool(dynamo.counters["frames"]["total"])
-    except Exception:  # another torch's counters: assume it is, to be safe
-        return True
-
-
-def _first_float(output: Any) -> torch.Tensor | None:
-    if isinstance(output, torch.Tensor):
-        return output if output.is_floating_point() else None
-    from hookcli.structures import iter_tensors
-
-    for t in iter_tensors(output):
-        if t.is_floating_point():
-            return t
-    return None
-
-
-def _stats(t: torch.Tensor) -> torch.Tensor:
-    """[sum, L2 norm, min, max, non-zero count] of a module output, one vector, read
-    from a detached tensor (no autograd node); the host makes the mean and the
-    population std of them (``std_mean`` itself costs some 30 times more on the CPU)."""
-    t = t.detach()
-    if t.dtype in LOW_PRECISION or t.element_size() == 1:
-        t = t.float()
-    mn, mx = torch.aminmax(t)
-    parts = [t.sum(), torch.linalg.vector_norm(t), mn, mx, torch.count_nonzero(t)]
-    return torch.stack([v.to(mn.dtype) for v in parts])
-
-
-def _nonfinite_flag(t: torch.Tensor) -> Any:
-    """0 finite, 1 NaN, 2 Inf (3: both): a Python int on the CPU, where one sum decides
-    the common case; a device tensor elsewhere (read at the step, one sync)."""
-    t = t.detach()
-    if t.device.type == "cpu":
-        if math.isfinite(float(t.sum())):
-            return 0
-        return int(bool(torch.isnan(t).any())) + 2 * int(bool(torch.isinf(t).any()))
-    return torch.isnan(t).any().to(torch.int64) + 2 * torch.isinf(t).any().to(torch.int64)
-
-
-def _either(a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int):
-        return a | b
-    return torch.as_tensor(a) | torch.as_tensor(b)
-
-
-def _grad_hook(events: list[tuple[int, str, Any]], call: int, which: str) -> Callable[..., None]:
-    def hook(grad: torch.Tensor) -> None:
-        with contextlib.suppress(Exception):
-            if grad is not None and grad.is_floating_point() and grad.numel():
-                events.append((call, which, _nonfinite_flag(grad)))
-        return None
-
-    return hook
