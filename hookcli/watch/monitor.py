@@ -47,6 +47,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookcli.watch.clipping import ClipWatch
 from hookcli.watch.config import STEPS_SCHEMA, WatchConfig, logged
 from hookcli.watch.figures import (
     NanOrigin,
@@ -61,11 +62,15 @@ from hookcli.watch.figures import (
     _stats,
 )
 from hookcli.watch.registry import Registry, _compiling_in_use, _modules, _objects, _roots, _tops
+from hookcli.watch.scaler import ScalerWatch
 from hookcli.watch.sinks import FileSink, MemorySink, _rank
 
 __all__ = ["FileSink", "MemorySink", "Monitor", "StopTraining"]
 
 _MAX_NAMES = 20  # names listed in one event
+_LOSSES = 3  # where a step's losses begin among its host values (after 3 norm vectors)
+# torch.compile(module) warns whenever a global module hook exists: the monitor's own
+_COMPILE_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
 
 
 class StopTraining(RuntimeError):
@@ -105,6 +110,8 @@ class _Step:
     origin: dict[str, Any] | None = None  # --nan-origin's finding for this step
     step_time: float | None = None
     time: float = 0.0
+    pre_pos: list[int] | None = None  # before clipping (None: no clipping this step)
+    pre_norms: torch.Tensor | None = None
 
 
 @dataclass
@@ -112,12 +119,12 @@ class _Track:
     index: int
     label: str
     mode: str  # "optimizer" or "backward"
-    optimizer: Any  # a weakref to the optimizer (None in backward mode)
+    optimizer: Any  # a weakref to the (first) optimizer (None in backward mode)
     root_class: str
     params: list[torch.Tensor]
     param_names: list[str]
     modules: list[_Module]
-    n_params: int  # what the optimizer held when the track was built
+    n_params: int  # what the optimizers held when the track was built
     steps: int = 0
     last_post: float | None = None
     next_logged: bool = True
@@ -130,6 +137,14 @@ class _Track:
     refs: list[nn.Module] = field(default_factory=list)  # the modules, kept alive
     plans: dict[Any, _Plan] = field(default_factory=dict)  # how to take the norms
     kept: list[torch.Tensor] | None = None  # the parameter copies, reused (CPU)
+    members: dict[int, int] = field(default_factory=dict)  # id(optimizer) -> its params
+    root_ids: tuple[int, ...] = ()
+    ids: set[int] = field(default_factory=set)  # id() of every stepped parameter
+    preclip: tuple[list[int], torch.Tensor | None] | None = None  # at the first clip
+    closing: list[Any] | None = None  # a closure step's lrs, until its closure returns
+    joined: set[int] = field(default_factory=set)  # optimizers stepped in the open step
+    posted: set[int] = field(default_factory=set)  # ... and done
+    stop_due: dict[str, Any] | None = None  # a stop found before the step (a NaN loss)
 
 
 # -- the monitor ------------------------------------------------------------------------
@@ -173,6 +188,11 @@ class Monitor:
         self._clock0 = time.perf_counter() - (time.time() - self._t0)
         # --nan-origin: the watched calls of the current step, and backward events
         self._origin = NanOrigin()
+        self._pre_count = 0  # optimizer pre-hooks seen (GradScaler's skips)
+        self._mute: _Track | None = None  # a closure step's later closure calls
+        self._clips = ClipWatch(self._before_clip)
+        self._scaler = ScalerWatch(lambda: self._pre_count, self._skipped)
+        self._warning_filter: Any = None
         self.stopped: dict[str, Any] | None = None
         self._registry: Registry | None = None
 
@@ -199,8 +219,17 @@ class Monitor:
         backward.__doc__ = real.__doc__
         torch.autograd.backward = backward
         self._backward_wrapper = backward
+        self._clips.install()
+        self._scaler.install()
+        import warnings
+
+        warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
+        self._warning_filter = warnings.filters[0]
         _LIVE.add(self)
         if process:
+            from hookcli.watch.frames import install_excepthook
+
+            install_excepthook()
             # Armed as torch is imported, before any model or optimizer exists: the
             # registry sees every one built, so no scan of the process's objects is
             # needed to find a model or to know whether an optimizer exists.
@@ -218,6 +247,15 @@ class Monitor:
             self._forward = None
         if torch.autograd.backward is getattr(self, "_backward_wrapper", None):
             torch.autograd.backward = self._real_backward  # type: ignore[assignment]
+        self._clips.uninstall()
+        self._scaler.uninstall()
+        if self._warning_filter is not None:
+            import warnings
+
+            with contextlib.suppress(ValueError):
+                warnings.filters.remove(self._warning_filter)
+                warnings._filters_mutated()  # type: ignore[attr-defined]
+            self._warning_filter = None
         if self._registry is not None:
             self._registry.uninstall()
             self._registry = None
@@ -275,14 +313,10 @@ class Monitor:
             return real(tensors, *args, **kwargs)
         outer = self._depth == 0
         if outer:
-            loss = tensors[0] if isinstance(tensors, (tuple, list)) and tensors else tensors
-            if (
-                isinstance(loss, torch.Tensor)
-                and loss.numel() == 1
-                and loss.is_floating_point()
-                and len(self._losses) < 10_000
-            ):
-                self._losses.append(loss.detach())
+            try:
+                self._before_backward(tensors)
+            except Exception as err:
+                self._broken(err)
         self._depth += 1
         try:
             return real(tensors, *args, **kwargs)
@@ -293,6 +327,56 @@ class Monitor:
                     self._after_backward()
                 except Exception as err:
                     self._broken(err)
+
+    def _before_backward(self, tensors: Any) -> None:
+        """An outermost backward begins: its loss (the one the script computed, under a
+        GradScaler unscaled); the end of a step that several optimizers took; and under
+        --stop-on a non-finite loss is recorded now, before the backward (under DDP its
+        all-reduce hands the value to the other ranks, whose stop may end this one)."""
+        for track in self._all_tracks:
+            track.preclip = None
+            if track.pending is not None and track.posted:
+                self._end(track)  # the optimizers of a model have all stepped
+        if self._mute is not None:
+            return  # a closure step's later call (LBFGS): the first call's figures count
+        loss = tensors[0] if isinstance(tensors, (tuple, list)) and tensors else tensors
+        if (
+            isinstance(loss, torch.Tensor)
+            and loss.numel() == 1
+            and loss.is_floating_point()
+            and len(self._losses) < 10_000
+        ):
+            loss = self._scaler.unscaled(loss).detach()
+            self._losses.append(loss)
+            if self.config.stop_on:
+                self._early_nonfinite(loss)
+
+    def _early_nonfinite(self, loss: torch.Tensor) -> None:
+        tracks = [t for t in self._all_tracks if t.mode == "optimizer"]
+        if len(tracks) != 1 or math.isfinite(float(loss)):
+            return
+        track = tracks[0]
+        what = _nonfinite_kind(float(loss))
+        if what is None or what in track.seen:
+            return
+        step = _Step(step=track.steps + 1, logged=False, pos=[], norms=None, losses=[loss], lrs=[])
+        step.act, step.act_order = dict(track.act), list(track.act_order)
+        if self.config.nan_origin:
+            step.origin = self._origin.of_step(track)
+        host = _Host([None, None, None, loss.reshape(1), *(step.act[i][0] for i in step.act_order)])
+        track.seen.add(what)
+        self._write(self._event(track, step, what, True, [], host.values()))
+        if what in self.config.stop_on:
+            track.stop_due = self._stop_record(track, step.step, what)
+
+    def _stop_record(self, track: _Track, step: int, what: str) -> dict[str, Any]:
+        return {
+            "kind": "stop",
+            "model": track.label,
+            "opt": track.index,
+            "step": step,
+            "what": what,
+        }
 
     def _after_backward(self) -> None:
         """With no optimizer in the process, a completed outermost backward is a step."""
@@ -310,13 +394,17 @@ class Monitor:
         self._begin(track, [])
         self._end(track)
 
+    def _optimizers(self) -> list[Any]:
+        if self.optimizer is not None:
+            return [self.optimizer]
+        if self._registry is not None:
+            return list(self._registry.optimizers)
+        return list(_objects(torch.optim.Optimizer))
+
     def _optimizers_exist(self) -> bool:
         """An optimizer in the process that will step the watched model (any model,
         where none is named): another one, over other tensors, makes no steps here."""
-        if self._registry is not None:
-            opts = list(self._registry.optimizers)
-        else:
-            opts = list(_objects(torch.optim.Optimizer))
+        opts = self._optimizers()
         if self.model is None:
             return bool(opts)
         mine = {id(p) for p in self.model.parameters()}
@@ -341,31 +429,41 @@ class Monitor:
                     params.append(p)
         if not params:
             return None
-        return self._new_track(None, params, roots, mode="backward")
+        return self._new_track([], params, roots, mode="backward")
 
     # -- optimizer steps
 
     def _track_of(self, opt: Any) -> _Track | None:
+        """The model ``opt`` steps. Every optimizer over one model (SGD on one part, Adam
+        on another) is that one model: its parameters are the union of theirs."""
         if opt in self._ignored:
             return None
-        n = sum(len(g["params"]) for g in opt.param_groups)
         track = self._tracks.get(opt)
-        if track is not None and track.n_params == n:
+        if track is not None and track.members.get(id(opt)) == _count(opt):
             return track
-        params: list[torch.Tensor] = []
-        seen: set[int] = set()
-        for group in opt.param_groups:
-            for p in group["params"]:
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    params.append(p)
+        params, seen = _params_of([opt])
         roots = [self.model] if self.model is not None else self._roots(params, seen)
         owned = {id(p) for r in roots for p in r.parameters()}
         if not owned & seen:  # an optimizer over bare tensors: not a model's training
             self._ignored.add(opt)
             return None
-        track = self._new_track(opt, params, roots, mode="optimizer", n_params=n, old=track)
-        self._tracks[opt] = track
+        root_ids = tuple(id(r) for r in roots)
+        if track is None:
+            track = next(
+                (t for t in self._all_tracks if t.mode == "optimizer" and t.root_ids == root_ids),
+                None,
+            )
+        members = [opt]
+        if self.optimizer is None:
+            for other in self._optimizers():
+                if other is not opt and other not in self._ignored:
+                    theirs = {id(p) for g in other.param_groups for p in g["params"]}
+                    if theirs and theirs <= owned:
+                        members.append(other)
+        params, seen = _params_of(members)
+        track = self._new_track(members, params, roots, mode="optimizer", old=track)
+        for member in members:
+            self._tracks[member] = track
         return track
 
     def _roots(self, params: list[torch.Tensor], seen: set[int]) -> list[nn.Module]:
@@ -378,11 +476,10 @@ class Monitor:
 
     def _new_track(
         self,
-        opt: Any,
+        opts: list[Any],
         params: list[torch.Tensor],
         roots: list[nn.Module],
         mode: str,
-        n_params: int = 0,
         old: _Track | None = None,
     ) -> _Track:
         index = old.index if old is not None else len(self._all_tracks)
@@ -424,20 +521,30 @@ class Monitor:
             index=index,
             label=label,
             mode=mode,
-            optimizer=weakref.ref(opt) if opt is not None else None,
+            optimizer=weakref.ref(opts[0]) if opts else None,
             root_class=label,
             params=params,
             param_names=names,
             modules=modules,
-            n_params=n_params,
+            n_params=sum(_count(o) for o in opts),
             never=set(range(len(params))),
+            members={id(o): _count(o) for o in opts},
+            root_ids=tuple(id(r) for r in roots),
+            ids=set(ids),
         )
         if old is not None:
             track.steps = old.steps
             track.last_post = old.last_post
+            track.seen = old.seen
             self._all_tracks[index] = track
+            if self._backward_track is old:
+                self._backward_track = track
         else:
             self._all_tracks.append(track)
+        if old is not None:
+            self._names = {k: v for k, v in self._names.items() if v[0] is not old}
+            if self._mute is old:
+                self._mute = track
         for i, m in enumerate(refs):
             self._names.setdefault(id(m), (track, i))
         track.refs = refs
@@ -447,8 +554,8 @@ class Monitor:
                 "model": label,
                 "opt": index,
                 "mode": mode,
-                "optimizer": type(opt).__name__ if opt is not None else None,
-                "param_groups": len(opt.param_groups) if opt is not None else None,
+                "optimizer": "+".join(type(o).__name__ for o in opts) if opts else None,
+                "param_groups": sum(len(o.param_groups) for o in opts) if opts else None,
                 "params": len(params),
                 "numel": sum(p.numel() for p in params),
                 "modules": [
@@ -480,18 +587,70 @@ class Monitor:
             self._forward.remove()
             self._forward = None
 
-    def _pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+    def _pre(self, opt: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
         if self._off() or (self.optimizer is not None and opt is not self.optimizer):
-            return
+            return None
         self._stepped = True
+        self._pre_count += 1
         stop = None
         try:
             self._drain()
             track = self._track_of(opt)
             if track is None:
                 self._losses = []
-                return
-            stop = self._begin(track, [g["lr"] for g in opt.param_groups])
+                return None
+            lrs = [g["lr"] for g in opt.param_groups]
+            if track.pending is not None:
+                if id(opt) not in track.joined:
+                    # another optimizer of the same model, in the same iteration: the
+                    # step's figures (every parameter of the model) are taken already
+                    track.joined.add(id(opt))
+                    track.pending.lrs.extend(_num(lr) for lr in lrs)
+                    return None
+                self._end(track)  # the model's optimizers stepped again: a new step
+            track.joined, track.posted = {id(opt)}, set()
+            closure = _closure_of(args, kwargs)
+            if closure is not None:
+                # forward and backward run inside step(): the step's figures are taken
+                # when its closure returns (its first call), before the update
+                track.closing = lrs
+                return self._with_closure(track, closure, args, kwargs)
+            stop = self._begin(track, lrs)
+        except Exception as err:
+            self._broken(err)
+            return None
+        if stop is not None:
+            self._stop(stop)
+        return None
+
+    def _with_closure(
+        self, track: _Track, closure: Callable[..., Any], args: Any, kwargs: Any
+    ) -> tuple[Any, Any]:
+        """``step()``'s arguments with the closure wrapped: the same closure, called with
+        the same arguments, returning what it returns; its first return ends the step's
+        forward and backward (LBFGS calls it again after its inner updates: those calls'
+        losses and activations are not the step's)."""
+        monitor = self
+        calls = [0]
+
+        def closure_of_step(*a: Any, **k: Any) -> Any:
+            calls[0] += 1
+            out = closure(*a, **k)
+            if calls[0] == 1:
+                monitor._closure_done(track)
+            return out
+
+        if "closure" in kwargs:
+            return args, {**kwargs, "closure": closure_of_step}
+        return (closure_of_step, *args[1:]), kwargs
+
+    def _closure_done(self, track: _Track) -> None:
+        if track.closing is None or self._off():
+            return
+        lrs, track.closing = track.closing, None
+        try:
+            stop = self._begin(track, lrs)
+            self._mute = track
         except Exception as err:
             self._broken(err)
             return
@@ -502,10 +661,80 @@ class Monitor:
         if self._off():
             return
         track = self._tracks.get(opt)
-        if track is None or track.pending is None:
+        if track is None:
             return
         try:
-            self._end(track)
+            if self._mute is track:
+                self._mute = None
+            if track.closing is not None:  # a closure step whose closure never ran
+                lrs, track.closing = track.closing, None
+                self._begin(track, lrs)
+            if track.pending is None:
+                return
+            track.posted.add(id(opt))
+            if len(track.members) <= 1 or len(track.posted) >= len(track.members):
+                self._end(track)
+            # else: ended when another of its optimizers steps, a backward begins, or
+            # the process ends
+        except Exception as err:
+            self._broken(err)
+
+    def _before_clip(self, params: list[torch.Tensor]) -> None:
+        """A clipping call: the grad norms of every model whose parameters it clips, as
+        they are before it (the first clipping call of a step counts)."""
+        if self._off() or self._mute is not None:
+            return
+        try:
+            ids = {id(p) for p in params}
+            tracks = [
+                t for t in self._all_tracks if t.mode == "optimizer" and not ids.isdisjoint(t.ids)
+            ]
+            if not tracks and self._all_tracks == []:  # before the first step
+                for opt in self._optimizers():
+                    if any(id(p) in ids for g in opt.param_groups for p in g["params"]):
+                        track = self._track_of(opt)
+                        if track is not None and track not in tracks:
+                            tracks.append(track)
+            for track in tracks:
+                if track.preclip is None:
+                    grads, pos = _grads(track)
+                    with torch.no_grad():
+                        track.preclip = (pos, _norm_vector(grads, track.plans, tuple(pos)))
+        except Exception as err:
+            self._broken(err)
+
+    def _skipped(self, opt: Any) -> None:
+        """GradScaler skipped ``opt.step()`` (Inf or NaN in the scaled gradients): the
+        iteration is recorded as skipped, its loss never added into the next step."""
+        if self._off() or (self.optimizer is not None and opt is not self.optimizer):
+            return
+        try:
+            self._drain()
+            track = self._track_of(opt)
+            losses, self._losses = self._losses, []
+            if track is None:
+                return
+            pre, track.preclip = track.preclip, None
+            if pre is None:
+                grads, pos = _grads(track)
+                with torch.no_grad():
+                    pre = (pos, _norm_vector(grads, track.plans, tuple(pos)))
+            track.act, track.act_order = {}, []
+            if self.config.nan_origin:
+                self._origin.of_step(track)
+            values = _Host([pre[1], *(t.reshape(1) for t in losses)]).values()
+            self._write(
+                {
+                    "kind": "skipped",
+                    "model": track.label,
+                    "opt": track.index,
+                    "after": track.steps,
+                    "time": self._now(),
+                    "loss": _sum([v[0] for v in values[1:]]) if losses else None,
+                    "backwards": len(losses),
+                    "grad_norm": _hypot(values[0]) if pre[0] else None,
+                }
+            )
         except Exception as err:
             self._broken(err)
 
@@ -514,13 +743,7 @@ class Monitor:
         track.steps += 1
         k = track.steps
         log = logged(k, self.config.every)
-        grads: list[torch.Tensor] = []
-        pos: list[int] = []
-        for i, p in enumerate(track.params):
-            g = p.grad
-            if g is not None:
-                grads.append(g)
-                pos.append(i)
+        grads, pos = _grads(track)
         if track.never:
             track.never.difference_update(pos)
         with torch.no_grad():
@@ -552,6 +775,9 @@ class Monitor:
             track.act, track.act_order = {}, []
         if self.config.nan_origin:
             step.origin = self._origin.of_step(track)
+        if track.preclip is not None:
+            step.pre_pos, step.pre_norms = track.preclip
+            track.preclip = None
         track.pending = step
         host = self._host_pre(step)
         now = bool(self.config.stop_on) or self.config.nan_origin or host.ready()
@@ -564,7 +790,7 @@ class Monitor:
         losses = [t.reshape(1) for t in step.losses]
         lrs = [torch.as_tensor(lr).reshape(1) for lr in step.lrs if isinstance(lr, torch.Tensor)]
         act = [step.act[i][0] for i in step.act_order]
-        host = _Host([step.norms, step.weights, *losses, *lrs, *act])
+        host = _Host([step.norms, step.weights, step.pre_norms, *losses, *lrs, *act])
         step._host = host  # type: ignore[attr-defined]
         return host
 
@@ -573,32 +799,29 @@ class Monitor:
     ) -> dict[str, Any] | None:
         """Non-finite values of this step: the event, and a stop record if one is due."""
         step._values = values  # type: ignore[attr-defined]
-        norms = values[0]
-        losses = [v[0] for v in values[2 : 2 + len(step.losses)]]
+        due, track.stop_due = track.stop_due, None
+        # the gradients before clipping: a NaN in one makes clip_grad_norm_ spread it
+        norms = values[2] if step.pre_pos is not None else values[0]
+        where = step.pre_pos if step.pre_pos is not None else step.pos
+        losses = [v[0] for v in values[_LOSSES : _LOSSES + len(step.losses)]]
         loss = sum(losses) if losses else None
         total = _hypot(norms)
         if math.isfinite(total) and (loss is None or math.isfinite(loss)):
-            return None  # the common case: one test, no scan
+            return due  # the common case: one test, no scan
         stop = None
         for what in ("nan", "inf"):
             if what in track.seen:
                 continue
             bad_loss = loss is not None and _nonfinite_kind(loss) == what
-            bad_params = [step.pos[j] for j, v in enumerate(norms) if _nonfinite_kind(v) == what]
+            bad_params = [where[j] for j, v in enumerate(norms) if _nonfinite_kind(v) == what]
             if not bad_loss and not bad_params and _nonfinite_kind(total) != what:
                 continue
             track.seen.add(what)
             event = self._event(track, step, what, bad_loss, bad_params, values)
             self._write(event)
             if what in self.config.stop_on and stop is None:
-                stop = {
-                    "kind": "stop",
-                    "model": track.label,
-                    "opt": track.index,
-                    "step": step.step,
-                    "what": what,
-                }
-        return stop
+                stop = self._stop_record(track, step.step, what)
+        return stop or due
 
     def _event(
         self,
@@ -642,7 +865,11 @@ class Monitor:
             "module": module,
             "exact": exact,
             "found_by": how,
-            "loss": sum(v[0] for v in values[2 : 2 + len(step.losses)]) if step.losses else None,
+            "loss": (
+                sum(v[0] for v in values[_LOSSES : _LOSSES + len(step.losses)])
+                if step.losses
+                else None
+            ),
             "modules": modules[:_MAX_NAMES],
             "params": [track.param_names[i] for i in bad_params[:_MAX_NAMES]],
             "time": step.time,
@@ -655,7 +882,8 @@ class Monitor:
         held the value, from its min and max."""
         if not step.act_order:
             return None
-        first = 2 + len(step.losses) + sum(1 for lr in step.lrs if isinstance(lr, torch.Tensor))
+        first = _LOSSES + len(step.losses)
+        first += sum(1 for lr in step.lrs if isinstance(lr, torch.Tensor))
         for j, i in enumerate(step.act_order):
             vec = values[first + j]
             mn, mx = vec[2], vec[3]
@@ -707,9 +935,12 @@ class Monitor:
         self, track: _Track, step: _Step, values: list[list[float]], updates: list[float] | None
     ) -> dict[str, Any]:
         norms, weights = values[0], values[1]
+        clipped = step.pre_pos is not None
+        pre_norms = values[2] if clipped else norms
+        pre_pos = step.pre_pos if step.pre_pos is not None else step.pos
         n_loss = len(step.losses)
-        losses = [v[0] for v in values[2 : 2 + n_loss]]
-        tensor_lrs = iter(v[0] for v in values[2 + n_loss :])
+        losses = [v[0] for v in values[_LOSSES : _LOSSES + n_loss]]
+        tensor_lrs = iter(v[0] for v in values[_LOSSES + n_loss :])
         lrs = [next(tensor_lrs) if isinstance(lr, torch.Tensor) else _num(lr) for lr in step.lrs]
         record: dict[str, Any] = {
             "kind": "step",
@@ -720,12 +951,15 @@ class Monitor:
             "step_time": step.step_time,
             "loss": _sum(losses) if losses else None,
             "backwards": n_loss,
-            "grad_norm": _hypot(norms) if step.pos else None,
+            "grad_norm": _hypot(pre_norms) if pre_pos else None,
+            "grad_norm_applied": _hypot(norms) if step.pos else None,
             "lr": lrs,
         }
         if step.logged:
-            grad_of = dict(zip(step.pos, norms, strict=True))
-            first_act = 2 + n_loss + sum(1 for lr in step.lrs if isinstance(lr, torch.Tensor))
+            grad_of = dict(zip(pre_pos, pre_norms, strict=True))
+            applied_of = dict(zip(step.pos, norms, strict=True)) if clipped else None
+            first_act = _LOSSES + n_loss
+            first_act += sum(1 for lr in step.lrs if isinstance(lr, torch.Tensor))
             act = {i: values[first_act + j] for j, i in enumerate(step.act_order)}
             counts = {i: step.act[i][1] for i in step.act_order}
             modules: dict[str, Any] = {}
@@ -734,6 +968,9 @@ class Monitor:
                 if m.params:
                     got = [grad_of[p] for p in m.params if p in grad_of]
                     entry["grad_norm"] = _hypot(got) if got else None
+                    if applied_of is not None:
+                        got = [applied_of[p] for p in m.params if p in applied_of]
+                        entry["grad_norm_applied"] = _hypot(got) if got else None
                     w = _hypot([weights[p] for p in m.params]) if weights else None
                     entry["weight_norm"] = w
                     if updates is not None and w is not None:
@@ -769,6 +1006,8 @@ class Monitor:
         if found is None or self._dead or not torch.is_grad_enabled():
             return
         track, index = found
+        if track is self._mute:
+            return
         try:
             if track.next_logged and index not in track.act:
                 t = _first_float(output)
@@ -810,6 +1049,9 @@ class Monitor:
                 self.sink.close()
             return
         with contextlib.suppress(Exception):
+            for track in self._all_tracks:
+                if track.pending is not None and track.posted:
+                    self._end(track)  # a model's step that not all its optimizers took
             self._drain(wait=True)
             if self._started:
                 self._write(
@@ -838,6 +1080,41 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
+
+
+def _count(opt: Any) -> int:
+    return sum(len(g["params"]) for g in opt.param_groups)
+
+
+def _params_of(opts: list[Any]) -> tuple[list[torch.Tensor], set[int]]:
+    """The parameters of ``opts``, each once, in their order."""
+    params: list[torch.Tensor] = []
+    seen: set[int] = set()
+    for opt in opts:
+        for group in opt.param_groups:
+            for p in group["params"]:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    params.append(p)
+    return params, seen
+
+
+def _grads(track: _Track) -> tuple[list[torch.Tensor], list[int]]:
+    """The gradients of ``track``'s parameters that have one, and where they are."""
+    grads: list[torch.Tensor] = []
+    pos: list[int] = []
+    for i, p in enumerate(track.params):
+        g = p.grad
+        if g is not None:
+            grads.append(g)
+            pos.append(i)
+    return grads, pos
+
+
+def _closure_of(args: Any, kwargs: Any) -> Callable[..., Any] | None:
+    """The closure given to ``step()``, if one was."""
+    closure = kwargs.get("closure") if "closure" in kwargs else (args[0] if args else None)
+    return closure if callable(closure) else None
 
 
 def _num(value: Any) -> float | None:
