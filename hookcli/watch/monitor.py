@@ -609,7 +609,7 @@ class Monitor:
                     return None
                 self._end(track)  # the model's optimizers stepped again: a new step
             track.joined, track.posted = {id(opt)}, set()
-            closure = _closure_of(args, kwargs)
+            closure = _closure_of(opt, args, kwargs)
             if closure is not None:
                 # forward and backward run inside step(): the step's figures are taken
                 # when its closure returns (its first call), before the update
@@ -642,7 +642,8 @@ class Monitor:
 
         if "closure" in kwargs:
             return args, {**kwargs, "closure": closure_of_step}
-        return (closure_of_step, *args[1:]), kwargs
+        at = 1 if args and args[0] is not closure else 0  # the hooks' args begin with self
+        return (*args[:at], closure_of_step, *args[at + 1 :]), kwargs
 
     def _closure_done(self, track: _Track) -> None:
         if track.closing is None or self._off():
@@ -1111,9 +1112,14 @@ def _grads(track: _Track) -> tuple[list[torch.Tensor], list[int]]:
     return grads, pos
 
 
-def _closure_of(args: Any, kwargs: Any) -> Callable[..., Any] | None:
-    """The closure given to ``step()``, if one was."""
-    closure = kwargs.get("closure") if "closure" in kwargs else (args[0] if args else None)
+def _closure_of(opt: Any, args: Any, kwargs: Any) -> Callable[..., Any] | None:
+    """The closure given to ``step()``, if one was (the hooks' args begin with the
+    optimizer itself)."""
+    if "closure" in kwargs:
+        closure = kwargs["closure"]
+    else:
+        rest = args[1:] if args and args[0] is opt else args
+        closure = rest[0] if rest else None
     return closure if callable(closure) else None
 
 

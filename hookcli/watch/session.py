@@ -36,10 +36,10 @@ class Watch:
         max_grad_norm: float | None = None,
         max_update_ratio: float | None = None,
     ) -> None:
+        from torch import nn
+
         from hookcli.cliopts import parse_fail_on
         from hookcli.watch.config import FAIL_ON, STOP_ON, WatchConfig, WatchGates
-
-        from torch import nn
 
         if not isinstance(model, nn.Module):
             raise TypeError(
