@@ -253,7 +253,7 @@ class Monitor:
             import warnings
 
             with contextlib.suppress(ValueError):
-                warnings.filters.remove(self._warning_filter)
+                warnings.filters.remove(self._warning_filter)  # type: ignore[attr-defined]
                 warnings._filters_mutated()  # type: ignore[attr-defined]
             self._warning_filter = None
         if self._registry is not None:

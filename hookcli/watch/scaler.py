@@ -52,8 +52,9 @@ class ScalerWatch:
                 watch.skipped(optimizer)
             return out
 
-        for wrapper, real in ((scale, real_scale), (step, real_step)):
-            wrapper.__wrapped__ = real  # type: ignore[attr-defined]
+        pairs: tuple[tuple[Any, Any], ...] = ((scale, real_scale), (step, real_step))
+        for wrapper, real in pairs:
+            wrapper.__wrapped__ = real
             wrapper.__doc__ = real.__doc__
             wrapper.__name__ = real.__name__
             wrapper.__qualname__ = real.__qualname__
