@@ -156,6 +156,7 @@ def test_the_grad_norm_before_clipping_is_what_clip_grad_norm_returns() -> None:
         assert close(r["modules"]["0"]["grad_norm"], mod)
     report = w.report()
     assert close(report.totals["models"][0]["grad_norm_max"], max(returned))
+    assert report.totals["models"][0]["clipped_steps"] == 3
 
 
 def test_grad_scaler_skipped_iterations_are_their_own_records() -> None:
@@ -182,6 +183,7 @@ def test_grad_scaler_skipped_iterations_are_their_own_records() -> None:
     assert [r["loss"] for r in steps(w)] == done  # unscaled, as the script computed it
     assert [r["loss"] for r in steps(w, "skipped")] == skipped
     assert all(r["backwards"] == 1 for r in steps(w))
+    assert w.report().totals["models"][0]["skipped_steps"] == len(skipped)
 
 
 def test_two_optimizers_over_one_model_are_one_model() -> None:
