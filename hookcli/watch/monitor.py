@@ -18,7 +18,12 @@ figures (``--every``) or under ``--nan-origin``.
 Per step, before ``step()`` (the gradients it uses, after any clipping): the grad norm
 of every stepped parameter in one fused ``torch._foreach_norm`` per device and dtype,
 copied to the host as one vector; from it the total grad norm (as ``clip_grad_norm_``
-measures it) and, on logged steps, each module's. Logged steps add the weight norms
+measures it) and, on logged steps, each module's. A step that clips has the same
+vector taken at its first clipping call too (``clipping.py``): ``grad_norm`` is the
+norm before clipping, ``grad_norm_applied`` the one ``step()`` applies. A closure step
+takes its figures when its closure first returns (``closure.py``). Several optimizers
+over one model are one track: a step begins at the first of them and ends when each
+has stepped. Logged steps add the weight norms
 (one more fused norm), the update ratio (a copy of the stepped parameters before
 ``step()``, the norm of the difference after it) and, from the forward hook, each
 module's activation statistics. Hooks only read: no tensor the training uses is
@@ -41,13 +46,13 @@ import sys
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
 from hookcli.watch.clipping import ClipWatch
+from hookcli.watch.closure import closure_of, with_closure
 from hookcli.watch.config import STEPS_SCHEMA, WatchConfig, logged
 from hookcli.watch.figures import (
     NanOrigin,
@@ -58,17 +63,16 @@ from hookcli.watch.figures import (
     _hypot,
     _nonfinite_kind,
     _norm_vector,
-    _Plan,
     _stats,
 )
+from hookcli.watch.records import LOSSES, MAX_NAMES, _num, _sum, nonfinite_event, step_record
 from hookcli.watch.registry import Registry, _compiling_in_use, _modules, _objects, _roots, _tops
 from hookcli.watch.scaler import ScalerWatch
 from hookcli.watch.sinks import FileSink, MemorySink, _rank
+from hookcli.watch.track import _count, _grads, _Module, _params_of, _Step, _Track
 
 __all__ = ["FileSink", "MemorySink", "Monitor", "StopTraining"]
 
-_MAX_NAMES = 20  # names listed in one event
-_LOSSES = 3  # where a step's losses begin among its host values (after 3 norm vectors)
 # torch.compile(module) warns whenever a global module hook exists: the monitor's own
 _COMPILE_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
 
@@ -79,72 +83,6 @@ class StopTraining(RuntimeError):
 
 
 # -- the figures of one model/optimizer --------------------------------------------------
-
-
-@dataclass
-class _Module:
-    name: str
-    type: str
-    params: list[int]  # indices into the track's params (its own stepped ones)
-    numel: int  # elements of the module and its descendants
-    own: int
-    trainable: int
-    depth: int
-
-
-@dataclass
-class _Step:
-    """The figures of one step between its pre- and post-hook (device tensors)."""
-
-    step: int
-    logged: bool
-    pos: list[int]  # indices of the params that have a grad
-    norms: torch.Tensor | None  # their grad norms, one vector
-    losses: list[torch.Tensor]
-    lrs: list[Any]
-    weights: torch.Tensor | None = None  # weight norms of every param (logged)
-    before: list[torch.Tensor] | None = None  # copies for the update ratio (logged)
-    updates: torch.Tensor | None = None  # ||w_after - w_before|| per param (logged)
-    act: dict[int, tuple[torch.Tensor, int]] = field(default_factory=dict)
-    act_order: list[int] = field(default_factory=list)
-    origin: dict[str, Any] | None = None  # --nan-origin's finding for this step
-    step_time: float | None = None
-    time: float = 0.0
-    pre_pos: list[int] | None = None  # before clipping (None: no clipping this step)
-    pre_norms: torch.Tensor | None = None
-
-
-@dataclass
-class _Track:
-    index: int
-    label: str
-    mode: str  # "optimizer" or "backward"
-    optimizer: Any  # a weakref to the (first) optimizer (None in backward mode)
-    root_class: str
-    params: list[torch.Tensor]
-    param_names: list[str]
-    modules: list[_Module]
-    n_params: int  # what the optimizers held when the track was built
-    steps: int = 0
-    last_post: float | None = None
-    next_logged: bool = True
-    pending: _Step | None = None
-    never: set[int] = field(default_factory=set)  # params that never had a grad
-    act: dict[int, tuple[torch.Tensor, int]] = field(default_factory=dict)
-    act_order: list[int] = field(default_factory=list)
-    seen: set[str] = field(default_factory=set)  # non-finite kinds already reported
-    forward_order: list[int] = field(default_factory=list)  # modules, last logged step
-    refs: list[nn.Module] = field(default_factory=list)  # the modules, kept alive
-    plans: dict[Any, _Plan] = field(default_factory=dict)  # how to take the norms
-    kept: list[torch.Tensor] | None = None  # the parameter copies, reused (CPU)
-    members: dict[int, int] = field(default_factory=dict)  # id(optimizer) -> its params
-    root_ids: tuple[int, ...] = ()
-    ids: set[int] = field(default_factory=set)  # id() of every stepped parameter
-    preclip: tuple[list[int], torch.Tensor | None] | None = None  # at the first clip
-    closing: list[Any] | None = None  # a closure step's lrs, until its closure returns
-    joined: set[int] = field(default_factory=set)  # optimizers stepped in the open step
-    posted: set[int] = field(default_factory=set)  # ... and done
-    stop_due: dict[str, Any] | None = None  # a stop found before the step (a NaN loss)
 
 
 # -- the monitor ------------------------------------------------------------------------
@@ -365,7 +303,7 @@ class Monitor:
             step.origin = self._origin.of_step(track)
         host = _Host([None, None, None, loss.reshape(1), *(step.act[i][0] for i in step.act_order)])
         track.seen.add(what)
-        self._write(self._event(track, step, what, True, [], host.values()))
+        self._write(nonfinite_event(track, step, what, True, [], host.values()))
         if what in self.config.stop_on:
             track.stop_due = self._stop_record(track, step.step, what)
 
@@ -609,7 +547,7 @@ class Monitor:
                     return None
                 self._end(track)  # the model's optimizers stepped again: a new step
             track.joined, track.posted = {id(opt)}, set()
-            closure = _closure_of(opt, args, kwargs)
+            closure = closure_of(opt, args, kwargs)
             if closure is not None:
                 # forward and backward run inside step(): the step's figures are taken
                 # when its closure returns (its first call), before the update
@@ -626,24 +564,10 @@ class Monitor:
     def _with_closure(
         self, track: _Track, closure: Callable[..., Any], args: Any, kwargs: Any
     ) -> tuple[Any, Any]:
-        """``step()``'s arguments with the closure wrapped: the same closure, called with
-        the same arguments, returning what it returns; its first return ends the step's
-        forward and backward (LBFGS calls it again after its inner updates: those calls'
-        losses and activations are not the step's)."""
-        monitor = self
-        calls = [0]
-
-        def closure_of_step(*a: Any, **k: Any) -> Any:
-            calls[0] += 1
-            out = closure(*a, **k)
-            if calls[0] == 1:
-                monitor._closure_done(track)
-            return out
-
-        if "closure" in kwargs:
-            return args, {**kwargs, "closure": closure_of_step}
-        at = 1 if args and args[0] is not closure else 0  # the hooks' args begin with self
-        return (*args[:at], closure_of_step, *args[at + 1 :]), kwargs
+        """The closure wrapped: its first return ends the step's forward and backward
+        (LBFGS calls it again after its inner updates: those calls' losses and
+        activations are not the step's)."""
+        return with_closure(args, kwargs, closure, lambda: self._closure_done(track))
 
     def _closure_done(self, track: _Track) -> None:
         if track.closing is None or self._off():
@@ -804,7 +728,7 @@ class Monitor:
         # the gradients before clipping: a NaN in one makes clip_grad_norm_ spread it
         norms = values[2] if step.pre_pos is not None else values[0]
         where = step.pre_pos if step.pre_pos is not None else step.pos
-        losses = [v[0] for v in values[_LOSSES : _LOSSES + len(step.losses)]]
+        losses = [v[0] for v in values[LOSSES : LOSSES + len(step.losses)]]
         loss = sum(losses) if losses else None
         total = _hypot(norms)
         if math.isfinite(total) and (loss is None or math.isfinite(loss)):
@@ -818,81 +742,11 @@ class Monitor:
             if not bad_loss and not bad_params and _nonfinite_kind(total) != what:
                 continue
             track.seen.add(what)
-            event = self._event(track, step, what, bad_loss, bad_params, values)
+            event = nonfinite_event(track, step, what, bad_loss, bad_params, values)
             self._write(event)
             if what in self.config.stop_on and stop is None:
                 stop = self._stop_record(track, step.step, what)
         return stop or due
-
-    def _event(
-        self,
-        track: _Track,
-        step: _Step,
-        what: str,
-        bad_loss: bool,
-        bad_params: list[int],
-        values: list[list[float]],
-    ) -> dict[str, Any]:
-        """The first NaN (or Inf) of a track: step, phase, origin module and how sure."""
-        bad = set(bad_params)
-        modules = [m.name for m in track.modules if bad & set(m.params)]
-        phase = "forward" if bad_loss else "backward"
-        module: str | None = None
-        exact = False
-        how = "unknown"
-        # a NaN may come from an Inf made first (inf - inf, 0 * inf): either kind of
-        # non-finite output is the origin of a NaN; only an Inf is the origin of an Inf
-        origin = step.origin if step.origin and what in ("nan", step.origin["what"]) else None
-        act_origin = self._origin_from_stats(track, step, what, values)
-        if origin is not None:
-            phase, module, exact, how = origin["phase"], origin["module"], True, "nan-origin"
-        elif act_origin is not None:
-            phase, module, exact, how = "forward", act_origin, True, "activations"
-        elif phase == "backward" and modules:
-            # the first module in backward order (the last in forward order) whose
-            # own gradients hold it: the origin or the nearest module before it
-            order = track.forward_order or list(range(len(track.modules)))
-            rank = {m: i for i, m in enumerate(order)}
-            named = {m.name: i for i, m in enumerate(track.modules)}
-            module = max(modules, key=lambda n: rank.get(named[n], -1))
-            how = "parameter gradients"
-        return {
-            "kind": "nonfinite",
-            "model": track.label,
-            "opt": track.index,
-            "step": step.step,
-            "what": what,
-            "phase": phase,
-            "module": module,
-            "exact": exact,
-            "found_by": how,
-            "loss": (
-                sum(v[0] for v in values[_LOSSES : _LOSSES + len(step.losses)])
-                if step.losses
-                else None
-            ),
-            "modules": modules[:_MAX_NAMES],
-            "params": [track.param_names[i] for i in bad_params[:_MAX_NAMES]],
-            "time": step.time,
-        }
-
-    def _origin_from_stats(
-        self, track: _Track, step: _Step, what: str, values: list[list[float]]
-    ) -> str | None:
-        """On a logged step: the first module (in the order calls returned) whose output
-        held the value, from its min and max."""
-        if not step.act_order:
-            return None
-        first = _LOSSES + len(step.losses)
-        first += sum(1 for lr in step.lrs if isinstance(lr, torch.Tensor))
-        for j, i in enumerate(step.act_order):
-            vec = values[first + j]
-            mn, mx = vec[2], vec[3]
-            if what == "nan" and not all(math.isfinite(v) for v in vec[:4]):
-                return track.modules[i].name
-            if what == "inf" and "inf" in (_nonfinite_kind(mn), _nonfinite_kind(mx)):
-                return track.modules[i].name
-        return None
 
     def _end(self, track: _Track) -> None:
         """After ``step()``: the update ratios, the step time; the record goes out (on
@@ -930,73 +784,7 @@ class Monitor:
                 if stop is not None:
                     self._write(stop)
             updates = post.values()[0] if post is not None else None
-            self._write(self._record(track, step, values, updates))
-
-    def _record(
-        self, track: _Track, step: _Step, values: list[list[float]], updates: list[float] | None
-    ) -> dict[str, Any]:
-        norms, weights = values[0], values[1]
-        clipped = step.pre_pos is not None
-        pre_norms = values[2] if clipped else norms
-        pre_pos = step.pre_pos if step.pre_pos is not None else step.pos
-        n_loss = len(step.losses)
-        losses = [v[0] for v in values[_LOSSES : _LOSSES + n_loss]]
-        tensor_lrs = iter(v[0] for v in values[_LOSSES + n_loss :])
-        lrs = [next(tensor_lrs) if isinstance(lr, torch.Tensor) else _num(lr) for lr in step.lrs]
-        record: dict[str, Any] = {
-            "kind": "step",
-            "model": track.label,
-            "opt": track.index,
-            "step": step.step,
-            "time": step.time,
-            "step_time": step.step_time,
-            "loss": _sum(losses) if losses else None,
-            "backwards": n_loss,
-            "grad_norm": _hypot(pre_norms) if pre_pos else None,
-            "grad_norm_applied": _hypot(norms) if step.pos else None,
-            "lr": lrs,
-        }
-        if step.logged:
-            grad_of = dict(zip(pre_pos, pre_norms, strict=True))
-            applied_of = dict(zip(step.pos, norms, strict=True)) if clipped else None
-            first_act = _LOSSES + n_loss
-            first_act += sum(1 for lr in step.lrs if isinstance(lr, torch.Tensor))
-            act = {i: values[first_act + j] for j, i in enumerate(step.act_order)}
-            counts = {i: step.act[i][1] for i in step.act_order}
-            modules: dict[str, Any] = {}
-            for i, m in enumerate(track.modules):
-                entry: dict[str, Any] = {}
-                if m.params:
-                    got = [grad_of[p] for p in m.params if p in grad_of]
-                    entry["grad_norm"] = _hypot(got) if got else None
-                    if applied_of is not None:
-                        got = [applied_of[p] for p in m.params if p in applied_of]
-                        entry["grad_norm_applied"] = _hypot(got) if got else None
-                    w = _hypot([weights[p] for p in m.params]) if weights else None
-                    entry["weight_norm"] = w
-                    if updates is not None and w is not None:
-                        u = _hypot([updates[p] for p in m.params])
-                        entry["update_ratio"] = u / w if w > 0 else None
-                    else:
-                        entry["update_ratio"] = None
-                if i in act:
-                    total, norm, mn, mx, nonzero = act[i]
-                    n = counts[i]
-                    mean = total / n
-                    var = norm * norm / n - mean * mean
-                    entry["act"] = {
-                        "mean": mean,
-                        "std": math.sqrt(var) if var > 0 else (0.0 if var == var else var),
-                        "absmax": math.nan if math.isnan(mn + mx) else max(abs(mn), abs(mx)),
-                        "zero_frac": 1.0 - nonzero / n,
-                    }
-                if entry:
-                    modules[m.name] = entry
-            record["modules"] = modules
-            if step.act_order:
-                track.forward_order = list(step.act_order)
-            record["unused"] = [track.param_names[i] for i in sorted(track.never)][:_MAX_NAMES]
-        return record
+            self._write(step_record(track, step, values, updates))
 
     # -- the forward hook: activation statistics, --nan-origin
 
@@ -1060,7 +848,7 @@ class Monitor:
                         "kind": "end",
                         "steps": {t.label: t.steps for t in self._all_tracks},
                         "unused": {
-                            t.label: [t.param_names[i] for i in sorted(t.never)][:_MAX_NAMES]
+                            t.label: [t.param_names[i] for i in sorted(t.never)][:MAX_NAMES]
                             for t in self._all_tracks
                         },
                         "time": self._now(),
@@ -1081,57 +869,3 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
-
-
-def _count(opt: Any) -> int:
-    return sum(len(g["params"]) for g in opt.param_groups)
-
-
-def _params_of(opts: list[Any]) -> tuple[list[torch.Tensor], set[int]]:
-    """The parameters of ``opts``, each once, in their order."""
-    params: list[torch.Tensor] = []
-    seen: set[int] = set()
-    for opt in opts:
-        for group in opt.param_groups:
-            for p in group["params"]:
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    params.append(p)
-    return params, seen
-
-
-def _grads(track: _Track) -> tuple[list[torch.Tensor], list[int]]:
-    """The gradients of ``track``'s parameters that have one, and where they are."""
-    grads: list[torch.Tensor] = []
-    pos: list[int] = []
-    for i, p in enumerate(track.params):
-        g = p.grad
-        if g is not None:
-            grads.append(g)
-            pos.append(i)
-    return grads, pos
-
-
-def _closure_of(opt: Any, args: Any, kwargs: Any) -> Callable[..., Any] | None:
-    """The closure given to ``step()``, if one was (the hooks' args begin with the
-    optimizer itself)."""
-    if "closure" in kwargs:
-        closure = kwargs["closure"]
-    else:
-        rest = args[1:] if args and args[0] is opt else args
-        closure = rest[0] if rest else None
-    return closure if callable(closure) else None
-
-
-def _num(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _sum(values: list[float]) -> float:
-    total = values[0]
-    for v in values[1:]:
-        total += v
-    return total
