@@ -40,7 +40,7 @@ class ClipWatch:
                 continue
             for name in _NAMES:
                 real = getattr(module, name, None)
-                if real is None or getattr(real, "__hookcli_clip__", False):
+                if real is None:  # another monitor's wrapper is wrapped in turn (nested)
                     continue
                 wrapper = wrappers.get(id(real))
                 if wrapper is None:
@@ -67,5 +67,4 @@ class ClipWatch:
                 before(parameters)
             return real(parameters, *args, **kwargs)
 
-        clip.__hookcli_clip__ = True  # type: ignore[attr-defined]
         return clip
