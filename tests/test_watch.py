@@ -130,12 +130,16 @@ def compare(ref_steps: list[dict[str, Any]], steps: list[dict[str, Any]]) -> int
         got = by_step[ref["step"]]
         assert float(got["loss"]).hex() == ref["loss_hex"], (ref["step"], got["loss"])
         assert close(got["grad_norm"], ref["grad_norm"]), (ref["step"], got, ref)
+        assert close(got["grad_norm_applied"], ref["grad_norm_applied"]), (ref["step"], got)
+        if "clip_norm" in ref:  # the script's own clip_grad_norm_ return: the pre-clip norm
+            assert close(got["grad_norm"], ref["clip_norm"]), (ref["step"], got, ref)
         assert [value(x) for x in got["lr"]] == ref["lr"]
         modules = got["modules"]
         for name, figures in ref["modules"].items():
-            for key in ("grad_norm", "weight_norm", "update_ratio"):
-                assert close(modules[name][key], figures[key]), (ref["step"], name, key)
-                compared += 1
+            for key in ("grad_norm", "grad_norm_applied", "weight_norm", "update_ratio"):
+                if key in figures:
+                    assert close(modules[name][key], figures[key]), (ref["step"], name, key)
+                    compared += 1
         stepped = {n for n, m in modules.items() if "grad_norm" in m}
         assert stepped == set(ref["modules"]), stepped ^ set(ref["modules"])
     return compared

@@ -37,6 +37,7 @@ class Process:
     stops: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     end: dict[str, Any] | None = None
+    skipped: dict[str, int] = field(default_factory=dict)  # label -> GradScaler-skipped
 
     @property
     def rank(self) -> int | None:
@@ -63,6 +64,9 @@ class Process:
             self.events.append(record)
         elif kind == "stop":
             self.stops.append(record)
+        elif kind == "skipped":
+            label = str(record.get("model"))
+            self.skipped[label] = self.skipped.get(label, 0) + 1
         elif kind == "error":
             self.errors.append(str(record.get("message")))
         elif kind == "end":

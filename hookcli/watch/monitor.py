@@ -18,7 +18,12 @@ figures (``--every``) or under ``--nan-origin``.
 Per step, before ``step()`` (the gradients it uses, after any clipping): the grad norm
 of every stepped parameter in one fused ``torch._foreach_norm`` per device and dtype,
 copied to the host as one vector; from it the total grad norm (as ``clip_grad_norm_``
-measures it) and, on logged steps, each module's. Logged steps add the weight norms
+measures it) and, on logged steps, each module's. A step that clips has the same
+vector taken at its first clipping call too (``clipping.py``): ``grad_norm`` is the
+norm before clipping, ``grad_norm_applied`` the one ``step()`` applies. A closure step
+takes its figures when its closure first returns (``closure.py``). Several optimizers
+over one model are one track: a step begins at the first of them and ends when each
+has stepped. Logged steps add the weight norms
 (one more fused norm), the update ratio (a copy of the stepped parameters before
 ``step()``, the norm of the difference after it) and, from the forward hook, each
 module's activation statistics. Hooks only read: no tensor the training uses is
@@ -34,27 +39,42 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import gc
-import json
 import math
 import os
 import socket
 import sys
-import threading
 import time
-import warnings
 import weakref
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch import nn
 
-from hookcli.norms import BLOCKED_FROM, LOW_PRECISION, blocked_norm
+from hookcli.watch.clipping import ClipWatch
+from hookcli.watch.closure import closure_of, with_closure
 from hookcli.watch.config import STEPS_SCHEMA, WatchConfig, logged
+from hookcli.watch.figures import (
+    NanOrigin,
+    _copies,
+    _differences,
+    _first_float,
+    _Host,
+    _hypot,
+    _nonfinite_kind,
+    _norm_vector,
+    _stats,
+)
+from hookcli.watch.records import LOSSES, MAX_NAMES, _num, _sum, nonfinite_event, step_record
+from hookcli.watch.registry import Registry, _compiling_in_use, _modules, _objects, _roots, _tops
+from hookcli.watch.scaler import ScalerWatch
+from hookcli.watch.sinks import FileSink, MemorySink, _rank
+from hookcli.watch.track import _count, _grads, _Module, _params_of, _Step, _Track
 
-_MAX_NAMES = 20  # names listed in one event
+__all__ = ["FileSink", "MemorySink", "Monitor", "StopTraining"]
+
+# torch.compile(module) warns whenever a global module hook exists: the monitor's own
+_COMPILE_WARNING = r"Using `torch\.compile\(module\)` when there are global hooks"
 
 
 class StopTraining(RuntimeError):
@@ -62,319 +82,7 @@ class StopTraining(RuntimeError):
     ``hookcli watch`` parent ends the process for it."""
 
 
-# -- sinks ------------------------------------------------------------------------------
-
-
-def _rank() -> tuple[int | None, int | None, int | None]:
-    """(rank, world size, local rank) from torchrun's or Slurm's environment."""
-    env = os.environ
-
-    def num(*keys: str) -> int | None:
-        for key in keys:
-            with contextlib.suppress(KeyError, ValueError):
-                return int(env[key])
-        return None
-
-    return (
-        num("RANK", "SLURM_PROCID"),
-        num("WORLD_SIZE", "SLURM_NTASKS"),
-        num("LOCAL_RANK", "SLURM_LOCALID"),
-    )
-
-
-def _plain(value: Any) -> Any:
-    """JSON-ready: non-finite floats as the strings "nan", "inf", "-inf"."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if isinstance(value, dict):
-        return {k: _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    return value
-
-
-class MemorySink:
-    """Records kept in a list (the Python API)."""
-
-    def __init__(self) -> None:
-        self.records: list[dict[str, Any]] = []
-
-    def write(self, record: dict[str, Any]) -> None:
-        self.records.append(_plain(record))
-
-    def close(self) -> None:
-        pass
-
-
-class FileSink:
-    """One ``steps.jsonl`` per process under the run's folder, a line per record,
-    flushed as written: a run that is killed keeps every line written before."""
-
-    def __init__(self, config: WatchConfig) -> None:
-        self.folder = config.out
-        self.path: str | None = None
-        self._file: Any = None
-        self._lock = threading.Lock()
-
-    def _open(self) -> Any:
-        assert self.folder is not None
-        os.makedirs(self.folder, exist_ok=True)
-        rank = _rank()[0]
-        names = ([f"steps.rank{rank}.jsonl"] if rank is not None else ["steps.jsonl"]) + [
-            f"steps.pid{os.getpid()}.jsonl"
-        ]
-        for name in names:
-            path = os.path.join(self.folder, name)
-            try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                continue
-            self.path = path
-            return fd
-        raise FileExistsError(f"every steps file name is taken in {self.folder}")
-
-    def write(self, record: dict[str, Any]) -> None:
-        try:  # the common case: every number finite, nothing to convert
-            line = json.dumps(record, separators=(",", ":"), allow_nan=False)
-        except ValueError:
-            line = json.dumps(_plain(record), separators=(",", ":"), allow_nan=False)
-        data = (line + "\n").encode()
-        with self._lock:
-            if self._file is None:
-                self._file = self._open()
-            while data:  # one write per record, no buffer a kill could lose
-                data = data[os.write(self._file, data) :]
-
-    def close(self) -> None:
-        with self._lock:
-            if self._file is not None:
-                with contextlib.suppress(OSError):
-                    os.close(self._file)
-                self._file = None
-
-
 # -- the figures of one model/optimizer --------------------------------------------------
-
-
-@dataclass
-class _Module:
-    name: str
-    type: str
-    params: list[int]  # indices into the track's params (its own stepped ones)
-    numel: int  # elements of the module and its descendants
-    own: int
-    trainable: int
-    depth: int
-
-
-@dataclass
-class _Step:
-    """The figures of one step between its pre- and post-hook (device tensors)."""
-
-    step: int
-    logged: bool
-    pos: list[int]  # indices of the params that have a grad
-    norms: torch.Tensor | None  # their grad norms, one vector
-    losses: list[torch.Tensor]
-    lrs: list[Any]
-    weights: torch.Tensor | None = None  # weight norms of every param (logged)
-    before: list[torch.Tensor] | None = None  # copies for the update ratio (logged)
-    updates: torch.Tensor | None = None  # ||w_after - w_before|| per param (logged)
-    act: dict[int, tuple[torch.Tensor, int]] = field(default_factory=dict)
-    act_order: list[int] = field(default_factory=list)
-    origin: dict[str, Any] | None = None  # --nan-origin's finding for this step
-    step_time: float | None = None
-    time: float = 0.0
-
-
-@dataclass
-class _Track:
-    index: int
-    label: str
-    mode: str  # "optimizer" or "backward"
-    optimizer: Any  # a weakref to the optimizer (None in backward mode)
-    root_class: str
-    params: list[torch.Tensor]
-    param_names: list[str]
-    modules: list[_Module]
-    n_params: int  # what the optimizer held when the track was built
-    steps: int = 0
-    last_post: float | None = None
-    next_logged: bool = True
-    pending: _Step | None = None
-    never: set[int] = field(default_factory=set)  # params that never had a grad
-    act: dict[int, tuple[torch.Tensor, int]] = field(default_factory=dict)
-    act_order: list[int] = field(default_factory=list)
-    seen: set[str] = field(default_factory=set)  # non-finite kinds already reported
-    forward_order: list[int] = field(default_factory=list)  # modules, last logged step
-    refs: list[nn.Module] = field(default_factory=list)  # the modules, kept alive
-    plans: dict[Any, _Plan] = field(default_factory=dict)  # how to take the norms
-    kept: list[torch.Tensor] | None = None  # the parameter copies, reused (CPU)
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """How to take the norms of a list of tensors: one fused ``_foreach_norm`` per
-    (device, dtype) group of dense floating tensors, as ``clip_grad_norm_`` does (half
-    types in float32), except that a large CPU tensor is read by rows
-    (``hookcli.norms.blocked_norm``: closer to the exact norm, and on both threads);
-    sparse and other tensors one by one."""
-
-    groups: tuple[tuple[bool, tuple[int, ...]], ...]  # (low precision, fused indices)
-    others: tuple[int, ...]
-    single: bool  # every tensor of one device and dtype (the fused copies below)
-    blocked: tuple[int, ...] = ()  # large CPU tensors, out of their groups: norms by rows
-
-    @staticmethod
-    def of(tensors: list[torch.Tensor]) -> _Plan:
-        groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
-        others = []
-        blocked = []
-        for i, t in enumerate(tensors):
-            if t.layout != torch.strided or not t.is_floating_point():
-                others.append(i)
-            elif t.device.type == "cpu" and t.numel() >= BLOCKED_FROM:
-                blocked.append(i)
-                groups.setdefault((t.device, t.dtype), [])
-            else:
-                groups.setdefault((t.device, t.dtype), []).append(i)
-        plan = tuple((dtype in LOW_PRECISION, tuple(idx)) for (_, dtype), idx in groups.items())
-        return _Plan(plan, tuple(others), len(plan) == 1 and not others, tuple(blocked))
-
-
-def _copies(
-    params: list[torch.Tensor], plans: dict[Any, _Plan], kept: list[torch.Tensor] | None
-) -> list[torch.Tensor]:
-    """Copies of the parameters (one fused multiply by 1 where they share a dtype and
-    device: exact, NaN and -0.0 included), into ``kept`` when given (the same shapes)."""
-    plan = plans.get("weights") or _Plan.of(params)
-    if kept is not None and len(kept) == len(params) and plan.single:
-        torch._foreach_copy_(kept, params)
-        return kept
-    if plan.single:
-        return list(torch._foreach_mul(params, 1.0))
-    return [p.detach().clone() for p in params]
-
-
-def _differences(
-    params: list[torch.Tensor], before: list[torch.Tensor], plans: dict[Any, _Plan]
-) -> list[torch.Tensor]:
-    """``before - params``, written into ``before`` (hookcli's own copies; a new tensor of
-    the parameters' size would cost its allocation again): the update's norm is its
-    difference's, whichever the sign."""
-    plan = plans.get("weights") or _Plan.of(params)
-    if plan.single:
-        torch._foreach_sub_(before, params)
-        return before
-    for b, p in zip(before, params, strict=True):
-        b.sub_(p.detach())
-    return before
-
-
-def _foreach(group: list[torch.Tensor], low: bool) -> tuple[torch.Tensor, ...]:
-    if low:
-        return tuple(torch._foreach_norm(group, 2, dtype=torch.float32))
-    return tuple(torch._foreach_norm(group, 2))
-
-
-def _norm_vector(
-    tensors: list[torch.Tensor], cache: dict[Any, _Plan], key: Any
-) -> torch.Tensor | None:
-    """The L2 norm of each tensor, one vector (``_Plan``; the plan of ``key`` is kept:
-    the tensors of a track keep their dtypes, devices and sizes from step to step)."""
-    if not tensors:
-        return None
-    plan = cache.get(key)
-    if plan is None or len(cache) > 64:
-        if len(cache) > 64:
-            cache.clear()
-        plan = cache[key] = _Plan.of(tensors)
-    try:
-        return _norms(tensors, plan)
-    except RuntimeError:  # a layout or dtype changed since: plan again
-        fresh = cache[key] = _Plan.of(tensors)
-        if fresh == plan:
-            raise
-        return _norms(tensors, fresh)
-
-
-def _norms(tensors: list[torch.Tensor], plan: _Plan) -> torch.Tensor:
-    if plan.single and not plan.blocked:
-        return torch.stack(_foreach(tensors, plan.groups[0][0]))
-    out: list[torch.Tensor | None] = [None] * len(tensors)
-    for low, idx in plan.groups:
-        if idx:
-            for i, n in zip(idx, _foreach([tensors[i] for i in idx], low), strict=True):
-                out[i] = n
-    for i in plan.blocked:
-        out[i] = blocked_norm(tensors[i])
-    if plan.others:
-        from hookcli.grads.probe import tensor_norm
-
-        for i in plan.others:
-            out[i] = tensor_norm(tensors[i]).float()
-    norms = [n for n in out if n is not None]
-    device = norms[0].device
-    if any(n.device != device for n in norms):
-        norms = [n.to(device) for n in norms]
-    return torch.stack(norms).to(torch.float64)  # stack promotes float32 to float64
-
-
-class _Host:
-    """1-D tensors read on the host: on the CPU at once (``tolist``: exact floats); on
-    CUDA copied together into pinned memory without a sync, read when ``values`` is
-    called (an event says when they are there)."""
-
-    def __init__(self, parts: list[torch.Tensor | None]) -> None:
-        self.sizes = [0 if p is None else p.numel() for p in parts]
-        self._lists: list[list[float]] | None = None
-        self._flat: list[float] | None = None
-        self._event: Any = None
-        self._buffer: torch.Tensor | None = None
-        if all(p is None or p.device.type == "cpu" for p in parts):
-            self._lists = [[] if p is None else p.reshape(-1).tolist() for p in parts]
-            return
-        present = [p.reshape(-1).to(torch.float64) for p in parts if p is not None]
-        devices = {p.device for p in present}
-        if len(devices) > 1:
-            present = [p.cpu() for p in present]
-        flat = torch.cat(present) if len(present) > 1 else present[0]
-        if flat.device.type == "cuda":
-            self._buffer = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
-            self._buffer.copy_(flat, non_blocking=True)
-            self._event = torch.cuda.Event()
-            self._event.record()
-        else:
-            self._flat = flat.tolist()
-
-    def ready(self) -> bool:
-        return self._event is None or bool(self._event.query())
-
-    def values(self) -> list[list[float]]:
-        """The parts' values, each a list (empty for a None part)."""
-        if self._lists is not None:
-            return self._lists
-        if self._flat is None:
-            self._event.synchronize()
-            assert self._buffer is not None
-            self._flat = self._buffer.tolist()
-        out = []
-        pos = 0
-        for n in self.sizes:
-            out.append(self._flat[pos : pos + n])
-            pos += n
-        self._lists = out
-        return out
-
-
-def _hypot(values: list[float]) -> float:
-    return math.hypot(*values) if values else 0.0
-
-
-def _nonfinite_kind(value: float | None) -> str | None:
-    if value is None or math.isfinite(value):
-        return None
-    return "nan" if math.isnan(value) else "inf"
 
 
 # -- the monitor ------------------------------------------------------------------------
@@ -417,12 +125,14 @@ class Monitor:
         self._t0 = config.t0 if config.t0 is not None else time.time()
         self._clock0 = time.perf_counter() - (time.time() - self._t0)
         # --nan-origin: the watched calls of the current step, and backward events
-        self._calls: dict[int, list[Any]] = {}  # call id -> [track, module, out_bad, in_bad]
-        self._call_ids = 0
-        self._checked: dict[tuple[int, int], Any] = {}  # (id, version) -> bad flag
-        self._backward_events: list[tuple[int, str, Any]] = []  # (call, "in"/"out", bad)
+        self._origin = NanOrigin()
+        self._pre_count = 0  # optimizer pre-hooks seen (GradScaler's skips)
+        self._mute: _Track | None = None  # a closure step's later closure calls
+        self._clips = ClipWatch(self._before_clip)
+        self._scaler = ScalerWatch(lambda: self._pre_count, self._skipped)
+        self._warning_filter: Any = None
         self.stopped: dict[str, Any] | None = None
-        self._registry: _Registry | None = None
+        self._registry: Registry | None = None
 
     # -- install / remove
 
@@ -447,12 +157,21 @@ class Monitor:
         backward.__doc__ = real.__doc__
         torch.autograd.backward = backward
         self._backward_wrapper = backward
+        self._clips.install()
+        self._scaler.install()
+        import warnings
+
+        warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
+        self._warning_filter = warnings.filters[0]
         _LIVE.add(self)
         if process:
+            from hookcli.watch.frames import install_excepthook
+
+            install_excepthook()
             # Armed as torch is imported, before any model or optimizer exists: the
             # registry sees every one built, so no scan of the process's objects is
             # needed to find a model or to know whether an optimizer exists.
-            self._registry = _Registry().install()
+            self._registry = Registry().install()
             atexit.register(self.finish)
         return self
 
@@ -466,6 +185,15 @@ class Monitor:
             self._forward = None
         if torch.autograd.backward is getattr(self, "_backward_wrapper", None):
             torch.autograd.backward = self._real_backward  # type: ignore[assignment]
+        self._clips.uninstall()
+        self._scaler.uninstall()
+        if self._warning_filter is not None:
+            import warnings
+
+            with contextlib.suppress(ValueError):
+                warnings.filters.remove(self._warning_filter)  # type: ignore[attr-defined]
+                warnings._filters_mutated()  # type: ignore[attr-defined]
+            self._warning_filter = None
         if self._registry is not None:
             self._registry.uninstall()
             self._registry = None
@@ -523,14 +251,10 @@ class Monitor:
             return real(tensors, *args, **kwargs)
         outer = self._depth == 0
         if outer:
-            loss = tensors[0] if isinstance(tensors, (tuple, list)) and tensors else tensors
-            if (
-                isinstance(loss, torch.Tensor)
-                and loss.numel() == 1
-                and loss.is_floating_point()
-                and len(self._losses) < 10_000
-            ):
-                self._losses.append(loss.detach())
+            try:
+                self._before_backward(tensors)
+            except Exception as err:
+                self._broken(err)
         self._depth += 1
         try:
             return real(tensors, *args, **kwargs)
@@ -541,6 +265,56 @@ class Monitor:
                     self._after_backward()
                 except Exception as err:
                     self._broken(err)
+
+    def _before_backward(self, tensors: Any) -> None:
+        """An outermost backward begins: its loss (the one the script computed, under a
+        GradScaler unscaled); the end of a step that several optimizers took; and under
+        --stop-on a non-finite loss is recorded now, before the backward (under DDP its
+        all-reduce hands the value to the other ranks, whose stop may end this one)."""
+        for track in self._all_tracks:
+            track.preclip = None
+            if track.pending is not None and track.posted:
+                self._end(track)  # the optimizers of a model have all stepped
+        if self._mute is not None:
+            return  # a closure step's later call (LBFGS): the first call's figures count
+        loss = tensors[0] if isinstance(tensors, (tuple, list)) and tensors else tensors
+        if (
+            isinstance(loss, torch.Tensor)
+            and loss.numel() == 1
+            and loss.is_floating_point()
+            and len(self._losses) < 10_000
+        ):
+            loss = self._scaler.unscaled(loss).detach()
+            self._losses.append(loss)
+            if self.config.stop_on:
+                self._early_nonfinite(loss)
+
+    def _early_nonfinite(self, loss: torch.Tensor) -> None:
+        tracks = [t for t in self._all_tracks if t.mode == "optimizer"]
+        if len(tracks) != 1 or math.isfinite(float(loss)):
+            return
+        track = tracks[0]
+        what = _nonfinite_kind(float(loss))
+        if what is None or what in track.seen:
+            return
+        step = _Step(step=track.steps + 1, logged=False, pos=[], norms=None, losses=[loss], lrs=[])
+        step.act, step.act_order = dict(track.act), list(track.act_order)
+        if self.config.nan_origin:
+            step.origin = self._origin.of_step(track)
+        host = _Host([None, None, None, loss.reshape(1), *(step.act[i][0] for i in step.act_order)])
+        track.seen.add(what)
+        self._write(nonfinite_event(track, step, what, True, [], host.values()))
+        if what in self.config.stop_on:
+            track.stop_due = self._stop_record(track, step.step, what)
+
+    def _stop_record(self, track: _Track, step: int, what: str) -> dict[str, Any]:
+        return {
+            "kind": "stop",
+            "model": track.label,
+            "opt": track.index,
+            "step": step,
+            "what": what,
+        }
 
     def _after_backward(self) -> None:
         """With no optimizer in the process, a completed outermost backward is a step."""
@@ -558,13 +332,17 @@ class Monitor:
         self._begin(track, [])
         self._end(track)
 
+    def _optimizers(self) -> list[Any]:
+        if self.optimizer is not None:
+            return [self.optimizer]
+        if self._registry is not None:
+            return list(self._registry.optimizers)
+        return list(_objects(torch.optim.Optimizer))
+
     def _optimizers_exist(self) -> bool:
         """An optimizer in the process that will step the watched model (any model,
         where none is named): another one, over other tensors, makes no steps here."""
-        if self._registry is not None:
-            opts = list(self._registry.optimizers)
-        else:
-            opts = list(_objects(torch.optim.Optimizer))
+        opts = self._optimizers()
         if self.model is None:
             return bool(opts)
         mine = {id(p) for p in self.model.parameters()}
@@ -589,31 +367,41 @@ class Monitor:
                     params.append(p)
         if not params:
             return None
-        return self._new_track(None, params, roots, mode="backward")
+        return self._new_track([], params, roots, mode="backward")
 
     # -- optimizer steps
 
     def _track_of(self, opt: Any) -> _Track | None:
+        """The model ``opt`` steps. Every optimizer over one model (SGD on one part, Adam
+        on another) is that one model: its parameters are the union of theirs."""
         if opt in self._ignored:
             return None
-        n = sum(len(g["params"]) for g in opt.param_groups)
         track = self._tracks.get(opt)
-        if track is not None and track.n_params == n:
+        if track is not None and track.members.get(id(opt)) == _count(opt):
             return track
-        params: list[torch.Tensor] = []
-        seen: set[int] = set()
-        for group in opt.param_groups:
-            for p in group["params"]:
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    params.append(p)
+        params, seen = _params_of([opt])
         roots = [self.model] if self.model is not None else self._roots(params, seen)
         owned = {id(p) for r in roots for p in r.parameters()}
         if not owned & seen:  # an optimizer over bare tensors: not a model's training
             self._ignored.add(opt)
             return None
-        track = self._new_track(opt, params, roots, mode="optimizer", n_params=n, old=track)
-        self._tracks[opt] = track
+        root_ids = tuple(id(r) for r in roots)
+        if track is None:
+            track = next(
+                (t for t in self._all_tracks if t.mode == "optimizer" and t.root_ids == root_ids),
+                None,
+            )
+        members = [opt]
+        if self.optimizer is None:
+            for other in self._optimizers():
+                if other is not opt and other not in self._ignored:
+                    theirs = {id(p) for g in other.param_groups for p in g["params"]}
+                    if theirs and theirs <= owned:
+                        members.append(other)
+        params, seen = _params_of(members)
+        track = self._new_track(members, params, roots, mode="optimizer", old=track)
+        for member in members:
+            self._tracks[member] = track
         return track
 
     def _roots(self, params: list[torch.Tensor], seen: set[int]) -> list[nn.Module]:
@@ -626,11 +414,10 @@ class Monitor:
 
     def _new_track(
         self,
-        opt: Any,
+        opts: list[Any],
         params: list[torch.Tensor],
         roots: list[nn.Module],
         mode: str,
-        n_params: int = 0,
         old: _Track | None = None,
     ) -> _Track:
         index = old.index if old is not None else len(self._all_tracks)
@@ -672,20 +459,30 @@ class Monitor:
             index=index,
             label=label,
             mode=mode,
-            optimizer=weakref.ref(opt) if opt is not None else None,
+            optimizer=weakref.ref(opts[0]) if opts else None,
             root_class=label,
             params=params,
             param_names=names,
             modules=modules,
-            n_params=n_params,
+            n_params=sum(_count(o) for o in opts),
             never=set(range(len(params))),
+            members={id(o): _count(o) for o in opts},
+            root_ids=tuple(id(r) for r in roots),
+            ids=set(ids),
         )
         if old is not None:
             track.steps = old.steps
             track.last_post = old.last_post
+            track.seen = old.seen
             self._all_tracks[index] = track
+            if self._backward_track is old:
+                self._backward_track = track
         else:
             self._all_tracks.append(track)
+        if old is not None:
+            self._names = {k: v for k, v in self._names.items() if v[0] is not old}
+            if self._mute is old:
+                self._mute = track
         for i, m in enumerate(refs):
             self._names.setdefault(id(m), (track, i))
         track.refs = refs
@@ -695,8 +492,8 @@ class Monitor:
                 "model": label,
                 "opt": index,
                 "mode": mode,
-                "optimizer": type(opt).__name__ if opt is not None else None,
-                "param_groups": len(opt.param_groups) if opt is not None else None,
+                "optimizer": "+".join(type(o).__name__ for o in opts) if opts else None,
+                "param_groups": sum(len(o.param_groups) for o in opts) if opts else None,
                 "params": len(params),
                 "numel": sum(p.numel() for p in params),
                 "modules": [
@@ -728,18 +525,57 @@ class Monitor:
             self._forward.remove()
             self._forward = None
 
-    def _pre(self, opt: Any, args: Any, kwargs: Any) -> None:
+    def _pre(self, opt: Any, args: Any, kwargs: Any) -> tuple[Any, Any] | None:
         if self._off() or (self.optimizer is not None and opt is not self.optimizer):
-            return
+            return None
         self._stepped = True
+        self._pre_count += 1
         stop = None
         try:
             self._drain()
             track = self._track_of(opt)
             if track is None:
                 self._losses = []
-                return
-            stop = self._begin(track, [g["lr"] for g in opt.param_groups])
+                return None
+            lrs = [g["lr"] for g in opt.param_groups]
+            if track.pending is not None:
+                if id(opt) not in track.joined:
+                    # another optimizer of the same model, in the same iteration: the
+                    # step's figures (every parameter of the model) are taken already
+                    track.joined.add(id(opt))
+                    track.pending.lrs.extend(_num(lr) for lr in lrs)
+                    return None
+                self._end(track)  # the model's optimizers stepped again: a new step
+            track.joined, track.posted = {id(opt)}, set()
+            closure = closure_of(opt, args, kwargs)
+            if closure is not None:
+                # forward and backward run inside step(): the step's figures are taken
+                # when its closure returns (its first call), before the update
+                track.closing = lrs
+                return self._with_closure(track, closure, args, kwargs)
+            stop = self._begin(track, lrs)
+        except Exception as err:
+            self._broken(err)
+            return None
+        if stop is not None:
+            self._stop(stop)
+        return None
+
+    def _with_closure(
+        self, track: _Track, closure: Callable[..., Any], args: Any, kwargs: Any
+    ) -> tuple[Any, Any]:
+        """The closure wrapped: its first return ends the step's forward and backward
+        (LBFGS calls it again after its inner updates: those calls' losses and
+        activations are not the step's)."""
+        return with_closure(args, kwargs, closure, lambda: self._closure_done(track))
+
+    def _closure_done(self, track: _Track) -> None:
+        if track.closing is None or self._off():
+            return
+        lrs, track.closing = track.closing, None
+        try:
+            stop = self._begin(track, lrs)
+            self._mute = track
         except Exception as err:
             self._broken(err)
             return
@@ -750,10 +586,80 @@ class Monitor:
         if self._off():
             return
         track = self._tracks.get(opt)
-        if track is None or track.pending is None:
+        if track is None:
             return
         try:
-            self._end(track)
+            if self._mute is track:
+                self._mute = None
+            if track.closing is not None:  # a closure step whose closure never ran
+                lrs, track.closing = track.closing, None
+                self._begin(track, lrs)
+            if track.pending is None:
+                return
+            track.posted.add(id(opt))
+            if len(track.members) <= 1 or len(track.posted) >= len(track.members):
+                self._end(track)
+            # else: ended when another of its optimizers steps, a backward begins, or
+            # the process ends
+        except Exception as err:
+            self._broken(err)
+
+    def _before_clip(self, params: list[torch.Tensor]) -> None:
+        """A clipping call: the grad norms of every model whose parameters it clips, as
+        they are before it (the first clipping call of a step counts)."""
+        if self._off() or self._mute is not None:
+            return
+        try:
+            ids = {id(p) for p in params}
+            tracks = [
+                t for t in self._all_tracks if t.mode == "optimizer" and not ids.isdisjoint(t.ids)
+            ]
+            if not tracks and self._all_tracks == []:  # before the first step
+                for opt in self._optimizers():
+                    if any(id(p) in ids for g in opt.param_groups for p in g["params"]):
+                        track = self._track_of(opt)
+                        if track is not None and track not in tracks:
+                            tracks.append(track)
+            for track in tracks:
+                if track.preclip is None:
+                    grads, pos = _grads(track)
+                    with torch.no_grad():
+                        track.preclip = (pos, _norm_vector(grads, track.plans, tuple(pos)))
+        except Exception as err:
+            self._broken(err)
+
+    def _skipped(self, opt: Any) -> None:
+        """GradScaler skipped ``opt.step()`` (Inf or NaN in the scaled gradients): the
+        iteration is recorded as skipped, its loss never added into the next step."""
+        if self._off() or (self.optimizer is not None and opt is not self.optimizer):
+            return
+        try:
+            self._drain()
+            track = self._track_of(opt)
+            losses, self._losses = self._losses, []
+            if track is None:
+                return
+            pre, track.preclip = track.preclip, None
+            if pre is None:
+                grads, pos = _grads(track)
+                with torch.no_grad():
+                    pre = (pos, _norm_vector(grads, track.plans, tuple(pos)))
+            track.act, track.act_order = {}, []
+            if self.config.nan_origin:
+                self._origin.of_step(track)
+            values = _Host([pre[1], *(t.reshape(1) for t in losses)]).values()
+            self._write(
+                {
+                    "kind": "skipped",
+                    "model": track.label,
+                    "opt": track.index,
+                    "after": track.steps,
+                    "time": self._now(),
+                    "loss": _sum([v[0] for v in values[1:]]) if losses else None,
+                    "backwards": len(losses),
+                    "grad_norm": _hypot(values[0]) if pre[0] else None,
+                }
+            )
         except Exception as err:
             self._broken(err)
 
@@ -762,13 +668,7 @@ class Monitor:
         track.steps += 1
         k = track.steps
         log = logged(k, self.config.every)
-        grads: list[torch.Tensor] = []
-        pos: list[int] = []
-        for i, p in enumerate(track.params):
-            g = p.grad
-            if g is not None:
-                grads.append(g)
-                pos.append(i)
+        grads, pos = _grads(track)
         if track.never:
             track.never.difference_update(pos)
         with torch.no_grad():
@@ -799,7 +699,10 @@ class Monitor:
             step.act, step.act_order = track.act, track.act_order
             track.act, track.act_order = {}, []
         if self.config.nan_origin:
-            step.origin = self._origin_of_step(track)
+            step.origin = self._origin.of_step(track)
+        if track.preclip is not None:
+            step.pre_pos, step.pre_norms = track.preclip
+            track.preclip = None
         track.pending = step
         host = self._host_pre(step)
         now = bool(self.config.stop_on) or self.config.nan_origin or host.ready()
@@ -812,7 +715,7 @@ class Monitor:
         losses = [t.reshape(1) for t in step.losses]
         lrs = [torch.as_tensor(lr).reshape(1) for lr in step.lrs if isinstance(lr, torch.Tensor)]
         act = [step.act[i][0] for i in step.act_order]
-        host = _Host([step.norms, step.weights, *losses, *lrs, *act])
+        host = _Host([step.norms, step.weights, step.pre_norms, *losses, *lrs, *act])
         step._host = host  # type: ignore[attr-defined]
         return host
 
@@ -821,97 +724,29 @@ class Monitor:
     ) -> dict[str, Any] | None:
         """Non-finite values of this step: the event, and a stop record if one is due."""
         step._values = values  # type: ignore[attr-defined]
-        norms = values[0]
-        losses = [v[0] for v in values[2 : 2 + len(step.losses)]]
+        due, track.stop_due = track.stop_due, None
+        # the gradients before clipping: a NaN in one makes clip_grad_norm_ spread it
+        norms = values[2] if step.pre_pos is not None else values[0]
+        where = step.pre_pos if step.pre_pos is not None else step.pos
+        losses = [v[0] for v in values[LOSSES : LOSSES + len(step.losses)]]
         loss = sum(losses) if losses else None
         total = _hypot(norms)
         if math.isfinite(total) and (loss is None or math.isfinite(loss)):
-            return None  # the common case: one test, no scan
+            return due  # the common case: one test, no scan
         stop = None
         for what in ("nan", "inf"):
             if what in track.seen:
                 continue
             bad_loss = loss is not None and _nonfinite_kind(loss) == what
-            bad_params = [step.pos[j] for j, v in enumerate(norms) if _nonfinite_kind(v) == what]
+            bad_params = [where[j] for j, v in enumerate(norms) if _nonfinite_kind(v) == what]
             if not bad_loss and not bad_params and _nonfinite_kind(total) != what:
                 continue
             track.seen.add(what)
-            event = self._event(track, step, what, bad_loss, bad_params, values)
+            event = nonfinite_event(track, step, what, bad_loss, bad_params, values)
             self._write(event)
             if what in self.config.stop_on and stop is None:
-                stop = {
-                    "kind": "stop",
-                    "model": track.label,
-                    "opt": track.index,
-                    "step": step.step,
-                    "what": what,
-                }
-        return stop
-
-    def _event(
-        self,
-        track: _Track,
-        step: _Step,
-        what: str,
-        bad_loss: bool,
-        bad_params: list[int],
-        values: list[list[float]],
-    ) -> dict[str, Any]:
-        """The first NaN (or Inf) of a track: step, phase, origin module and how sure."""
-        bad = set(bad_params)
-        modules = [m.name for m in track.modules if bad & set(m.params)]
-        phase = "forward" if bad_loss else "backward"
-        module: str | None = None
-        exact = False
-        how = "unknown"
-        # a NaN may come from an Inf made first (inf - inf, 0 * inf): either kind of
-        # non-finite output is the origin of a NaN; only an Inf is the origin of an Inf
-        origin = step.origin if step.origin and what in ("nan", step.origin["what"]) else None
-        act_origin = self._origin_from_stats(track, step, what, values)
-        if origin is not None:
-            phase, module, exact, how = origin["phase"], origin["module"], True, "nan-origin"
-        elif act_origin is not None:
-            phase, module, exact, how = "forward", act_origin, True, "activations"
-        elif phase == "backward" and modules:
-            # the first module in backward order (the last in forward order) whose
-            # own gradients hold it: the origin or the nearest module before it
-            order = track.forward_order or list(range(len(track.modules)))
-            rank = {m: i for i, m in enumerate(order)}
-            named = {m.name: i for i, m in enumerate(track.modules)}
-            module = max(modules, key=lambda n: rank.get(named[n], -1))
-            how = "parameter gradients"
-        return {
-            "kind": "nonfinite",
-            "model": track.label,
-            "opt": track.index,
-            "step": step.step,
-            "what": what,
-            "phase": phase,
-            "module": module,
-            "exact": exact,
-            "found_by": how,
-            "loss": sum(v[0] for v in values[2 : 2 + len(step.losses)]) if step.losses else None,
-            "modules": modules[:_MAX_NAMES],
-            "params": [track.param_names[i] for i in bad_params[:_MAX_NAMES]],
-            "time": step.time,
-        }
-
-    def _origin_from_stats(
-        self, track: _Track, step: _Step, what: str, values: list[list[float]]
-    ) -> str | None:
-        """On a logged step: the first module (in the order calls returned) whose output
-        held the value, from its min and max."""
-        if not step.act_order:
-            return None
-        first = 2 + len(step.losses) + sum(1 for lr in step.lrs if isinstance(lr, torch.Tensor))
-        for j, i in enumerate(step.act_order):
-            vec = values[first + j]
-            mn, mx = vec[2], vec[3]
-            if what == "nan" and not all(math.isfinite(v) for v in vec[:4]):
-                return track.modules[i].name
-            if what == "inf" and "inf" in (_nonfinite_kind(mn), _nonfinite_kind(mx)):
-                return track.modules[i].name
-        return None
+                stop = self._stop_record(track, step.step, what)
+        return stop or due
 
     def _end(self, track: _Track) -> None:
         """After ``step()``: the update ratios, the step time; the record goes out (on
@@ -949,64 +784,7 @@ class Monitor:
                 if stop is not None:
                     self._write(stop)
             updates = post.values()[0] if post is not None else None
-            self._write(self._record(track, step, values, updates))
-
-    def _record(
-        self, track: _Track, step: _Step, values: list[list[float]], updates: list[float] | None
-    ) -> dict[str, Any]:
-        norms, weights = values[0], values[1]
-        n_loss = len(step.losses)
-        losses = [v[0] for v in values[2 : 2 + n_loss]]
-        tensor_lrs = iter(v[0] for v in values[2 + n_loss :])
-        lrs = [next(tensor_lrs) if isinstance(lr, torch.Tensor) else _num(lr) for lr in step.lrs]
-        record: dict[str, Any] = {
-            "kind": "step",
-            "model": track.label,
-            "opt": track.index,
-            "step": step.step,
-            "time": step.time,
-            "step_time": step.step_time,
-            "loss": _sum(losses) if losses else None,
-            "backwards": n_loss,
-            "grad_norm": _hypot(norms) if step.pos else None,
-            "lr": lrs,
-        }
-        if step.logged:
-            grad_of = dict(zip(step.pos, norms, strict=True))
-            first_act = 2 + n_loss + sum(1 for lr in step.lrs if isinstance(lr, torch.Tensor))
-            act = {i: values[first_act + j] for j, i in enumerate(step.act_order)}
-            counts = {i: step.act[i][1] for i in step.act_order}
-            modules: dict[str, Any] = {}
-            for i, m in enumerate(track.modules):
-                entry: dict[str, Any] = {}
-                if m.params:
-                    got = [grad_of[p] for p in m.params if p in grad_of]
-                    entry["grad_norm"] = _hypot(got) if got else None
-                    w = _hypot([weights[p] for p in m.params]) if weights else None
-                    entry["weight_norm"] = w
-                    if updates is not None and w is not None:
-                        u = _hypot([updates[p] for p in m.params])
-                        entry["update_ratio"] = u / w if w > 0 else None
-                    else:
-                        entry["update_ratio"] = None
-                if i in act:
-                    total, norm, mn, mx, nonzero = act[i]
-                    n = counts[i]
-                    mean = total / n
-                    var = norm * norm / n - mean * mean
-                    entry["act"] = {
-                        "mean": mean,
-                        "std": math.sqrt(var) if var > 0 else (0.0 if var == var else var),
-                        "absmax": math.nan if math.isnan(mn + mx) else max(abs(mn), abs(mx)),
-                        "zero_frac": 1.0 - nonzero / n,
-                    }
-                if entry:
-                    modules[m.name] = entry
-            record["modules"] = modules
-            if step.act_order:
-                track.forward_order = list(step.act_order)
-            record["unused"] = [track.param_names[i] for i in sorted(track.never)][:_MAX_NAMES]
-        return record
+            self._write(step_record(track, step, values, updates))
 
     # -- the forward hook: activation statistics, --nan-origin
 
@@ -1017,6 +795,8 @@ class Monitor:
         if found is None or self._dead or not torch.is_grad_enabled():
             return
         track, index = found
+        if track is self._mute:
+            return
         try:
             if track.next_logged and index not in track.act:
                 t = _first_float(output)
@@ -1024,64 +804,9 @@ class Monitor:
                     track.act[index] = (_stats(t), t.numel())
                     track.act_order.append(index)
             if self.config.nan_origin:
-                self._watch_call(track, index, args, output)
+                self._origin.watch_call(track, index, args, output)
         except Exception as err:
             self._broken(err)
-
-    def _watch_call(self, track: _Track, index: int, args: Any, output: Any) -> None:
-        from hookcli.structures import iter_tensors
-
-        self._call_ids += 1
-        call = self._call_ids
-        out_bad = None
-        for t in iter_tensors(output):
-            if t.is_floating_point() and t.numel():
-                flag = _nonfinite_flag(t)
-                self._checked[(id(t), t._version)] = flag
-                out_bad = flag if out_bad is None else _either(out_bad, flag)
-                if t.requires_grad:
-                    t.register_hook(_grad_hook(self._backward_events, call, "out"))
-        in_bad = None
-        for t in iter_tensors(args):
-            if t.is_floating_point() and t.numel():
-                flag = self._checked.get((id(t), t._version))
-                if flag is None:
-                    flag = _nonfinite_flag(t)
-                in_bad = flag if in_bad is None else _either(in_bad, flag)
-                if t.requires_grad:
-                    t.register_hook(_grad_hook(self._backward_events, call, "in"))
-        self._calls[call] = [track, index, out_bad, in_bad]
-
-    def _origin_of_step(self, track: _Track) -> dict[str, Any] | None:
-        """--nan-origin: the first module whose output (forward) or whose input's grad
-        (backward) turned non-finite from finite values, this step."""
-        calls = {c: v for c, v in self._calls.items() if v[0] is track}
-        for c in calls:
-            del self._calls[c]
-        events = [e for e in self._backward_events if e[0] in calls]
-        self._backward_events = [e for e in self._backward_events if e[0] in self._calls]
-        self._checked = {}
-
-        def kind(flag: Any) -> str | None:
-            if flag is None:
-                return None
-            if isinstance(flag, torch.Tensor):
-                flag = int(flag)
-            return {0: None, 1: "nan", 2: "inf", 3: "nan"}[int(flag)]
-
-        for entry in calls.values():
-            out, inp = kind(entry[2]), kind(entry[3])
-            if out is not None and inp is None:
-                return {"what": out, "phase": "forward", "module": track.modules[entry[1]].name}
-        out_seen: dict[int, str | None] = {}
-        for call, which, flag in events:
-            k = kind(flag)
-            if which == "out":
-                out_seen[call] = out_seen.get(call) or k
-            elif k is not None and out_seen.get(call) is None:
-                name = track.modules[calls[call][1]].name
-                return {"what": k, "phase": "backward", "module": name}
-        return None
 
     # -- stopping, the end
 
@@ -1113,6 +838,9 @@ class Monitor:
                 self.sink.close()
             return
         with contextlib.suppress(Exception):
+            for track in self._all_tracks:
+                if track.pending is not None and track.posted:
+                    self._end(track)  # a model's step that not all its optimizers took
             self._drain(wait=True)
             if self._started:
                 self._write(
@@ -1120,7 +848,7 @@ class Monitor:
                         "kind": "end",
                         "steps": {t.label: t.steps for t in self._all_tracks},
                         "unused": {
-                            t.label: [t.param_names[i] for i in sorted(t.never)][:_MAX_NAMES]
+                            t.label: [t.param_names[i] for i in sorted(t.never)][:MAX_NAMES]
                             for t in self._all_tracks
                         },
                         "time": self._now(),
@@ -1141,205 +869,3 @@ def _after_fork() -> None:
 
 
 os.register_at_fork(after_in_child=_after_fork)
-
-
-def _num(value: Any) -> float | None:
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return None
-
-
-def _sum(values: list[float]) -> float:
-    total = values[0]
-    for v in values[1:]:
-        total += v
-    return total
-
-
-class _Registry:
-    """Who owns which parameter, and which module holds which, as models are built: the
-    global parameter and module registration hooks (they fire in ``__setattr__``,
-    ``register_parameter`` and ``add_module`` only, never per call), and the optimizers
-    made (``Optimizer.__init__`` wrapped, calling the original unchanged)."""
-
-    def __init__(self) -> None:
-        self.owner: dict[int, tuple[weakref.ref[Any], weakref.ref[nn.Module]]] = {}
-        self.parent: dict[int, tuple[weakref.ref[nn.Module], weakref.ref[nn.Module]]] = {}
-        self.optimizers: weakref.WeakSet[Any] = weakref.WeakSet()
-        self._handles: list[Any] = []
-        self._init: Any = None
-        self._real_init: Any = None
-
-    def install(self) -> _Registry:
-        from torch.nn.modules import module as mod
-
-        self._handles.append(mod.register_module_parameter_registration_hook(self._param))
-        self._handles.append(mod.register_module_module_registration_hook(self._module))
-        real = torch.optim.Optimizer.__init__
-        optimizers = self.optimizers
-
-        def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
-            real(opt, *args, **kwargs)
-            optimizers.add(opt)
-
-        __init__.__wrapped__ = real  # type: ignore[attr-defined]
-        __init__.__doc__ = real.__doc__
-        torch.optim.Optimizer.__init__ = __init__  # type: ignore[method-assign,assignment]
-        self._init, self._real_init = __init__, real
-        return self
-
-    def uninstall(self) -> None:
-        for handle in self._handles:
-            handle.remove()
-        self._handles.clear()
-        if torch.optim.Optimizer.__init__ is self._init:
-            torch.optim.Optimizer.__init__ = self._real_init  # type: ignore[method-assign]
-
-    def _param(self, module: nn.Module, name: str, param: Any) -> None:
-        if param is not None:
-            self.owner[id(param)] = (weakref.ref(param), weakref.ref(module))
-
-    def _module(self, module: nn.Module, name: str, child: Any) -> None:
-        if isinstance(child, nn.Module):
-            self.parent[id(child)] = (weakref.ref(child), weakref.ref(module))
-
-    def top(self, m: nn.Module) -> nn.Module:
-        seen = {id(m)}
-        while True:
-            entry = self.parent.get(id(m))
-            if entry is None or entry[0]() is not m:
-                return m
-            up = entry[1]()
-            if up is None or id(up) in seen or m not in up._modules.values():
-                return m
-            seen.add(id(up))
-            m = up
-
-    def roots(self, params: list[torch.Tensor]) -> list[nn.Module] | None:
-        """The outermost modules holding ``params``; None when one of them was not seen
-        being registered (a model unpickled whole, built before the monitor)."""
-        tops: dict[int, nn.Module] = {}
-        memo: dict[int, nn.Module] = {}
-        for p in params:
-            entry = self.owner.get(id(p))
-            owner = entry[1]() if entry is not None and entry[0]() is p else None
-            if owner is None or not any(q is p for q in owner._parameters.values()):
-                return None
-            top = memo.get(id(owner))
-            if top is None:
-                top = memo[id(owner)] = self.top(owner)
-            tops.setdefault(id(top), top)
-        return list(tops.values())
-
-    def tops(self) -> list[nn.Module] | None:
-        """Every outermost module seen (None: none seen)."""
-        found: dict[int, nn.Module] = {}
-        for _, owner_ref in self.owner.values():
-            owner = owner_ref()
-            if owner is not None:
-                top = self.top(owner)
-                found.setdefault(id(top), top)
-        return list(found.values()) or None
-
-
-def _objects(kind: type) -> Iterator[Any]:
-    """Every object of ``kind`` the garbage collector tracks (looked up by type, not
-    ``isinstance``: a proxy's ``__class__`` would warn or import)."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        for obj in gc.get_objects():
-            if issubclass(type(obj), kind):
-                yield obj
-
-
-def _modules() -> list[nn.Module]:
-    return list(_objects(nn.Module))
-
-
-def _tops(modules: list[nn.Module]) -> list[nn.Module]:
-    """The modules that are no other module's child."""
-    children = {id(c) for m in modules for c in m._modules.values() if c is not None}
-    return [m for m in modules if id(m) not in children]
-
-
-def _roots(modules: list[nn.Module], stepped: set[int]) -> list[nn.Module]:
-    """The models that own the stepped parameters: the outermost modules holding them
-    (a DDP or ``torch.compile`` wrapper included: names are as ``named_modules()`` of
-    what the training calls), the one holding most first, until every stepped
-    parameter that a module holds is covered."""
-    remaining = set(stepped)
-    found: list[nn.Module] = []
-    covers = []
-    for m in _tops(modules):
-        own = {id(p) for p in m.parameters()} & remaining
-        if own:
-            covers.append((len(own), m, own))
-    covers.sort(key=lambda c: -c[0])
-    for _, m, own in covers:
-        if own & remaining:
-            remaining -= own
-            found.append(m)
-    return found
-
-
-def _compiling_in_use() -> bool:
-    """Whether torch.compile has compiled anything in this process (torch.optim alone
-    imports torch._dynamo, so that import says nothing)."""
-    dynamo = sys.modules.get("torch._dynamo.utils")
-    if dynamo is None:
-        return False
-    try:
-        return bool(dynamo.counters["frames"]["ok"]) or bool(dynamo.counters["frames"]["total"])
-    except Exception:  # another torch's counters: assume it is, to be safe
-        return True
-
-
-def _first_float(output: Any) -> torch.Tensor | None:
-    if isinstance(output, torch.Tensor):
-        return output if output.is_floating_point() else None
-    from hookcli.structures import iter_tensors
-
-    for t in iter_tensors(output):
-        if t.is_floating_point():
-            return t
-    return None
-
-
-def _stats(t: torch.Tensor) -> torch.Tensor:
-    """[sum, L2 norm, min, max, non-zero count] of a module output, one vector, read
-    from a detached tensor (no autograd node); the host makes the mean and the
-    population std of them (``std_mean`` itself costs some 30 times more on the CPU)."""
-    t = t.detach()
-    if t.dtype in LOW_PRECISION or t.element_size() == 1:
-        t = t.float()
-    mn, mx = torch.aminmax(t)
-    parts = [t.sum(), torch.linalg.vector_norm(t), mn, mx, torch.count_nonzero(t)]
-    return torch.stack([v.to(mn.dtype) for v in parts])
-
-
-def _nonfinite_flag(t: torch.Tensor) -> Any:
-    """0 finite, 1 NaN, 2 Inf (3: both): a Python int on the CPU, where one sum decides
-    the common case; a device tensor elsewhere (read at the step, one sync)."""
-    t = t.detach()
-    if t.device.type == "cpu":
-        if math.isfinite(float(t.sum())):
-            return 0
-        return int(bool(torch.isnan(t).any())) + 2 * int(bool(torch.isinf(t).any()))
-    return torch.isnan(t).any().to(torch.int64) + 2 * torch.isinf(t).any().to(torch.int64)
-
-
-def _either(a: Any, b: Any) -> Any:
-    if isinstance(a, int) and isinstance(b, int):
-        return a | b
-    return torch.as_tensor(a) | torch.as_tensor(b)
-
-
-def _grad_hook(events: list[tuple[int, str, Any]], call: int, which: str) -> Callable[..., None]:
-    def hook(grad: torch.Tensor) -> None:
-        with contextlib.suppress(Exception):
-            if grad is not None and grad.is_floating_point() and grad.numel():
-                events.append((call, which, _nonfinite_flag(grad)))
-        return None
-
-    return hook

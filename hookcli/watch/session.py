@@ -36,9 +36,20 @@ class Watch:
         max_grad_norm: float | None = None,
         max_update_ratio: float | None = None,
     ) -> None:
+        from torch import nn
+
         from hookcli.cliopts import parse_fail_on
         from hookcli.watch.config import FAIL_ON, STOP_ON, WatchConfig, WatchGates
 
+        if not isinstance(model, nn.Module):
+            raise TypeError(
+                f"hookcli.watch() takes the nn.Module being trained, got {type(model).__name__}"
+            )
+        if optimizer is not None and not hasattr(optimizer, "param_groups"):
+            raise TypeError(
+                "hookcli.watch(model, optimizer): optimizer must be a torch.optim.Optimizer "
+                f"or None, got {type(optimizer).__name__}"
+            )
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise UsageError(f"every must be an integer >= 1, got {every!r}")
         stops = _names(stop_on)
@@ -68,7 +79,11 @@ class Watch:
         ).install()
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, kind: object, value: BaseException | None, tb: object) -> None:
+        if value is not None:  # the user's error, without the monitor's frames
+            from hookcli.watch.frames import strip
+
+            strip(value)
         monitor = self._monitor
         if monitor is not None:
             try:

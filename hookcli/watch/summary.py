@@ -82,6 +82,11 @@ def module_rows(processes: Sequence[Process]) -> list[Row]:
             if m.get("stepped"):
                 fin = finite(grad)
                 ratio = _module_series(steps, name, "update_ratio")
+                applied = [
+                    v for v in _module_series(steps, name, "grad_norm_applied") if v is not None
+                ]
+                if applied:  # clipped steps: the norm as step() applied it, beside
+                    data["grad_norm_applied"] = applied[-1]
                 data.update(
                     grad_norm=_last(grad),
                     grad_norm_min=min(fin) if fin else None,
@@ -124,6 +129,13 @@ def model_totals(processes: Sequence[Process], label: str) -> dict[str, Any]:
     steps = base.steps.get(label, []) if base else []
     losses = [number(s.get("loss")) for s in steps]
     grads = [number(s.get("grad_norm")) for s in steps]
+    applied = [number(s.get("grad_norm_applied")) for s in steps]
+    clipped = sum(
+        1
+        for s in steps
+        if s.get("grad_norm_applied") is not None
+        and s.get("grad_norm_applied") != s.get("grad_norm")
+    )
     times = finite(number(s.get("step_time")) for s in steps)
     out: dict[str, Any] = {
         "model": label,
@@ -133,6 +145,9 @@ def model_totals(processes: Sequence[Process], label: str) -> dict[str, Any]:
         "loss_min": min(finite(losses), default=None),
         "grad_norm_last": _last([v for v in grads if v is not None]),
         "grad_norm_max": max(finite(grads), default=None),
+        "grad_norm_applied_last": _last([v for v in applied if v is not None]),
+        "clipped_steps": clipped,
+        "skipped_steps": base.skipped.get(label, 0) if base else 0,
         "step_time_median": statistics.median(times) if times else None,
         "lr_last": steps[-1].get("lr") if steps else None,
     }
@@ -190,6 +205,7 @@ def step_series(processes: Sequence[Process]) -> tuple[Row, ...]:
                 "step": rec.get("step"),
                 "loss": rec.get("loss"),
                 "grad_norm": rec.get("grad_norm"),
+                "grad_norm_applied": rec.get("grad_norm_applied"),
             }
             modules = rec.get("modules")
             if isinstance(modules, dict):
@@ -238,12 +254,17 @@ def build_report(
                 f"(min {fmt_float(t['loss_min'])})",
             )
         )
-        table_totals.append(
-            (
-                f"{prefix}grad norm",
-                f"{fmt_float(t['grad_norm_last'])} (max {fmt_float(t['grad_norm_max'])})",
+        grad = f"{fmt_float(t['grad_norm_last'])} (max {fmt_float(t['grad_norm_max'])})"
+        if t["clipped_steps"]:
+            grad += (
+                f" before clipping; {fmt_float(t['grad_norm_applied_last'])} as applied "
+                f"({t['clipped_steps']} clipped steps)"
             )
-        )
+        table_totals.append((f"{prefix}grad norm", grad))
+        if t["skipped_steps"]:
+            table_totals.append(
+                (f"{prefix}skipped", f"{t['skipped_steps']} (GradScaler skipped the step)")
+            )
         if t.get("ranks"):
             table_totals.append(
                 (

@@ -5,8 +5,9 @@ embedding's output), 2 blocks of causal self-attention (q, k, v are views of one
 projection's output) and a GELU MLP with pre-LayerNorm and dropout, a final LayerNorm,
 and a head whose weight is tied to the token embedding. AdamW with two param groups
 (weight decay on matrices only), a warm-up + cosine ``LambdaLR``, and
-``clip_grad_norm_(..., --clip)`` before each step (the reference's grad norms are the
-clipped ones, which the step uses). One step = one ``optimizer.step()``; the loss is
+``clip_grad_norm_(..., --clip)`` before each step (the reference's ``grad_norm`` is the
+norm before clipping, ``clip_norm`` what ``clip_grad_norm_`` returned, and
+``grad_norm_applied`` the clipped one, which the step uses). One step = one ``optimizer.step()``; the loss is
 the cross-entropy that backward is called on.
 
 Usage: ``python gpt_char.py --steps 200 --seed 0 [--ref ref.json]``.
@@ -163,9 +164,10 @@ def main(argv: list[str] | None = None) -> int:
         loss = F.cross_entropy(logits.view(-1, logits.size(-1)), y.view(-1))
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
+        track.before_clip()
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip)
         value = loss.item()
-        track.before_step(value)
+        track.before_step(value, clip_norm=float(norm))
         optimizer.step()
         track.after_step()
         scheduler.step()

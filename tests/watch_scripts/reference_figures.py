@@ -15,8 +15,9 @@ float64 copies of the tensors:
 
 - ``loss`` / ``loss_hex``: as given by the script (``float.hex`` for bit-for-bit checks);
 - ``grad_norm``: L2 over the grads of the optimizer's params that have one, as
-  ``clip_grad_norm_`` measures it, taken just before ``step()`` (after any clipping
-  the script does);
+  ``clip_grad_norm_`` measures it, before the script clips (``before_clip()``), else
+  just before ``step()``; ``grad_norm_applied``: the same just before ``step()`` (after
+  any clipping); ``clip_norm``: what the script's ``clip_grad_norm_`` returned;
 - ``lr``: ``param_groups[i]["lr"]`` just before ``step()`` (the rate the step uses);
 - ``modules``: for every module of the root (``root.named_modules()``, qualified names
   under the root) with own trainable parameters in the optimizer
@@ -69,6 +70,7 @@ class Track:
         self.nan: dict[str, Any] | None = None
         self._before: dict[str, list[torch.Tensor]] = {}
         self._pending: dict[str, Any] | None = None
+        self._preclip: dict[str, Any] | None = None
 
     def _params(self) -> list[torch.Tensor]:
         seen: set[int] = set()
@@ -93,28 +95,48 @@ class Track:
                 out.append((name, own))
         return out
 
-    def before_step(self, loss: float) -> None:
+    def _grad_norms(self) -> tuple[float | None, dict[str, float | None]]:
+        grads = [p.grad for p in self._params() if p.grad is not None]
+        modules = {}
+        for name, own in self._modules():
+            own_grads = [p.grad for p in own if p.grad is not None]
+            modules[name] = _l2(own_grads) if own_grads else None
+        return (_l2(grads) if grads else None), modules
+
+    def before_clip(self) -> None:
+        """Called just before the script clips: the grad norms before clipping."""
+        if self.enabled:
+            self._preclip = dict(zip(("total", "modules"), self._grad_norms(), strict=True))
+
+    def before_step(self, loss: float, clip_norm: float | None = None) -> None:
+        """``clip_norm``: what the script's ``clip_grad_norm_`` returned this step."""
         if not self.enabled:
             return
-        grads = [p.grad for p in self._params() if p.grad is not None]
+        total, per_module = self._grad_norms()
+        pre = self._preclip
+        self._preclip = None
         modules: dict[str, dict[str, float | None]] = {}
         self._before = {}
         for name, own in self._modules():
-            own_grads = [p.grad for p in own if p.grad is not None]
             modules[name] = {
-                "grad_norm": _l2(own_grads) if own_grads else None,
+                "grad_norm": pre["modules"][name] if pre else per_module[name],
                 "update_ratio": None,
                 "weight_norm": _l2(own),
             }
+            if pre:
+                modules[name]["grad_norm_applied"] = per_module[name]
             self._before[name] = [p.detach().to(torch.float64, copy=True) for p in own]
         self._pending = {
             "step": len(self.steps) + 1,
             "loss": float(loss),
             "loss_hex": float(loss).hex(),
-            "grad_norm": _l2(grads) if grads else None,
+            "grad_norm": pre["total"] if pre else total,
+            "grad_norm_applied": total,
             "lr": [float(g["lr"]) for g in self.optimizer.param_groups],
             "modules": modules,
         }
+        if clip_norm is not None:
+            self._pending["clip_norm"] = clip_norm
 
     def after_step(self) -> None:
         if not self.enabled:

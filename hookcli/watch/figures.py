@@ -1,0 +1,297 @@
+"""How the monitor takes its figures: fused norms by (device, dtype) group, by rows for
+a large CPU tensor, parameter copies for the update ratio, module output statistics,
+and the host read of them (at once on the CPU, through pinned memory on CUDA)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from hookcli.norms import BLOCKED_FROM, LOW_PRECISION, blocked_norm
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """How to take the norms of a list of tensors: one fused ``_foreach_norm`` per
+    (device, dtype) group of dense floating tensors, as ``clip_grad_norm_`` does (half
+    types in float32), except that a large CPU tensor is read by rows
+    (``hookcli.norms.blocked_norm``: closer to the exact norm, and on both threads);
+    sparse and other tensors one by one."""
+
+    groups: tuple[tuple[bool, tuple[int, ...]], ...]  # (low precision, fused indices)
+    others: tuple[int, ...]
+    single: bool  # every tensor of one device and dtype (the fused copies below)
+    blocked: tuple[int, ...] = ()  # large CPU tensors, out of their groups: norms by rows
+
+    @staticmethod
+    def of(tensors: list[torch.Tensor]) -> _Plan:
+        groups: dict[tuple[torch.device, torch.dtype], list[int]] = {}
+        others = []
+        blocked = []
+        for i, t in enumerate(tensors):
+            if t.layout != torch.strided or not t.is_floating_point():
+                others.append(i)
+            elif t.device.type == "cpu" and t.numel() >= BLOCKED_FROM:
+                blocked.append(i)
+                groups.setdefault((t.device, t.dtype), [])
+            else:
+                groups.setdefault((t.device, t.dtype), []).append(i)
+        plan = tuple((dtype in LOW_PRECISION, tuple(idx)) for (_, dtype), idx in groups.items())
+        return _Plan(plan, tuple(others), len(plan) == 1 and not others, tuple(blocked))
+
+
+def _copies(
+    params: list[torch.Tensor], plans: dict[Any, _Plan], kept: list[torch.Tensor] | None
+) -> list[torch.Tensor]:
+    """Copies of the parameters (one fused multiply by 1 where they share a dtype and
+    device: exact, NaN and -0.0 included), into ``kept`` when given (the same shapes)."""
+    plan = plans.get("weights") or _Plan.of(params)
+    if kept is not None and len(kept) == len(params) and plan.single:
+        torch._foreach_copy_(kept, params)
+        return kept
+    if plan.single:
+        return list(torch._foreach_mul(params, 1.0))
+    return [p.detach().clone() for p in params]
+
+
+def _differences(
+    params: list[torch.Tensor], before: list[torch.Tensor], plans: dict[Any, _Plan]
+) -> list[torch.Tensor]:
+    """``before - params``, written into ``before`` (hookcli's own copies; a new tensor of
+    the parameters' size would cost its allocation again): the update's norm is its
+    difference's, whichever the sign."""
+    plan = plans.get("weights") or _Plan.of(params)
+    if plan.single:
+        torch._foreach_sub_(before, params)
+        return before
+    for b, p in zip(before, params, strict=True):
+        b.sub_(p.detach())
+    return before
+
+
+def _foreach(group: list[torch.Tensor], low: bool) -> tuple[torch.Tensor, ...]:
+    if low:
+        return tuple(torch._foreach_norm(group, 2, dtype=torch.float32))
+    return tuple(torch._foreach_norm(group, 2))
+
+
+def _norm_vector(
+    tensors: list[torch.Tensor], cache: dict[Any, _Plan], key: Any
+) -> torch.Tensor | None:
+    """The L2 norm of each tensor, one vector (``_Plan``; the plan of ``key`` is kept:
+    the tensors of a track keep their dtypes, devices and sizes from step to step)."""
+    if not tensors:
+        return None
+    plan = cache.get(key)
+    if plan is None or len(cache) > 64:
+        if len(cache) > 64:
+            cache.clear()
+        plan = cache[key] = _Plan.of(tensors)
+    try:
+        return _norms(tensors, plan)
+    except RuntimeError:  # a layout or dtype changed since: plan again
+        fresh = cache[key] = _Plan.of(tensors)
+        if fresh == plan:
+            raise
+        return _norms(tensors, fresh)
+
+
+def _norms(tensors: list[torch.Tensor], plan: _Plan) -> torch.Tensor:
+    if plan.single and not plan.blocked:
+        return torch.stack(_foreach(tensors, plan.groups[0][0]))
+    out: list[torch.Tensor | None] = [None] * len(tensors)
+    for low, idx in plan.groups:
+        if idx:
+            for i, n in zip(idx, _foreach([tensors[i] for i in idx], low), strict=True):
+                out[i] = n
+    for i in plan.blocked:
+        out[i] = blocked_norm(tensors[i])
+    if plan.others:
+        from hookcli.grads.probe import tensor_norm
+
+        for i in plan.others:
+            out[i] = tensor_norm(tensors[i]).float()
+    norms = [n for n in out if n is not None]
+    device = norms[0].device
+    if any(n.device != device for n in norms):
+        norms = [n.to(device) for n in norms]
+    return torch.stack(norms).to(torch.float64)  # stack promotes float32 to float64
+
+
+class _Host:
+    """1-D tensors read on the host: on the CPU at once (``tolist``: exact floats); on
+    CUDA copied together into pinned memory without a sync, read when ``values`` is
+    called (an event says when they are there)."""
+
+    def __init__(self, parts: list[torch.Tensor | None]) -> None:
+        self.sizes = [0 if p is None else p.numel() for p in parts]
+        self._lists: list[list[float]] | None = None
+        self._flat: list[float] | None = None
+        self._event: Any = None
+        self._buffer: torch.Tensor | None = None
+        if all(p is None or p.device.type == "cpu" for p in parts):
+            self._lists = [[] if p is None else p.reshape(-1).tolist() for p in parts]
+            return
+        present = [p.reshape(-1).to(torch.float64) for p in parts if p is not None]
+        devices = {p.device for p in present}
+        if len(devices) > 1:
+            present = [p.cpu() for p in present]
+        flat = torch.cat(present) if len(present) > 1 else present[0]
+        if flat.device.type == "cuda":
+            self._buffer = torch.empty(flat.shape, dtype=flat.dtype, pin_memory=True)
+            self._buffer.copy_(flat, non_blocking=True)
+            self._event = torch.cuda.Event()
+            self._event.record()
+        else:
+            self._flat = flat.tolist()
+
+    def ready(self) -> bool:
+        return self._event is None or bool(self._event.query())
+
+    def values(self) -> list[list[float]]:
+        """The parts' values, each a list (empty for a None part)."""
+        if self._lists is not None:
+            return self._lists
+        if self._flat is None:
+            self._event.synchronize()
+            assert self._buffer is not None
+            self._flat = self._buffer.tolist()
+        out = []
+        pos = 0
+        for n in self.sizes:
+            out.append(self._flat[pos : pos + n])
+            pos += n
+        self._lists = out
+        return out
+
+
+def _hypot(values: list[float]) -> float:
+    return math.hypot(*values) if values else 0.0
+
+
+def _nonfinite_kind(value: float | None) -> str | None:
+    if value is None or math.isfinite(value):
+        return None
+    return "nan" if math.isnan(value) else "inf"
+
+
+def _first_float(output: Any) -> torch.Tensor | None:
+    if isinstance(output, torch.Tensor):
+        return output if output.is_floating_point() else None
+    from hookcli.structures import iter_tensors
+
+    for t in iter_tensors(output):
+        if t.is_floating_point():
+            return t
+    return None
+
+
+def _stats(t: torch.Tensor) -> torch.Tensor:
+    """[sum, L2 norm, min, max, non-zero count] of a module output, one vector, read
+    from a detached tensor (no autograd node); the host makes the mean and the
+    population std of them (``std_mean`` itself costs some 30 times more on the CPU)."""
+    t = t.detach()
+    if t.dtype in LOW_PRECISION or t.element_size() == 1:
+        t = t.float()
+    mn, mx = torch.aminmax(t)
+    parts = [t.sum(), torch.linalg.vector_norm(t), mn, mx, torch.count_nonzero(t)]
+    return torch.stack([v.to(mn.dtype) for v in parts])
+
+
+def _nonfinite_flag(t: torch.Tensor) -> Any:
+    """0 finite, 1 NaN, 2 Inf (3: both): a Python int on the CPU, where one sum decides
+    the common case; a device tensor elsewhere (read at the step, one sync)."""
+    t = t.detach()
+    if t.device.type == "cpu":
+        if math.isfinite(float(t.sum())):
+            return 0
+        return int(bool(torch.isnan(t).any())) + 2 * int(bool(torch.isinf(t).any()))
+    return torch.isnan(t).any().to(torch.int64) + 2 * torch.isinf(t).any().to(torch.int64)
+
+
+def _either(a: Any, b: Any) -> Any:
+    if isinstance(a, int) and isinstance(b, int):
+        return a | b
+    return torch.as_tensor(a) | torch.as_tensor(b)
+
+
+def _grad_hook(events: list[tuple[int, str, Any]], call: int, which: str) -> Callable[..., None]:
+    def hook(grad: torch.Tensor) -> None:
+        with contextlib.suppress(Exception):
+            if grad is not None and grad.is_floating_point() and grad.numel():
+                events.append((call, which, _nonfinite_flag(grad)))
+        return None
+
+    return hook
+
+
+class NanOrigin:
+    """``--nan-origin``: every watched module call's output and input flags this step,
+    and tensor hooks on them for the backward: the first module whose output (forward)
+    or whose input's grad (backward) turned non-finite from finite values."""
+
+    def __init__(self) -> None:
+        self.calls: dict[int, list[Any]] = {}  # call id -> [track, module, out_bad, in_bad]
+        self.call_ids = 0
+        self.checked: dict[tuple[int, int], Any] = {}  # (id, version) -> bad flag
+        self.backward_events: list[tuple[int, str, Any]] = []  # (call, "in"/"out", bad)
+
+    def watch_call(self, track: Any, index: int, args: Any, output: Any) -> None:
+        from hookcli.structures import iter_tensors
+
+        self.call_ids += 1
+        call = self.call_ids
+        out_bad = None
+        for t in iter_tensors(output):
+            if t.is_floating_point() and t.numel():
+                flag = _nonfinite_flag(t)
+                self.checked[(id(t), t._version)] = flag
+                out_bad = flag if out_bad is None else _either(out_bad, flag)
+                if t.requires_grad:
+                    t.register_hook(_grad_hook(self.backward_events, call, "out"))
+        in_bad = None
+        for t in iter_tensors(args):
+            if t.is_floating_point() and t.numel():
+                flag = self.checked.get((id(t), t._version))
+                if flag is None:
+                    flag = _nonfinite_flag(t)
+                in_bad = flag if in_bad is None else _either(in_bad, flag)
+                if t.requires_grad:
+                    t.register_hook(_grad_hook(self.backward_events, call, "in"))
+        self.calls[call] = [track, index, out_bad, in_bad]
+
+    def of_step(self, track: Any) -> dict[str, Any] | None:
+        """--nan-origin: the first module whose output (forward) or whose input's grad
+        (backward) turned non-finite from finite values, this step."""
+        calls = {c: v for c, v in self.calls.items() if v[0] is track}
+        for c in calls:
+            del self.calls[c]
+        events = [e for e in self.backward_events if e[0] in calls]
+        self.backward_events = [e for e in self.backward_events if e[0] in self.calls]
+        self.checked = {}
+
+        def kind(flag: Any) -> str | None:
+            if flag is None:
+                return None
+            if isinstance(flag, torch.Tensor):
+                flag = int(flag)
+            return {0: None, 1: "nan", 2: "inf", 3: "nan"}[int(flag)]
+
+        for entry in calls.values():
+            out, inp = kind(entry[2]), kind(entry[3])
+            if out is not None and inp is None:
+                return {"what": out, "phase": "forward", "module": track.modules[entry[1]].name}
+        out_seen: dict[int, str | None] = {}
+        for call, which, flag in events:
+            k = kind(flag)
+            if which == "out":
+                out_seen[call] = out_seen.get(call) or k
+            elif k is not None and out_seen.get(call) is None:
+                name = track.modules[calls[call][1]].name
+                return {"what": k, "phase": "backward", "module": name}
+        return None
