@@ -66,9 +66,29 @@ class _HookcliWatchFinder:
         return spec
 
 
+def _hookcli_watch_whole_lines() -> None:
+    """Every process of the run writes into the one stderr of ``hookcli watch`` (its
+    stdout too): each of its lines goes out in one write, so no other rank's output
+    lands inside it. Python's stdout is block-buffered in a pipe or a file (an 8 KiB
+    block ends mid-line), and under ``-u``/``PYTHONUNBUFFERED`` each piece of a
+    ``print`` is a write of its own; line buffering without write-through gives one
+    write per line (and per ``\r``, as a progress bar redraws)."""
+    import io
+
+    for stream in (sys.stdout, sys.stderr):
+        if type(stream) is io.TextIOWrapper and not (
+            stream.line_buffering and not stream.write_through
+        ):
+            try:
+                stream.reconfigure(line_buffering=True, write_through=False)
+            except Exception:
+                pass
+
+
 def _hookcli_watch_install() -> None:
     if not os.environ.get("HOOKCLI_WATCH_CONFIG") or os.environ.get("HOOKCLI_WATCH") == "0":
         return
+    _hookcli_watch_whole_lines()
     if "torch" in sys.modules:  # cannot happen at start-up; armed by hand then
         _hookcli_watch_arm()
         return
