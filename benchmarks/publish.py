@@ -117,9 +117,13 @@ def status(r: dict[str, Any], results: list[dict[str, Any]] | None = None) -> st
     found = verdict(float(r["value"]), target(r))
     bound = target_bound(target(r))
     noise = noise_row(r, results or [])
-    if found and bound is not None and noise is not None:
-        if abs(float(r["value"]) - bound[1]) < abs(float(noise["value"]) - 1.0):
-            return WITHIN_NOISE
+    if (
+        found
+        and bound is not None
+        and noise is not None
+        and abs(float(r["value"]) - bound[1]) < abs(float(noise["value"]) - 1.0)
+    ):
+        return WITHIN_NOISE
     return found
 
 

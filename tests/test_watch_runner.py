@@ -10,6 +10,7 @@ report alone.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -156,10 +157,8 @@ def _alive(pid: int) -> bool:
 def _children(pid: int) -> list[int]:
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").glob("*"):
-        try:
+        with contextlib.suppress(OSError):
             out += [int(w) for w in (task / "children").read_text().split()]
-        except OSError:
-            pass
     return out
 
 
@@ -170,8 +169,19 @@ def test_sigkill_of_hookcli_ends_every_process_of_the_run(how: str, tmp_path: Pa
     script.write_text(SPAWNER)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen(
-        [sys.executable, "-m", "hookcli", "watch", "--out", str(tmp_path / "run"), "--"]
-        + [sys.executable, str(script), str(tmp_path), "0"],
+        [
+            sys.executable,
+            "-m",
+            "hookcli",
+            "watch",
+            "--out",
+            str(tmp_path / "run"),
+            "--",
+            sys.executable,
+            str(script),
+            str(tmp_path),
+            "0",
+        ],
         cwd=REPO,
         env=env,
         stdout=subprocess.DEVNULL,
@@ -217,8 +227,18 @@ def test_the_commands_status_and_signal_pass_through_the_watchdog(tmp_path: Path
     assert "143 (SIGTERM)" in r.stdout  # the report's error
     # stdin is the command's, unchanged
     r = subprocess.run(
-        [sys.executable, "-m", "hookcli", "watch", "--out", str(tmp_path / "c"), "--"]
-        + ["sh", "-c", "read x; test \"$x\" = hello"],
+        [
+            sys.executable,
+            "-m",
+            "hookcli",
+            "watch",
+            "--out",
+            str(tmp_path / "c"),
+            "--",
+            "sh",
+            "-c",
+            'read x; test "$x" = hello',
+        ],
         cwd=REPO,
         input="hello\n",
         capture_output=True,
@@ -329,7 +349,7 @@ def test_a_tensorboard_writer_that_dies_mid_run_loses_nothing(
         out=out,
         tensorboard=tmp_path / "tb",
     )
-    report, code, outcome = runner.watch_command(run)
+    _report, code, outcome = runner.watch_command(run)
     captured = capfd.readouterr()
     assert code == 0 and outcome.returncode == 0, captured.err[-2000:]
     printed = [line for line in captured.err.splitlines() if line.startswith("step ")]
@@ -383,8 +403,17 @@ def test_two_ranks_lines_reach_stderr_whole(unbuffered: bool, tmp_path: Path) ->
     if unbuffered:
         env["PYTHONUNBUFFERED"] = "1"
     r = subprocess.run(
-        [sys.executable, "-m", "hookcli", "watch", "--out", str(tmp_path / "run"), "--"]
-        + [sys.executable, str(script)],
+        [
+            sys.executable,
+            "-m",
+            "hookcli",
+            "watch",
+            "--out",
+            str(tmp_path / "run"),
+            "--",
+            sys.executable,
+            str(script),
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,

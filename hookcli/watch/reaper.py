@@ -22,6 +22,7 @@ It
   after one, what it left running below is killed, as the group was before.
 """
 
+import contextlib
 import os
 import signal
 import sys
@@ -29,7 +30,6 @@ import sys
 PR_SET_PDEATHSIG = 1
 PR_SET_CHILD_SUBREAPER = 36
 KILL_NOW = signal.SIGUSR2
-
 
 
 class _State:
@@ -51,7 +51,7 @@ def _prctl(option: int, value: int) -> bool:
 
 def descendants(root: int) -> "list[int]":
     """The live processes below ``root`` (from /proc; zombies left out)."""
-    children: "dict[int, list[int]]" = {}
+    children: dict[int, list[int]] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -96,10 +96,8 @@ def kill_tree() -> None:
         if not pids:
             break
         for pid in pids:
-            try:
+            with contextlib.suppress(OSError):
                 os.kill(pid, signal.SIGKILL)
-            except OSError:
-                pass
         _reap()
     _reap()
     _state.killing = False
@@ -117,16 +115,12 @@ def _on_relayed(signum: int, frame: object) -> None:
 def _exit_as(status: int) -> None:
     if os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        try:
+        with contextlib.suppress(ImportError, ValueError, OSError):
             import resource
 
             resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core of this process
-        except (ImportError, ValueError, OSError):
-            pass
-        try:
+        with contextlib.suppress(OSError, ValueError):
             signal.signal(sig, signal.SIG_DFL)  # (SIGKILL and SIGSTOP have no handler)
-        except (OSError, ValueError):
-            pass
         signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
         os.kill(os.getpid(), sig)
         os._exit(128 + sig)  # a signal that does not end a process (SIGCHLD...)

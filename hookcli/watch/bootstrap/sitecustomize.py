@@ -14,6 +14,7 @@ Then it runs the ``sitecustomize`` this one hides (the next one on ``sys.path``)
 venv's or a distribution's own keeps working. docs/watch.md "The bootstrap".
 """
 
+import contextlib
 import os
 import sys
 
@@ -79,10 +80,8 @@ def _hookcli_watch_whole_lines() -> None:
         if type(stream) is io.TextIOWrapper and not (
             stream.line_buffering and not stream.write_through
         ):
-            try:
+            with contextlib.suppress(Exception):
                 stream.reconfigure(line_buffering=True, write_through=False)
-            except Exception:
-                pass
 
 
 def _hookcli_watch_install() -> None:
