@@ -251,15 +251,16 @@ def page_config(
     keys = _row_keys(data.get(primary) or [])
     trees = {name: _tree_kind(name, data.get(name) or []) for name in lists}
     hidden = TREE_KEYS if trees.get(primary) else ()  # the tree column shows them
-    from hookcli.render import fmt_pct
-
+    # hookcli.render's fmt_pct, looked up rather than imported (render imports this
+    # package: an import would be a circle); a report's columns come from render's users
+    fmt_pct = getattr(sys.modules.get("hookcli.render"), "fmt_pct", None)
     shown: list[list[str]] = []
     percent: list[str] = []  # keys the table shows as a percentage of a fraction
     for c in columns:
         key, header = JSON_COLUMNS.get(c.key, (c.key, c.header))
         if key in keys and key not in hidden and [key, header] not in shown:
             shown.append([key, header])
-            if c.fmt is fmt_pct:
+            if fmt_pct is not None and c.fmt is fmt_pct:
                 percent.append(key)
     return {
         "primary": primary,
