@@ -160,8 +160,7 @@ def main(argv: "list[str]") -> None:
         kill_tree()
     else:
         _reap()
-    status = _state.status
-    _exit_as(status if status is not None else 137 << 8)
+    _exit_as(_state.status if _state.status is not None else 137 << 8)
 
 
 if __name__ == "__main__":
