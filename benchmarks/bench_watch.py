@@ -27,9 +27,22 @@ watched run whose lines differ fails the benchmark.
 ``--device cuda`` trains both on CUDA (the scripts' own ``--device``; the figures' keys
 then end in ``_cuda``, and the targets are the same).
 
+In one process (``inproc``, the target the monitor itself is held to): torchvision's
+resnet18 (no weights, 10 classes) at batch 8 of 3x32x32, SGD with momentum, the same
+fixed batches every way; ``bare`` is that loop plus one read of every gradient per step
+(a ``sum`` of each, the least a per-step NaN check reads), ``watch`` the plain loop
+inside ``hookcli.watch(model)`` (the defaults, ``every=10``), ``every50`` the same with
+``every=50``, and ``again`` the reference loop once more (its ratio is this
+measurement's own noise). Interleaved rounds of ``--inproc-steps`` steps each (100: a
+round enters ``hookcli.watch`` once, so its first step logs as a run's first step does,
+and ``every=10`` logs 11 of 100 steps as a long run logs one in ten), the median of the
+per-round ratios; the per-step times are printed and recorded. Targets:
+<= 1.05 at the defaults, <= 1.02 at ``every=50``.
+
 Usage: ``python benchmarks/bench_watch.py [--rounds 5] [--steps 200] [--only gpt]
-[--device cuda]``; ``--smoke``
-(``benchmarks/run.py --smoke watch``): 3 steps, one round.
+[--device cuda] [--inproc-steps 100] [--inproc-rounds 5] [--threads N]``; ``--only inproc`` runs the
+in-process measurement alone; ``--smoke`` (``benchmarks/run.py --smoke watch``): 3 steps,
+one round.
 """
 
 from __future__ import annotations
@@ -44,6 +57,7 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -125,23 +139,151 @@ class Runner:
             )
 
 
+class InProcess:
+    """resnet18's training loop in this process, three ways (see the docstring)."""
+
+    def __init__(self, steps: int, device: str) -> None:
+        import torch
+        import torchvision
+
+        torch.manual_seed(0)
+        self.torch = torch
+        self.device = torch.device(device)
+        self.model = torchvision.models.resnet18(weights=None, num_classes=10).to(self.device)
+        self.model.train()
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+        gen = torch.Generator().manual_seed(0)
+        self.batches = [
+            (
+                torch.randn(8, 3, 32, 32, generator=gen).to(self.device),
+                torch.randint(10, (8,), generator=gen).to(self.device),
+            )
+            for _ in range(steps)
+        ]
+        self.params = [p for p in self.model.parameters() if p.requires_grad]
+        self.sink = 0.0
+
+    def _step(self, x: Any, y: Any, read: bool) -> None:
+        torch = self.torch
+        self.opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(self.model(x), y)
+        loss.backward()
+        if read:  # one read of every gradient, as a per-step NaN check needs at least
+            sums = [p.grad.sum() for p in self.params if p.grad is not None]
+            self.sink += float(torch.stack(sums).sum())
+        self.opt.step()
+        self.sink += float(loss.detach())
+
+    def reference(self) -> None:
+        for x, y in self.batches:
+            self._step(x, y, True)
+        self._sync()
+
+    def watched(self, every: int) -> None:
+        import hookcli
+
+        with hookcli.watch(self.model, self.opt, every=every):
+            for x, y in self.batches:
+                self._step(x, y, False)
+            self._sync()
+
+    def _sync(self) -> None:
+        if self.device.type == "cuda":
+            self.torch.cuda.synchronize()
+
+
+def in_process(steps: int, n: int, device: str) -> dict[str, float]:
+    """The in-process figures: watched / reference at the defaults and every=50."""
+    import torch
+
+    loop = InProcess(steps, device)
+    res = interleave(
+        {
+            "bare": loop.reference,
+            "watch": functools.partial(loop.watched, 10),
+            "every50": functools.partial(loop.watched, 50),
+            "again": loop.reference,
+        },
+        n,
+    )
+    on = "" if device == "cpu" else f"_{device.split(':')[0]}"
+    what = f"resnet18 at batch 8 of 3x32x32, in one process, {steps} steps a round, {n} rounds"
+    if on:
+        what += f", on {device}"
+    print(f"{what} (torch {torch.__version__}, {torch.get_num_threads()} threads):")
+    for way, label in (
+        ("bare", "the loop + one read of every gradient"),
+        ("watch", "inside hookcli.watch(model), every=10"),
+        ("every50", "inside hookcli.watch(model, every=50)"),
+        ("again", "the loop + one read again"),
+    ):
+        print(f"  {label}: {1e3 * res[way]['wall'] / steps:.2f} ms a step (median round)")
+    key = "watch_inproc_resnet18"
+    print(target_line("  watched / reference, defaults", res["watch"]["ratio"], key))
+    print(target_line("  watched / reference, every=50", res["every50"]["ratio"], f"{key}_every50"))
+    print(f"  reference again / reference (this measurement's noise): {res['again']['ratio']:.3f}")
+    label = f"`hookcli.watch` / the same loop plus one read of every gradient, {what}"
+    record(
+        f"{key}{on}", res["watch"]["ratio"], what=f"{label}, defaults", target=TARGETS.get(key, "-")
+    )
+    record(
+        f"{key}_every50{on}",
+        res["every50"]["ratio"],
+        what=f"{label}, `every=50`",
+        target=TARGETS.get(f"{key}_every50", "-"),
+    )
+    record(
+        f"{key}_again{on}",
+        res["again"]["ratio"],
+        what=f"the same reference loop twice, {what} (this measurement's own noise: 1 where "
+        "the machine is steady)",
+    )
+    for way, label in (
+        ("bare", "reference"),
+        ("watch", "watched, defaults"),
+        ("every50", "watched, every=50"),
+    ):
+        record(
+            f"{key}_{way}_step_ms{on}",
+            1e3 * res[way]["wall"] / steps,
+            what=f"one step, {label}, {what}",
+            unit="ms",
+        )
+    return {f"{key}{on}": res["watch"]["ratio"], f"{key}_every50{on}": res["every50"]["ratio"]}
+
+
 @benchmark
 def main(argv: list[str] | None = None) -> dict[str, float]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--steps", type=int, default=200)
     parser.add_argument(
-        "--only", default="", help="comma-separated keys of the runs to time (gpt, resnet18)"
+        "--only",
+        default="",
+        help="comma-separated keys of what to time (inproc, gpt, resnet18)",
     )
     parser.add_argument(
         "--device", default="cpu", help="the scripts' --device (cuda: the figures' keys end _cuda)"
     )
+    parser.add_argument("--inproc-steps", type=int, default=100, help="steps a round, in process")
+    parser.add_argument("--inproc-rounds", type=int, default=5, help="rounds, in process")
+    parser.add_argument(
+        "--threads", type=int, default=0, help="torch threads in process (0: torch's default)"
+    )
     args = parser.parse_args([] if argv is None else argv)
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     on = "" if args.device == "cpu" else f"_{args.device.split(':')[0]}"
     only = {k for k in args.only.split(",") if k}
     steps = 3 if smoke() else args.steps
     n = rounds(args.rounds)
     result: dict[str, float] = {}
+    if not only or "inproc" in only:
+        result.update(
+            in_process(3 if smoke() else args.inproc_steps, rounds(args.inproc_rounds), args.device)
+        )
     with tempfile.TemporaryDirectory() as tmp:
         for key, script, extra, what in RUNS:
             if only and key not in only:

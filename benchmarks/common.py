@@ -75,6 +75,8 @@ TARGETS: dict[str, str] = {
     "watch_gpt_every50": "<= 1.02",
     "watch_resnet18": "<= 1.05",
     "watch_resnet18_every50": "<= 1.02",
+    "watch_inproc_resnet18": "<= 1.05",
+    "watch_inproc_resnet18_every50": "<= 1.02",
 }
 
 
@@ -210,19 +212,25 @@ def interleave(
     return out
 
 
+def target_bound(target: str) -> tuple[str, float] | None:
+    """``<= 1.10`` -> ``("<=", 1.1)``; None for a target without a bound (``-``)."""
+    m = re.fullmatch(r"\s*(<=|<|>=|>)\s*([0-9.]+)\s*\S*\s*", target or "")
+    return (m.group(1), float(m.group(2))) if m else None
+
+
 def verdict(value: float, target: str) -> str:
     """``met`` or ``NOT MET`` for a target such as ``<= 1.10`` or ``< 0.2 s``; ``""``
     for none (``-``, ``about 1``)."""
-    m = re.fullmatch(r"\s*(<=|<|>=|>)\s*([0-9.]+)\s*\S*\s*", target or "")
-    if not m:
+    found = target_bound(target)
+    if found is None:
         return ""
-    bound = float(m.group(2))
+    op, bound = found
     ok = {
         "<=": value <= bound,
         "<": value < bound,
         ">=": value >= bound,
         ">": value > bound,
-    }[m.group(1)]
+    }[op]
     return "met" if ok else "NOT MET"
 
 

@@ -56,18 +56,32 @@ def check_target(path: Path, option: str) -> None:
         if not os.access(path, os.W_OK):
             raise UsageError(f"{option} {path}: cannot write to it (permission denied)")
         return
-    parent = _through_link(path).absolute().parent
-    while not parent.exists():  # the nearest folder that exists decides
-        parent = parent.parent
-    if not parent.is_dir():
-        raise UsageError(f"{option} {path}: {parent} is not a folder")
+    _probe(_through_link(path).absolute().parent, path, option)
+
+
+def check_folder(path: Path, option: str) -> None:
+    """Exit 2 now when ``path`` cannot be a folder hookcli writes files into (``watch
+    --out``, ``--tensorboard``): a file, a path under a file, a folder where no file can
+    be created (read-only, ``/proc``). Missing folders are fine: they are created."""
+    if path.exists() and not path.is_dir():
+        raise UsageError(f"{option} {path}: is a file; give a folder")
+    _probe(path.absolute(), path, option)
+
+
+def _probe(folder: Path, path: Path, option: str) -> None:
+    """Create (and remove) a file in ``folder``, or the nearest folder above it that
+    exists: exit 2 naming ``option`` and ``path`` where that fails."""
+    while not folder.exists():  # the nearest folder that exists decides
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UsageError(f"{option} {path}: {folder} is not a folder")
     import tempfile  # not at import: hookcli watch checks paths before COMMAND starts
 
     try:  # a real try: os.access says yes to root on a read-only mount or in /proc
-        fd, probe = tempfile.mkstemp(dir=parent, prefix=".hookcli-probe.", suffix=".tmp")
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".hookcli-probe.", suffix=".tmp")
     except OSError as err:
         why = err.strerror or str(err)
-        raise UsageError(f"{option} {path}: cannot create files in {parent} ({why})") from None
+        raise UsageError(f"{option} {path}: cannot create files in {folder} ({why})") from None
     os.close(fd)
     with contextlib.suppress(OSError):
         os.unlink(probe)
@@ -82,7 +96,7 @@ def check_distinct(targets: Iterable[tuple[str, Path | None]]) -> None:
         if path is None:
             continue
         for other_option, other in seen:
-            if _same_file(path, other):
+            if same_file(path, other):
                 raise UsageError(
                     f"{other_option} {other} and {option} {path} name the same file: "
                     "give each output its own path"
@@ -90,7 +104,8 @@ def check_distinct(targets: Iterable[tuple[str, Path | None]]) -> None:
         seen.append((option, path))
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def same_file(a: Path, b: Path) -> bool:
+    """The same file: equal after resolving symlinks, or one inode (a hard link)."""
     if os.path.realpath(a) == os.path.realpath(b):
         return True
     try:
@@ -243,7 +258,9 @@ __all__ = [
     "atomic_write",
     "atomic_write_text",
     "check_distinct",
+    "check_folder",
     "check_target",
     "is_stdout",
     "remove_pending",
+    "same_file",
 ]

@@ -5,6 +5,7 @@ of, and that stays small. (The page in a real browser: tests/test_html_browser.p
 from __future__ import annotations
 
 import json
+import math
 import re
 import sys
 from html.parser import HTMLParser
@@ -218,7 +219,8 @@ def test_hostile_names_render_as_text() -> None:
         assert raw not in text, raw
     assert "img" not in parser.tags and "b" not in parser.tags
     # in the header (Jinja2) and in the chart (matplotlib's SVG text) they are escaped text
-    assert "{&#34;tag&#34;: &#34;&lt;/script&gt;&lt;b&gt;x&lt;/b&gt;&#34;}" in text
+    # (the kwargs setting, a mapping, is a small table: its key a header, its value a cell)
+    assert '<th scope="row">tag</th><td>&lt;/script&gt;&lt;b&gt;x&lt;/b&gt;</td>' in text
     assert "&lt;img src=x onerror=alert(1)&gt;" in text
     assert "could not be drawn" not in text  # "$x^2$" was not read as mathtext
     # the tied pair is marked from the report alone
@@ -400,3 +402,153 @@ def test_the_page_assets_are_package_data() -> None:
     assert {"page.html.j2", "page.css", "tree.js"} <= set(assets)
     for name in assets:
         assert any(fnmatch.fnmatch(name, pat) for pat in patterns), name
+
+
+def _watch_report(grad_norms: list[float], **totals: Any) -> Any:
+    from hookcli.report import Report, Row
+
+    steps = tuple(
+        Row.of({"step": s, "loss": 2.0 / s, "grad_norm": g})
+        for s, g in enumerate(grad_norms, start=1)
+    )
+    return Report(
+        command="watch",
+        model={"spec": "train.py", "class": "Net"},
+        settings={"thresholds": {"max_grad_norm": 1000.0, "max_update_ratio": 1.0}},
+        layers=(),
+        lists={"steps": steps},
+        totals=totals,
+    )
+
+
+def _grad_norm_ticks(text: str) -> list[str]:
+    """The y tick labels of the total grad norm's axis (the lines chart's second axes),
+    read from the SVG as XML."""
+    import xml.etree.ElementTree as ET
+
+    start = text.index('id="chart-watch-lines"')
+    start = text.index("<svg", start)
+    root = ET.fromstring(text[start : text.index("</svg>", start) + len("</svg>")])
+    axes = next(g for g in root.iter() if g.get("id") == "axes_2")
+    out = []
+    for g in axes.iter():
+        if (g.get("id") or "").startswith("ytick_"):
+            out += [(t.text or "").strip() for t in g.iter() if t.tag.endswith("text")]
+    return [t for t in out if t]
+
+
+@pytest.mark.parametrize(
+    "grad_norms, expected",
+    [
+        ([1.0] * 30, {"1"}),  # clipped at 1 on every step
+        ([1.0 - 1e-6 * (s % 3) for s in range(30)], {"1"}),  # 0.999998 .. 1
+        ([0.5 * 10 ** (-s / 10) for s in range(30)], {"0.1", "1e-2", "1e-3"}),
+        ([3.0 + s for s in range(30)], {"10"}),
+        ([2e3 + s for s in range(30)], {"1000"}),
+        ([2e3 * 1.2**s for s in range(30)], {"1e4", "1e5"}),
+    ],
+    ids=["clipped", "tiny-range", "decades", "under-a-decade", "thousands", "large"],
+)
+def test_the_watch_grad_norm_axis_reads_as_numbers_each_once(
+    grad_norms: list[float], expected: set[str]
+) -> None:
+    """Log ticks at powers of ten only, written as 1, 0.1, 1e-2 (never "10 x 10^-1"),
+    each once, and at least one on a range smaller than a decade."""
+    text = render_html(_watch_report(grad_norms))
+    ticks = _grad_norm_ticks(text)
+    assert ticks, "no tick label on the grad norm axis"
+    assert len(ticks) == len(set(ticks)), ticks
+    assert expected <= set(ticks), ticks
+    for t in ticks:
+        assert re.fullmatch(r"1e-?\d+|\d+(\.\d+)?", t), t
+        value = float(t)
+        assert abs(math.log10(value) - round(math.log10(value))) < 1e-12, t
+    lo, hi = min(grad_norms), max(grad_norms)
+    assert any(lo / 10 < float(t) < hi * 10 for t in ticks)  # a label near the values
+
+
+def test_nested_totals_and_settings_are_tables_not_json() -> None:
+    """watch's ``models`` (a list of objects with a list of objects inside), ``files`` (an
+    object with a list) and the ``thresholds`` setting read as small tables, every key
+    a header and every value a cell; the JSON stays in data-v."""
+    models = [
+        {
+            "model": "Net",
+            "steps": 30,
+            "loss_first": 2.5,
+            "ranks": [{"process": "rank 0", "loss_last": 0.5}, {"process": "rank 1"}],
+        },
+        {"model": "Head", "steps": 12},
+    ]
+    files = {"out": "run<1>", "steps": ["steps.rank0.jsonl", "steps.rank1.jsonl"]}
+    text = render_html(_watch_report([1.0, 0.5], models=models, files=files))
+    parser = parse_page(text)
+    assert embedded(parser)["totals"]["models"] == models
+
+    class Cells(HTMLParser):
+        """The text of each totals row's cell and of the threshold setting, by key."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.key: str | None = None
+            self.depth = 0
+            self.texts: dict[str, list[str]] = {}
+            self.headers: dict[str, list[str]] = {}
+            self._th = False
+
+        def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+            a = dict(attrs)
+            if self.key is None and (a.get("data-key") or a.get("data-setting")):
+                self.key = a.get("data-key") or a.get("data-setting")
+                self.depth = 0
+                self.texts[self.key] = []
+                self.headers[self.key] = []
+            elif self.key is not None:
+                self.depth += tag in ("tr", "dd")
+                self._th = tag == "th"
+
+        def handle_endtag(self, tag: str) -> None:
+            if self.key is None:
+                return
+            self._th = False
+            if tag in ("tr", "dd"):
+                if self.depth == 0:
+                    self.key = None
+                else:
+                    self.depth -= 1
+
+        def handle_data(self, data: str) -> None:
+            if self.key is not None and data.strip():
+                (self.headers if self._th else self.texts)[self.key].append(data.strip())
+
+    cells = Cells()
+    cells.feed(text)
+    for key in ("models", "files", "thresholds"):
+        assert not any("{" in t or "[" in t for t in cells.texts[key]), (key, cells.texts[key])
+    assert cells.headers["models"][:4] >= ["model", "steps", "loss_first", "ranks"] or set(
+        ["model", "steps", "loss_first", "ranks", "process", "loss_last"]
+    ) <= set(cells.headers["models"])
+    assert {"Net", "Head", "30", "12", "2.5", "rank 0", "rank 1", "0.5"} <= set(
+        cells.texts["models"]
+    )
+    assert cells.texts["models"].count("-") >= 2  # Head has no loss_first, rank 1 no loss_last
+    assert {"out", "steps"} <= set(cells.headers["files"])
+    assert {"run<1>", "steps.rank0.jsonl, steps.rank1.jsonl"} <= set(cells.texts["files"])
+    assert "run&lt;1&gt;" in text  # escaped as text
+    assert set(cells.headers["thresholds"]) == {"max_grad_norm", "max_update_ratio"}
+    assert cells.texts["thresholds"] == ["1,000", "1"] or cells.texts["thresholds"] == ["1000", "1"]
+
+
+def test_a_percentage_column_is_marked_for_the_page_script() -> None:
+    """The table writes watch's ``act_zero_frac`` as a percentage (fmt_pct): the page
+    config names it, so the page's cell reads 25.0% and not 0.25."""
+    from hookcli.report import Report, Row
+    from hookcli.watch.summary import COLUMNS
+
+    layers = (Row.of({"name": "fc", "type": "Linear", "depth": 0, "act_zero_frac": 0.25}),)
+    report = Report(command="watch", model={}, settings={}, layers=layers, columns=COLUMNS)
+    page = embedded(parse_page(render_html(report, columns=COLUMNS)), "hookcli-page")
+    assert page["percent"] == ["act_zero_frac"]
+    assert ["act_zero_frac", "Zeros"] in page["columns"]
+    script = (Path(__file__).resolve().parent.parent / "hookcli" / "html" / "tree.js").read_text()
+    assert "PERCENT[key]" in script and '(100 * v).toFixed(1) + "%"' in script

@@ -480,3 +480,33 @@ def test_a_watch_run_draws_its_steps(browser: Any, pages: dict[str, Path]) -> No
             assert page.page.locator(f"#chart-{chart} svg").count() == 1, chart
     finally:
         page.close()
+
+
+def test_watch_page_shows_zeros_as_the_table_does_and_totals_as_tables(
+    browser: Any, pages: dict[str, Path]
+) -> None:
+    """A real run's page: the Zeros column reads as the printed table reads it (a
+    percentage with one decimal, from the JSON's fraction), and the nested totals
+    (``models``, ``files``) and the ``thresholds`` setting are tables, not JSON."""
+    page = Page(browser, pages["watch"])
+    try:
+        page.check_clean()
+        page.page.click("#expand-all")
+        rows = page.report()["layers"]
+        zeros = [
+            (rows[r["i"]]["act_zero_frac"], c["text"])
+            for r in page.shown()
+            for c in r["cells"]
+            if c["k"] == "act_zero_frac" and rows[r["i"]].get("act_zero_frac") is not None
+        ]
+        assert zeros, "no Zeros cell on the page"
+        for fraction, text in zeros:
+            assert text == f"{100 * fraction:.1f}%", (fraction, text)
+        for key in ("models", "files"):
+            cell = page.page.locator(f"tr[data-key='{key}'] > td")
+            assert cell.locator("table.nested").count() >= 1, key
+            assert "{" not in cell.inner_text(), cell.inner_text()
+        steps = page.page.locator("tr[data-key='models'] > td table.nested th", has_text="steps")
+        assert steps.count() >= 1
+    finally:
+        page.close()

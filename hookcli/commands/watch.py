@@ -1,6 +1,5 @@
 """``hookcli watch [OPTIONS] -- COMMAND [ARGS...]``: watch a real training run, unchanged."""
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -97,7 +96,7 @@ MaxUpdateRatioOpt = Annotated[
     ),
 ]
 OutDirOpt = Annotated[
-    Path | None,
+    str | None,  # as typed: an empty path is refused by name, not taken for '.'
     typer.Option(
         "--out",
         metavar="DIR",
@@ -108,7 +107,7 @@ OutDirOpt = Annotated[
     ),
 ]
 PlotOpt = Annotated[
-    Path | None,
+    str | None,  # as typed: an empty path is refused by name, not taken for '.'
     typer.Option(
         "--plot",
         metavar="FILE.png",
@@ -119,7 +118,7 @@ PlotOpt = Annotated[
     ),
 ]
 TensorboardOpt = Annotated[
-    Path | None,
+    str | None,  # as typed: an empty path is refused by name, not taken for '.'
     typer.Option(
         "--tensorboard",
         metavar="DIR",

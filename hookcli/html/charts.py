@@ -757,6 +757,34 @@ def diff_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]
 # -- watch ------------------------------------------------------------------------------
 
 
+def power_label(value: float, pos: Any = None) -> str:
+    """A log axis' tick: 1000, 100, 10, 1, 0.1 as they read, 1e4 and 1e-2 past them."""
+    if not value > 0 or not math.isfinite(value):
+        return ""
+    exponent = math.log10(value)
+    e = round(exponent)
+    if abs(exponent - e) > 1e-9:
+        return f"{value:.3g}"
+    return f"{10.0**e:g}" if -1 <= e <= 3 else f"1e{e}"
+
+
+def log_axis(ax: Any, values: Sequence[float]) -> None:
+    """A log y axis labelled at powers of ten only (``power_label``), spanning at least a
+    decade: a clipped run's grad norm (1.0 on every step, or 0.999999 to 1) gets the one
+    tick 1, not ten repeats of "10 x 10^-1"."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log")
+    lo, hi = min(values), max(values)
+    if hi / lo < 10:  # under a decade: widen it around the values, half a decade a side
+        mid = math.sqrt(lo * hi)
+        half = max(math.sqrt(10.0) * 1.01, math.sqrt(hi / lo) * 1.05)
+        ax.set_ylim(mid / half, mid * half)
+    ax.yaxis.set_major_locator(LogLocator(base=10.0))
+    ax.yaxis.set_major_formatter(FuncFormatter(power_label))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
 def watch_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]:
     """Loss and total grad norm over the steps, and a modules x steps heatmap of log10
     grad norm (NaN/Inf in red), from the report's ``steps`` series."""
@@ -784,7 +812,7 @@ def watch_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
             if fin:
                 ax.plot([x for x, _ in fin], [v for _, v in fin], color=col, lw=1.2)
             if log and fin and all(v > 0 for _, v in fin):
-                ax.set_yscale("log")
+                log_axis(ax, [v for _, v in fin])
             if bad:
                 top = ax.get_ylim()[1]
                 ax.scatter(bad, [top] * len(bad), marker="X", color=RED, s=30, label="NaN/Inf")

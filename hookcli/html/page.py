@@ -73,6 +73,7 @@ def _environment() -> Any:
         lstrip_blocks=True,
     )
     env.filters["value"] = fmt_value
+    env.filters["nested"] = nested_html
     return env
 
 
@@ -143,6 +144,54 @@ def fmt_value(value: Any, key: str = "") -> str:
     return json.dumps(value, separators=(", ", ": "), ensure_ascii=False)
 
 
+def _flat(value: Any) -> bool:
+    """A value ``fmt_value`` writes as text: a scalar, or a list of scalars."""
+    if value is None or isinstance(value, (str, int, float, bool)):
+        return True
+    return isinstance(value, list) and all(
+        v is None or isinstance(v, (str, int, float)) for v in value
+    )
+
+
+def nested_html(value: Any, key: str = "", depth: int = 0) -> Any:
+    """A header or totals cell as html: scalars and lists of scalars as ``fmt_value``
+    writes them; a mapping as a small table of its keys; a list of mappings (watch's
+    ``models``, one per model) as a table with a row each and a column per key; any
+    other list as a list. Every text is escaped. Past four levels: the JSON text."""
+    from markupsafe import Markup, escape
+
+    if _flat(value) or depth > 4:
+        return escape(fmt_value(value, key))
+    if isinstance(value, Mapping):
+        if not value:
+            return escape("-")
+        rows = "".join(
+            f'<tr><th scope="row">{escape(str(k))}</th>'
+            f"<td>{nested_html(v, str(k), depth + 1)}</td></tr>"
+            for k, v in value.items()
+        )
+        return Markup(f'<table class="nested"><tbody>{rows}</tbody></table>')
+    if isinstance(value, list) and value and all(isinstance(v, Mapping) for v in value):
+        keys = _row_keys(value)
+        head = "".join(f'<th scope="col">{escape(str(k))}</th>' for k in keys)
+        body = "".join(
+            "<tr>"
+            + "".join(
+                f"<td>{nested_html(row.get(k), str(k), depth + 1) if k in row else '-'}</td>"
+                for k in keys
+            )
+            + "</tr>"
+            for row in value
+        )
+        return Markup(
+            f'<table class="nested"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+        )
+    if isinstance(value, list):
+        items = "".join(f"<li>{nested_html(v, key, depth + 1)}</li>" for v in value)
+        return Markup(f'<ul class="nested">{items}</ul>')
+    return escape(fmt_value(value, key))
+
+
 def _inputs_text(inputs: Sequence[Mapping[str, Any]]) -> list[str]:
     out = []
     for i in inputs:
@@ -202,15 +251,22 @@ def page_config(
     keys = _row_keys(data.get(primary) or [])
     trees = {name: _tree_kind(name, data.get(name) or []) for name in lists}
     hidden = TREE_KEYS if trees.get(primary) else ()  # the tree column shows them
+    # hookcli.render's fmt_pct, looked up rather than imported (render imports this
+    # package: an import would be a circle); a report's columns come from render's users
+    fmt_pct = getattr(sys.modules.get("hookcli.render"), "fmt_pct", None)
     shown: list[list[str]] = []
+    percent: list[str] = []  # keys the table shows as a percentage of a fraction
     for c in columns:
         key, header = JSON_COLUMNS.get(c.key, (c.key, c.header))
         if key in keys and key not in hidden and [key, header] not in shown:
             shown.append([key, header])
+            if fmt_pct is not None and c.fmt is fmt_pct:
+                percent.append(key)
     return {
         "primary": primary,
         "lists": {name: {"tree": tree} for name, tree in trees.items()},
         "columns": shown,
+        "percent": percent,
         "notes": list(report.notes),
         "origin": nonfinite_origin(data),
         "versions": versions(),

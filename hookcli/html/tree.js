@@ -32,9 +32,13 @@
   }
   function fmtShape(s) { return "[" + s.join(", ") + "]"; }
   // [text, css class] of one cell
+  // the columns the table shows as a percentage of a fraction (0.25 -> 25.0%)
+  var PERCENT = {};
+  (page.percent || []).forEach(function (k) { PERCENT[k] = true; });
   function cellText(v, key) {
     if (v === null || v === undefined) return ["-", "none"];
     if (typeof v === "boolean") return [v ? "yes" : "no", ""];
+    if (typeof v === "number" && PERCENT[key]) return [(100 * v).toFixed(1) + "%", ""];
     if (typeof v === "number") {
       if (/bytes$/.test(key) && Number.isInteger(v)) return [fmtBytes(v), ""];
       return [fmtNumber(v), ""];

@@ -22,3 +22,19 @@ def arm() -> None:
 
     config = WatchConfig.from_env()
     Monitor(config, FileSink(config)).install(process=True)
+    if config.out:  # tell hookcli watch that this process is watched (docs/watch.md)
+        _mark(config.out)
+
+
+def _mark(folder: str) -> None:
+    import contextlib
+    import os
+
+    from hookcli.watch.config import ARMED
+
+    with contextlib.suppress(OSError):
+        fd = os.open(os.path.join(folder, ARMED), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, f"{os.getpid()}\n".encode())
+        finally:
+            os.close(fd)

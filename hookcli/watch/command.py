@@ -17,9 +17,9 @@ def cli_command(
     min_grad_norm: float | None,
     max_grad_norm: float | None,
     max_update_ratio: float | None,
-    out: Path | None,
-    plot: Path | None,
-    tensorboard: Path | None,
+    out: Path | str | None,
+    plot: Path | str | None,
+    tensorboard: Path | str | None,
     format: Format,
     output: Path | None,
     debug: bool,
@@ -27,14 +27,16 @@ def cli_command(
     """Check the options, run COMMAND watched, write the report; the exit status."""
     # No typer here: the fast path (hookcli/watch/fastpath.py) calls this too.
     from hookcli.errors import UsageError
+    from hookcli.validate import check_number
     from hookcli.watch.config import FAIL_ON, STOP_ON, WatchGates, parse_names
-    from hookcli.watch.runner import WatchRun, command_line, watch_command
+    from hookcli.watch.runner import WatchRun, command_line, path_option, watch_command
 
+    # a NaN or infinite threshold is a gate that can never fail (as grads and ablate refuse)
     gates = WatchGates(
         fail_on=parse_names(fail_on, FAIL_ON, "--fail-on"),
-        min_grad_norm=min_grad_norm,
-        max_grad_norm=max_grad_norm,
-        max_update_ratio=max_update_ratio,
+        min_grad_norm=check_number(min_grad_norm, "--min-grad-norm"),
+        max_grad_norm=check_number(max_grad_norm, "--max-grad-norm"),
+        max_update_ratio=check_number(max_update_ratio, "--max-update-ratio"),
     )
     stops = parse_names(stop_on, STOP_ON, "--stop-on")
     if stop_on is not None and not stops:
@@ -45,9 +47,10 @@ def cli_command(
         gates=gates,
         stop_on=stops,
         nan_origin=nan_origin,
-        out=out,
-        plot=plot,
-        tensorboard=tensorboard,
+        out=path_option(out, "--out"),
+        plot=path_option(plot, "--plot"),
+        tensorboard=path_option(tensorboard, "--tensorboard"),
+        output=output,
     )
     report, code, _ = watch_command(run)
     from hookcli.options import OutputOptions, format_for

@@ -21,6 +21,7 @@ ENV_OFF = "HOOKCLI_WATCH"
 ENV_PATH = "HOOKCLI_WATCH_PATH"
 
 DEFAULT_EVERY = 10
+ARMED = ".armed"  # in the --out folder: one line (a pid) per process that armed the monitor
 STEPS_SCHEMA = "hookcli.steps/1"  # the "schema" of each steps.jsonl start record
 
 # --fail-on names and --stop-on names

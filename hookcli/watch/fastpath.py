@@ -96,8 +96,8 @@ def parse(argv: list[str]) -> dict[str, Any] | None:
             out["format"] = Format(raw["format"])
     except ValueError:
         return None
-    for key in _PATHS:
-        out[key] = Path(raw[key]) if key in raw else None
+    for key in _PATHS:  # the folders and --plot as typed ('' is refused by name)
+        out[key] = (Path(raw[key]) if key == "output" else raw[key]) if key in raw else None
     if raw.get("output") == "-":  # stdout, as the CLI's preflight reads it
         out["output"] = None
     return out
@@ -143,7 +143,7 @@ def main(argv: list[str]) -> None:
     options = parse(argv)
     if options is None:
         return
-    from hookcli.atomic import check_distinct, check_target, is_stdout
+    from hookcli.atomic import check_target, is_stdout
     from hookcli.errors import HookcliError, printable
     from hookcli.streams import model_output_to_stderr
 
@@ -151,7 +151,6 @@ def main(argv: list[str]) -> None:
     try:
         if not is_stdout(options["output"]):
             check_target(options["output"], "--output")
-        check_distinct((f"--{key}", options[key]) for key in ("output", "plot", "out"))
         from hookcli.watch.command import cli_command
 
         with model_output_to_stderr():

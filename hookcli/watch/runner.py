@@ -27,8 +27,8 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hookcli.errors import UsageError
-from hookcli.watch.config import ENV_CONFIG, ENV_OFF, ENV_PATH, WatchConfig, WatchGates
+from hookcli.errors import UsageError, first_line
+from hookcli.watch.config import ARMED, ENV_CONFIG, ENV_OFF, ENV_PATH, WatchConfig, WatchGates
 from hookcli.watch.merge import Process, number, read_run, step_files
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
@@ -48,7 +48,17 @@ class WatchRun:
     out: Path | None = None
     plot: Path | None = None
     tensorboard: Path | None = None
+    output: Path | None = None  # -o: checked with the others before COMMAND starts
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def path_option(value: Path | str | None, option: str) -> Path | None:
+    """A path option as typed; an empty one is refused (``Path('')`` would be ``.``)."""
+    if value is None:
+        return None
+    if str(value).strip() == "":
+        raise UsageError(f"{option} {value!r}: an empty path; give a path")
+    return Path(value)
 
 
 def default_out(now: datetime | None = None) -> Path:
@@ -62,8 +72,10 @@ def default_out(now: datetime | None = None) -> Path:
     return path
 
 
-def check_run(run: WatchRun) -> None:
-    """Usage errors before anything starts (exit 2)."""
+def check_run(run: WatchRun, out: Path | None = None) -> None:
+    """Usage errors before anything starts (exit 2): the command, and every output path
+    (``--out``, ``-o``, ``--plot``, ``--tensorboard``) with the rules of the model
+    commands' outputs (``hookcli.atomic``)."""
     if not run.command:
         raise UsageError(
             "watch needs the command to run after --, e.g. hookcli watch -- python train.py"
@@ -73,17 +85,7 @@ def check_run(run: WatchRun) -> None:
         raise UsageError(f"command not found: {program!r} (the COMMAND after --)")
     if os.sep in program and not os.access(program, os.X_OK):
         raise UsageError(f"{program!r} is not an executable file (the COMMAND after --)")
-    if run.out is not None:
-        if run.out.exists() and not run.out.is_dir():
-            raise UsageError(f"--out {run.out}: is a file; give a folder")
-        if run.out.is_dir() and step_files(run.out):
-            raise UsageError(
-                f"--out {run.out}: already holds the steps files of a run; give a new folder"
-            )
-    if run.plot is not None:
-        from hookcli.grads.plot import check_plot_path
-
-        check_plot_path(run.plot)
+    check_outputs(run, out or run.out)
     if run.tensorboard is not None:
         import importlib.util
 
@@ -92,8 +94,56 @@ def check_run(run: WatchRun) -> None:
                 "--tensorboard needs the tensorboard package: pip install 'hookcli[tensorboard]' "
                 "(or pip install tensorboard)"
             )
-        if run.tensorboard.exists() and not run.tensorboard.is_dir():
-            raise UsageError(f"--tensorboard {run.tensorboard}: is a file; give a folder")
+
+
+def check_outputs(run: WatchRun, out: Path | None) -> None:
+    """Every path the run writes, checked before COMMAND starts: a folder where files
+    can be created (``--out``, ``--tensorboard``), files that can be written (``-o``,
+    ``--plot``, the run's report.json: not read-only, not under a file, not in /proc),
+    and no two options naming one file, nor ``-o``/``--plot`` naming a file of the run."""
+    from hookcli.atomic import check_distinct, check_folder, check_target, is_stdout
+
+    output = None if is_stdout(run.output) else run.output
+    if out is not None:
+        check_folder(out, "--out")
+        if out.is_dir() and step_files(out):
+            raise UsageError(
+                f"--out {out}: already holds the steps files of a run; give a new folder"
+            )
+        check_target(out / "report.json", "--out")
+    if run.tensorboard is not None:
+        check_folder(run.tensorboard, "--tensorboard")
+    if output is not None:
+        check_target(output, "--output")
+    if run.plot is not None:
+        from hookcli.grads.plot import check_plot_path
+
+        check_plot_path(run.plot)
+    if out is not None:
+        for option, path in (("--output", output), ("--plot", run.plot)):
+            if path is not None and _of_the_run(path, out):
+                raise UsageError(
+                    f"{option} {path}: a file of the run under --out {out} (its report.json "
+                    "or a steps file) would be overwritten; give another path"
+                )
+    check_distinct(
+        (
+            ("--output", output),
+            ("--plot", run.plot),
+            ("--out", out),
+            ("--tensorboard", run.tensorboard),
+        )
+    )
+
+
+def _of_the_run(path: Path, out: Path) -> bool:
+    """Whether ``path`` is a file the run writes under ``out``."""
+    from hookcli.atomic import same_file
+
+    name = path.name
+    if not (name == "report.json" or (name.startswith("steps") and name.endswith(".jsonl"))):
+        return False
+    return same_file(path.parent, out)
 
 
 def environment(config: WatchConfig, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -222,19 +272,25 @@ def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
     )
     out.mkdir(parents=True, exist_ok=True)
     env = environment(config)
-    if env.get(ENV_OFF) == "0":
-        print(
-            f"hookcli watch: {ENV_OFF}=0 is set, so no process loads the monitor",
-            file=sys.stderr,
-            flush=True,
-        )
     status = _Status(_on_terminal())
     writer = _Boards(run.tensorboard) if run.tensorboard is not None else None
 
     def on_record(process: Process, record: dict[str, Any]) -> None:
+        nonlocal writer
         status.update(process, record)
         if writer is not None:
-            writer.add(process, record)
+            try:
+                writer.add(process, record)
+            except Exception as err:  # the run and its report go on without it
+                status.clear()
+                print(
+                    f"hookcli watch: --tensorboard {run.tensorboard}: stopped writing "
+                    f"({type(err).__name__}: {first_line(err)}); the run and its report go on",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                writer.close()
+                writer = None
 
     follower = _Follower(out, on_record)
     state: dict[str, Any] = {"signal": None, "count": 0, "stop": False, "stop_at": 0.0}
@@ -246,14 +302,21 @@ def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
     kwargs: dict[str, Any] = (
         {"process_group": 0} if sys.version_info >= (3, 11) else {"preexec_fn": os.setpgrp}
     )
+    guarded = _reaper_works()
+    argv = _guarded(run.command) if guarded else list(run.command)
     try:
-        proc = subprocess.Popen(list(run.command), env=env, stdout=stdout, **kwargs)
+        proc = subprocess.Popen(argv, env=env, stdout=stdout, **kwargs)
     except OSError as err:
         raise UsageError(f"cannot run {run.command[0]!r}: {err.strerror or err}") from None
     pgid = proc.pid
     _warm_imports()  # what the report needs, loaded while COMMAND starts
 
     def kill(sig: int) -> None:
+        if sig == signal.SIGKILL and guarded and proc.returncode is None:
+            # the watchdog kills every process below it, those that left the group too
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(proc.pid, _KILL_NOW)
+                return
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(pgid, sig)
 
@@ -336,6 +399,21 @@ class _Exit:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+REAPER = Path(__file__).resolve().parent / "reaper.py"
+_KILL_NOW = signal.SIGUSR2  # hookcli.watch.reaper.KILL_NOW (not imported: a script)
+
+
+def _reaper_works() -> bool:
+    """Whether COMMAND runs under the watchdog (``hookcli.watch.reaper``): Linux, with
+    /proc."""
+    return sys.platform.startswith("linux") and os.path.isdir("/proc/self")
+
+
+def _guarded(command: Sequence[str]) -> list[str]:
+    """COMMAND started by the watchdog, which ends the whole run when hookcli dies."""
+    return [sys.executable, "-I", "-S", str(REAPER), str(os.getpid()), "--", *command]
 
 
 def _warm_imports() -> None:
@@ -432,10 +510,11 @@ def settings_of(run: WatchRun, out: Path) -> dict[str, Any]:
 
 def watch_command(run: WatchRun) -> tuple[Any, int, Outcome]:
     """Run, merge, check: the report, the exit status and how COMMAND ended."""
-    check_run(run)
     out = run.out or default_out()
+    check_run(run, out)
     outcome, processes = execute(run, out)
     # what only the end needs is imported once COMMAND runs (``_warm_imports``)
+    from hookcli.report import CheckResult
     from hookcli.watch.checks import run_checks, stop_check
     from hookcli.watch.summary import build_report
 
@@ -443,7 +522,23 @@ def watch_command(run: WatchRun) -> tuple[Any, int, Outcome]:
     stopped = stop_check(processes)
     if stopped is not None:
         checks.append(stopped)
+    armed = _armed(out)
+    unwatched = None
+    if not any(steps for p in processes for steps in p.steps.values()):
+        unwatched = _why_unwatched(armed)
+        asked = [*run.gates.checks, *(["stop-on"] if run.stop_on else [])]
+        if asked:  # a check that saw nothing is no pass
+            checks = [CheckResult(name, False, f"nothing checked: {unwatched}") for name in asked]
+            print(
+                f"hookcli watch: FAIL: no step recorded, so {', '.join(asked)} checked "
+                f"nothing: {unwatched}",
+                file=sys.stderr,
+                flush=True,
+            )
+        else:
+            print(f"hookcli watch: no step recorded: {unwatched}", file=sys.stderr, flush=True)
     extra = {
+        "processes_armed": len(armed),
         "returncode": outcome.returncode,
         "seconds": round(outcome.seconds, 3),
         "files": {
@@ -469,12 +564,47 @@ def watch_command(run: WatchRun) -> tuple[Any, int, Outcome]:
     from hookcli.atomic import atomic_write_text
 
     atomic_write_text(out / "report.json", report.to_json() + "\n", "--out")
+    code = exit_status(outcome, any(not c.passed for c in checks))
     if run.plot is not None:
+        from hookcli.errors import HookcliError
         from hookcli.watch.plot import plot_run
 
-        plot_run(processes, run.plot, shlex.join(run.command))
-    code = exit_status(outcome, any(not c.passed for c in checks))
+        try:
+            plot_run(processes, run.plot, shlex.join(run.command))
+        except HookcliError as err:  # the report is written: say so, and what failed
+            print(f"hookcli watch: --plot not written: {err.message}", file=sys.stderr, flush=True)
+            code = code or err.exit_code
     return report, code, outcome
+
+
+def _armed(out: Path) -> set[int]:
+    """The pids of the processes that armed the monitor (``hookcli.watch.boot``); the
+    file that says so is removed."""
+    path = out / ARMED
+    try:
+        text = path.read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return set()
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return {int(w) for w in text.split() if w.isdigit()}
+
+
+def _why_unwatched(armed: set[int]) -> str:
+    """Why a run recorded no step, in a clause."""
+    if armed:
+        n = len(armed)
+        return (
+            f"{n} Python process{'es' if n > 1 else ''} armed the monitor (imported torch) but "
+            "none recorded a step (no optimizer.step() over module parameters, no backward)"
+        )
+    if os.environ.get(ENV_OFF) == "0":
+        return f"no Python process armed the monitor ({ENV_OFF}=0 is set)"
+    return (
+        "no Python process armed the monitor (none imported torch with hookcli's bootstrap "
+        "on PYTHONPATH: python -I or -S, HOOKCLI_WATCH=0, a launcher that drops PYTHONPATH, "
+        "or a command that runs no Python)"
+    )
 
 
 def _status_text(rc: int) -> str:

@@ -14,6 +14,7 @@ Then it runs the ``sitecustomize`` this one hides (the next one on ``sys.path``)
 venv's or a distribution's own keeps working. docs/watch.md "The bootstrap".
 """
 
+import contextlib
 import os
 import sys
 
@@ -66,9 +67,27 @@ class _HookcliWatchFinder:
         return spec
 
 
+def _hookcli_watch_whole_lines() -> None:
+    """Every process of the run writes into the one stderr of ``hookcli watch`` (its
+    stdout too): each of its lines goes out in one write, so no other rank's output
+    lands inside it. Python's stdout is block-buffered in a pipe or a file (an 8 KiB
+    block ends mid-line), and under ``-u``/``PYTHONUNBUFFERED`` each piece of a
+    ``print`` is a write of its own; line buffering without write-through gives one
+    write per line (and per ``\r``, as a progress bar redraws)."""
+    import io
+
+    for stream in (sys.stdout, sys.stderr):
+        if type(stream) is io.TextIOWrapper and not (
+            stream.line_buffering and not stream.write_through
+        ):
+            with contextlib.suppress(Exception):
+                stream.reconfigure(line_buffering=True, write_through=False)
+
+
 def _hookcli_watch_install() -> None:
     if not os.environ.get("HOOKCLI_WATCH_CONFIG") or os.environ.get("HOOKCLI_WATCH") == "0":
         return
+    _hookcli_watch_whole_lines()
     if "torch" in sys.modules:  # cannot happen at start-up; armed by hand then
         _hookcli_watch_arm()
         return
