@@ -85,6 +85,63 @@ def spread(values_ns: Sequence[float]) -> Spread:
     return Spread(statistics.median(ms), q1, q3, ms[0], ms[-1])
 
 
+def backward_times(
+    tree: CallTree, starts: Sequence[int], ends: Sequence[int], ok: Sequence[int]
+) -> list[int | None]:
+    """One pass's backward time per call, nested by construction (None: not measured).
+
+    Backward hooks do not nest the way forward hooks do: a call's span runs from the
+    first of its backward events to the last, and with branches, skip connections and
+    tuple outputs a parent's span can end before a child's, and sibling spans overlap.
+    So a call's *span* here is extended to cover its subtree's spans (from the first
+    backward event of the call or anything inside it to the last), and every moment of
+    the backward is counted once: inside the spans it goes to the innermost call
+    running then (of the spans covering it, the one that began last; a child before its
+    parent on a tie). A call's time is what its subtree was given: never more than its
+    parent's, the children's times add up to at most the parent's, and the rest (its
+    self time) is never negative. A call with ``ok`` 0 has no time; what ran inside it
+    counts for the calls around it. A measured span of zero length (a call nothing of
+    which runs in backward) is 0.
+    """
+    import heapq
+
+    n = tree.n
+    kids = tree.children
+    lo: list[int | None] = [None] * n
+    hi: list[int | None] = [None] * n
+    for i in range(n - 1, -1, -1):  # children come after their parent in call order
+        a, b = (starts[i], ends[i]) if ok[i] and ends[i] > starts[i] else (None, None)
+        for c in kids[i]:
+            ca, cb = lo[c], hi[c]
+            if ca is not None and cb is not None:
+                a = ca if a is None or ca < a else a
+                b = cb if b is None or cb > b else b
+        lo[i], hi[i] = a, b
+    spans = sorted(
+        (lo_i, i, hi_i)
+        for i, (lo_i, hi_i) in enumerate(zip(lo, hi, strict=True))
+        if ok[i] and lo_i is not None and hi_i is not None
+    )
+    cuts = sorted({t for s, _, e in spans for t in (s, e)})
+    given = [0] * n
+    running: list[tuple[int, int, int]] = []  # (-start, -call, end): the last begun on top
+    k = 0
+    for t0, t1 in zip(cuts, cuts[1:], strict=False):
+        while k < len(spans) and spans[k][0] <= t0:
+            s, i, e = spans[k]
+            heapq.heappush(running, (-s, -i, e))
+            k += 1
+        while running and running[0][2] <= t0:
+            heapq.heappop(running)
+        if running:
+            given[-running[0][1]] += t1 - t0
+    sub = list(given)
+    for i in range(n - 1, -1, -1):
+        for c in kids[i]:
+            sub[i] += sub[c]
+    return [sub[i] if ok[i] else None for i in range(n)]
+
+
 class Timings:
     """Inclusive and self times of every call in every timed pass, forward and backward.
 
@@ -112,10 +169,12 @@ class Timings:
         self.bwd_self: list[list[int | None]] | None = None
         if bwd_starts is not None and bwd_ends is not None and bwd_ok is not None:
             self.bwd_incl = [
-                [
-                    bwd_ends[p * n + i] - bwd_starts[p * n + i] if bwd_ok[p * n + i] else None
-                    for i in range(n)
-                ]
+                backward_times(
+                    tree,
+                    bwd_starts[p * n : (p + 1) * n],
+                    bwd_ends[p * n : (p + 1) * n],
+                    bwd_ok[p * n : (p + 1) * n],
+                )
                 for p in range(passes)
             ]
             self.bwd_self = [self._self_opt(row) for row in self.bwd_incl]
