@@ -52,9 +52,9 @@ def report_stream() -> TextIO:
 
 def adopt_closed_stdout() -> None:
     """At start: a closed file descriptor 1 (``>&-``) gets stderr (or /dev/null) in its
-    place, so that no file hookcli or the model opens lands on it and C code's prints
-    go where the model's prints go; ``sys.stdout`` stays None, and writing the report
-    there is the one-line error of ``report_stream``."""
+    place, so that no file hookcli or the model opens lands on it and C code's prints go
+    where the model's prints go. ``sys.stdout`` is None (Python sets it so), and writing
+    the report there is ``report_stream``'s one-line error."""
     try:
         os.fstat(1)
         return
@@ -69,15 +69,6 @@ def adopt_closed_stdout() -> None:
                 os.dup2(fd, 1)
                 os.close(fd)
         os.set_inheritable(1, True)
-    sys.stdout = None  # type: ignore[assignment]  # what Python sets for a closed fd 1
-
-
-def _discard(stream: Any) -> None:
-    """Point a stream that failed at /dev/null, so the flush at exit is quiet."""
-    with contextlib.suppress(OSError, ValueError, AttributeError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, stream.fileno())
-        os.close(devnull)
 
 
 class _Report:
@@ -89,7 +80,6 @@ class _Report:
     def _failed(self, err: OSError | None) -> UsageError:
         if err is None:
             return UsageError(f"cannot write the report to stdout: {CLOSED}")
-        _discard(self._stream)
         return UsageError(f"cannot write the report to stdout: {err.strerror or err}")
 
     def write(self, text: str) -> int:

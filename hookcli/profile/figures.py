@@ -104,6 +104,7 @@ def backward_times(
     which runs in backward) is 0.
     """
     import heapq
+    import itertools
 
     n = tree.n
     kids = tree.children
@@ -126,7 +127,7 @@ def backward_times(
     given = [0] * n
     running: list[tuple[int, int, int]] = []  # (-start, -call, end): the last begun on top
     k = 0
-    for t0, t1 in zip(cuts, cuts[1:], strict=False):
+    for t0, t1 in itertools.pairwise(cuts):
         while k < len(spans) and spans[k][0] <= t0:
             s, i, e = spans[k]
             heapq.heappush(running, (-s, -i, e))
