@@ -143,6 +143,36 @@ def backward_times(
     return [sub[i] if ok[i] else None for i in range(n)]
 
 
+def overhead(bare_ns: Sequence[int], hooked_ns: Sequence[int]) -> dict[str, float | bool | None]:
+    """The hooks' overhead and its noise, from interleaved bare and hooked forwards.
+
+    ``overhead_ratio``: the median hooked forward over the median bare one. Its spread:
+    the ratio of each repeat's pair (hooked over bare, run back to back), its median,
+    min and max. ``overhead_shown`` is False when that spread (max - min) is larger
+    than the figure's distance from 1: the noise could make it either side of 1, so
+    the figure says nothing about the hooks.
+    """
+    bare, hooked = statistics.median(bare_ns), statistics.median(hooked_ns)
+    ratio = hooked / bare if bare > 0 else None
+    pairs = [h / b for b, h in zip(bare_ns, hooked_ns, strict=True) if b > 0]
+    if ratio is None or not pairs:
+        return {
+            "overhead_ratio": None,
+            "overhead_ratio_repeat_median": None,
+            "overhead_ratio_min": None,
+            "overhead_ratio_max": None,
+            "overhead_shown": False,
+        }
+    low, high = min(pairs), max(pairs)
+    return {
+        "overhead_ratio": round(ratio, 4),
+        "overhead_ratio_repeat_median": round(statistics.median(pairs), 4),
+        "overhead_ratio_min": round(low, 4),
+        "overhead_ratio_max": round(high, 4),
+        "overhead_shown": high - low <= abs(ratio - 1.0),
+    }
+
+
 class Timings:
     """Inclusive and self times of every call in every timed pass, forward and backward.
 
