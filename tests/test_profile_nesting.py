@@ -27,7 +27,7 @@ EPS_MS = 1e-5  # rows are rounded to 6 decimals of a millisecond
 
 
 def _tree(parents: Sequence[int]) -> CallTree:
-    depths = []
+    depths: list[int] = []
     for p in parents:
         depths.append(depths[p] + 1 if p >= 0 else 0)
     n = len(parents)
@@ -91,12 +91,13 @@ def test_random_spans_nest_and_the_root_is_the_whole_backward() -> None:
         whole = max(ends[i] for i in spanned) - min(starts[i] for i in spanned) if spanned else 0
         assert incl[0] == whole
         for i in range(n):
-            if own[i] is not None:
-                assert own[i] >= 0
-            kids = [incl[c] for c in tree.children[i] if incl[c] is not None]
-            if incl[i] is not None:
-                assert all(k <= incl[i] for k in kids)
-                assert sum(kids) <= incl[i]
+            mine, top = own[i], incl[i]
+            if mine is not None:
+                assert mine >= 0
+            kids = [k for c in tree.children[i] if (k := incl[c]) is not None]
+            if top is not None:
+                assert all(k <= top for k in kids)
+                assert sum(kids) <= top
 
 
 # -- real models ---------------------------------------------------------------------------
