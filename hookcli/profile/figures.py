@@ -1,9 +1,10 @@
 """Per-call clock stamps -> per-module medians and spreads. Pure; no torch.
 
 Stamps are nanoseconds in flat arrays, one slot per (pass, call): index
-``pass * n + call``. A call's *inclusive* time is its end minus its start; its
-*self* time is that less the inclusive times of the calls made directly inside
-it (its children in the call tree). A module's figure for one pass is the sum
+``pass * n + call``. A call's forward *inclusive* time is its end minus its start;
+its backward one is nested by construction (``backward_times``). Its *self* time is
+that less the inclusive times of the calls made directly inside it (its children in
+the call tree): never negative, forward or backward. A module's figure for one pass is the sum
 over its calls in that pass; the row shows the median over the timed passes and
 the interquartile range (IQR: the 75th less the 25th percentile).
 """
