@@ -10,6 +10,9 @@ import sys
 
 
 def main() -> None:
+    from hookcli.streams import adopt_closed_stdout
+
+    adopt_closed_stdout()  # stdout closed (>&-): fd 1 taken before anything opens a file
     if sys.argv[1:2] == ["watch"]:  # COMMAND starts without building the Typer app first
         from hookcli.watch.fastpath import main as watch_main
 

@@ -107,8 +107,9 @@ def guard() -> Callable[[int], None]:
     token = os.urandom(16).hex()
     read_end, write_end = os.pipe()
     parent = os.getpid()
-    sys.stdout.flush()
-    sys.stderr.flush()
+    for stream in (sys.stdout, sys.stderr):  # None where the descriptor is closed
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            stream.flush()
     pid = os.fork()
     if pid == 0:
         os.close(read_end)

@@ -98,6 +98,29 @@ def notes(plan: ProfilePlan, timer: str, rows: Sequence[dict[str, Any]] = ()) ->
     return out
 
 
+def overhead_line(t: dict[str, Any]) -> str:
+    """The overhead with its spread over the repeats, or why no figure is shown."""
+    ratio = t.get("overhead_ratio")
+    low, high = t.get("overhead_ratio_min"), t.get("overhead_ratio_max")
+    if ratio is None:
+        return "-"
+    if low is None or high is None:  # a report written before the spread was kept
+        spread = ""
+    elif low == high:
+        spread = " (one repeat: no spread)"
+    else:
+        spread = f" (per repeat {low:.2f}x-{high:.2f}x)"
+    if t.get("overhead_shown", True):
+        return (
+            f"{ratio:.3f}x{spread}: hooked forward {fmt_ms(t['profiled_forward_ms'])} ms "
+            f"vs bare forward {fmt_ms(t['bare_forward_ms'])} ms (medians, same run)"
+        )
+    return (
+        f"within the noise (per repeat {low:.2f}x-{high:.2f}x, wider than {ratio:.3f}x is "
+        "from 1; raise --repeat, or use a quieter machine)"
+    )
+
+
 def totals_lines(t: dict[str, Any]) -> list[tuple[str, str]]:
     """The totals block."""
     from hookcli.render import fmt_count
@@ -107,13 +130,7 @@ def totals_lines(t: dict[str, Any]) -> list[tuple[str, str]]:
             "Forward (root)",
             f"{fmt_ms(t['forward_ms'])} ms median (IQR {fmt_ms(t['forward_iqr_ms'])} ms)",
         ),
-        (
-            "Overhead",
-            f"{t['overhead_ratio']:.3f}x: hooked forward {fmt_ms(t['profiled_forward_ms'])} ms "
-            f"vs bare forward {fmt_ms(t['bare_forward_ms'])} ms (medians, same run)"
-            if t["overhead_ratio"] is not None
-            else "-",
-        ),
+        ("Overhead", overhead_line(t)),
     ]
     if t.get("backward_ms") is not None:
         out.append(

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import RunError, UsageError
 from hookcli.options import Annotate, Format, Loss, Mode, loss_arg
-from hookcli.profile.figures import CallTree, Spread, Timings, spread
+from hookcli.profile.figures import CallTree, Spread, Timings, overhead, spread
 from hookcli.profile.plan import Measured, ProfilePlan, SortKey
 
 if TYPE_CHECKING:
@@ -606,7 +606,7 @@ def _totals(m: Measured, plan: ProfilePlan) -> dict[str, Any]:
         "backward_iqr_ms": round(bwd.iqr, 6) if bwd else None,
         "bare_forward_ms": round(bare.median, 6),
         "profiled_forward_ms": round(hooked.median, 6),
-        "overhead_ratio": round(hooked.median / bare.median, 4) if bare.median > 0 else None,
+        **overhead(m.bare_ns, m.hooked_ns),
         "flops": flops,
         "flops_per_s": flops / (root.median / 1e3) if root.median > 0 and flops else None,
         "calls": m.tree.n,
