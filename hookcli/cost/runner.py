@@ -539,8 +539,13 @@ def _uncounted_note(probe: CostProbe) -> str:
 
 
 def _cannot_train(model: nn.Module) -> str | None:
-    """Why the model cannot train (its root's forward runs without autograd), else None."""
+    """Why the model cannot train (its root's forward runs without autograd), else None;
+    never under ``--enable-grad``, which runs such a forward with gradients."""
+    from hookcli import gradmode
     from hookcli.failure import grad_off_forwards
+
+    if gradmode.current():
+        return None
 
     off = grad_off_forwards(model)
     return off[0].label() if off and off[0].name == "" else None
