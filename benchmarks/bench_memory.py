@@ -86,7 +86,11 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 4,
         "intermediate_size": 512,
     },
-    "t5": {**SMALL, "d_model": 128, "d_ff": 512, "num_layers": 2, "num_heads": 4, "d_kv": 32},
+    "t5": {
+        **SMALL,
+        **{"d_model": 128, "d_ff": 512, "num_layers": 2, "num_heads": 4, "d_kv": 32},
+        **{"pad_token_id": 0, "decoder_start_token_id": 0},  # labels shifted right from it
+    },
     "vit": {
         "hidden_size": 128,
         "num_hidden_layers": 2,
