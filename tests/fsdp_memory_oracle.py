@@ -111,8 +111,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         def step() -> None:
             with checkpointed(model, wrapped):
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp):
-                    out = model(x)
-                loss = out.float().sum()
+                    loss = model(x).float().sum()  # the output not held through backward
                 loss.backward()
                 del loss
             if opt is not None:
