@@ -1,7 +1,7 @@
 """The training-step peak: hookcli's tracker against the allocator, and PyTorch's MemTracker.
 
 For each model and setting, one steady-state training step (optimizer state made by a
-step before; forward, the sum of the outputs as the loss, backward, ``optimizer.step()``,
+step before; forward, the loss, backward, ``optimizer.step()``,
 ``zero_grad(set_to_none=True)``), three figures:
 
 - hookcli: the live-bytes tracker's peak (``hookcli.memory.step.track_step``, what
@@ -12,15 +12,21 @@ step before; forward, the sum of the outputs as the loss, backward, ``optimizer.
   optimizer and inputs given to ``track_external``.
 
 Models: the torchvision classification zoo at batch 2 (224x224), and small-config
-transformers built from their configs (no downloads): gpt2, llama, mistral, qwen2,
-mixtral, bert, t5, vit, whisper, clip (text and image). Settings: fp32 and bf16 autocast,
+transformers built from their configs (no downloads): the language models with their
+LM head and their own cross-entropy over the vocabulary as the loss (labels: the input
+ids): gpt2, llama, mistral, qwen2, mixtral (``AutoModelForCausalLM``), bert
+(``AutoModelForMaskedLM``), t5, whisper (``AutoModelForSeq2SeqLM``,
+``AutoModelForSpeechSeq2Seq``); vit and clip (text and image) as base models, the sum
+of their outputs as the loss, as for the convnets. Settings: fp32 and bf16 autocast,
 Adam and SGD, torch's default optimizer implementation on the device and ``foreach``,
 with and without ``torch.utils.checkpoint`` around every block.
 
 ``HOOKCLI_BENCH_MEMORY=quick``: a handful of models and settings (minutes on a CPU);
 ``HOOKCLI_BENCH_MEMORY_ONLY=resnet18,gpt2``: only those models; ``--smoke``: one toy.
-Prints each row and the median and worst absolute errors; records them. The device is
-CUDA where present (the same code), else the CPU.
+Prints each row and the median and worst absolute errors; records them. A case that
+raises fails the benchmark (named, exit 1) after the others have run; it is not left
+out of the median and worst. The device is CUDA where present (the same code), else the
+CPU.
 """
 
 from __future__ import annotations
@@ -80,7 +86,11 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
         "num_attention_heads": 4,
         "intermediate_size": 512,
     },
-    "t5": {**SMALL, "d_model": 128, "d_ff": 512, "num_layers": 2, "num_heads": 4, "d_kv": 32},
+    "t5": {
+        **SMALL,
+        **{"d_model": 128, "d_ff": 512, "num_layers": 2, "num_heads": 4, "d_kv": 32},
+        **{"pad_token_id": 0, "decoder_start_token_id": 0},  # labels shifted right from it
+    },
     "vit": {
         "hidden_size": 128,
         "num_hidden_layers": 2,
@@ -108,12 +118,21 @@ HF_CONFIGS: dict[str, dict[str, Any]] = {
     },
 }
 BATCH, SEQ = 4, 64
+# the language models' heads: each computes its cross-entropy over the vocabulary from
+# ``labels`` (the causal ones shift them by one)
+LM_HEADS = {
+    **dict.fromkeys(("gpt2", "llama", "mistral", "qwen2", "mixtral"), "AutoModelForCausalLM"),
+    "bert": "AutoModelForMaskedLM",
+    "t5": "AutoModelForSeq2SeqLM",
+    "whisper": "AutoModelForSpeechSeq2Seq",
+}
 
 
 def _hf(kind: str) -> tuple[Any, dict[str, Any]]:
     """A small-config transformers model of ``kind`` and its keyword inputs (CPU)."""
     import torch
-    from transformers import AutoConfig, AutoModel
+    import transformers
+    from transformers import AutoConfig
 
     g = torch.Generator().manual_seed(0)
     ids = torch.randint(0, 1000, (BATCH, SEQ), generator=g)
@@ -130,15 +149,16 @@ def _hf(kind: str) -> tuple[Any, dict[str, Any]]:
     config = AutoConfig.for_model(kind, **HF_CONFIGS[kind])
     if hasattr(config, "use_cache"):
         config.use_cache = False
-    model = AutoModel.from_config(config)
+    head = getattr(transformers, LM_HEADS.get(kind, "AutoModel"))
+    model = head.from_config(config)
     if kind == "vit":
         return model, {"pixel_values": torch.randn(BATCH, 3, 64, 64, generator=g)}
     if kind == "t5":
-        return model, {"input_ids": ids, "decoder_input_ids": ids}
+        return model, {"input_ids": ids, "labels": ids}
     if kind == "whisper":
         features = torch.randn(BATCH, 80, 128, generator=g)
-        return model, {"input_features": features, "decoder_input_ids": ids[:, :32]}
-    return model, {"input_ids": ids}
+        return model, {"input_features": features, "labels": ids[:, :32]}
+    return model, {"input_ids": ids, "labels": ids}
 
 
 def _vision(name: str) -> tuple[Any, dict[str, Any]]:
@@ -165,9 +185,15 @@ def _block(model: Any) -> str | None:
 
 
 def _loss(output: Any) -> Any:
+    """The model's own loss where it computed one (the LM heads' cross-entropy), else the
+    oracle's: the sum of the floating outputs. hookcli's figure and the oracle's step
+    both use this."""
+    import torch
+
     from tests.memory_oracle import _loss as oracle_loss
 
-    return oracle_loss(output)
+    own = getattr(output, "loss", None)
+    return own if isinstance(own, torch.Tensor) else oracle_loss(output)
 
 
 def _memtracker(step: Any) -> int:
@@ -288,12 +314,14 @@ def main() -> None:
     mine: list[float] = []
     peers: list[float] = []
     closer = total = 0
+    failed: list[str] = []
     for name, build in cases:
         for setting in settings:
             try:
                 r = _case(build, setting, device)
             except Exception as err:
-                print(f"{name:22s} {_label(setting):22s} failed: {type(err).__name__}: {err}")
+                print(f"{name:22s} {_label(setting):22s} FAILED: {type(err).__name__}: {err}")
+                failed.append(f"{name} ({_label(setting)})")
                 continue
             if "skipped" in r:
                 continue
@@ -313,9 +341,10 @@ def main() -> None:
                 f"MemTracker {peer}",
                 flush=True,
             )
+    if failed:
+        print(f"FAILED, {len(failed)} of {len(failed) + len(mine)} steps: {', '.join(failed)}")
     if not mine:
-        print("no case ran")
-        return
+        raise SystemExit("bench_memory: no case ran")
     med, worst = statistics.median(mine), max(mine)
     print(f"hookcli: median abs error {med:.2%}, worst {worst:.2%} over {len(mine)} steps")
     record(f"memory_{device}_median_error", 100 * med, what="hookcli step peak", unit="%")
@@ -330,6 +359,8 @@ def main() -> None:
         record(f"memtracker_{device}_worst_error", 100 * pworst, what="MemTracker", unit="%")
     if not smoke() and not only:
         _fsdp()
+    if failed:  # after every other case: a failed step fails the benchmark, named
+        raise SystemExit(f"bench_memory: {len(failed)} steps failed: {', '.join(failed)}")
 
 
 FSDP_WIDE = '{"vocab": 1000, "dim": 256, "layers": 4, "heads": 8, "kv_heads": 4, "hidden": 688}'

@@ -6,8 +6,8 @@ runs every benchmark, then this). Each page holds its table between
 
 The table's header names the machine every figure in it comes from: the date, the CPU
 model and cores, torch's version and default thread count (a column gives each figure's
-own), Python, and whether other work shared the machine (its load average above its
-cores). Each figure's target comes from ``benchmarks.common.TARGETS``, and its status
+own), Python, and the load average as the run measured it (at its start and end).
+Each figure's target comes from ``benchmarks.common.TARGETS``, and its status
 (met or NOT MET) is printed and shown as measured; a figure that has a noise row (the
 same reference run twice: ``KEY_again``, which reads 1 on a steady machine) and whose
 margin to its target is smaller than that row's distance from 1 is "within noise"
@@ -166,11 +166,25 @@ def ran_by(data: dict[str, Any], folder: Path = ROOT / "benchmarks") -> str:
     return f"`python benchmarks/run.py {names}` (every benchmark but {left})"
 
 
+def conditions(m: dict[str, Any]) -> str:
+    """The load on the machine as the run measured it (``benchmarks/run.py``: the
+    1-minute load average at the start, after each benchmark, and at the end), named as
+    such: the benchmarks' own processes are in it, and whether other work ran is not
+    inferred from it."""
+    if "load_1min_start" in m and "load_1min_end" in m:
+        return (
+            f"1-minute load average {m['load_1min_start']} at the start and "
+            f"{m['load_1min_end']} at the end (highest between benchmarks "
+            f"{m['load_1min']}), as measured, the benchmarks' own processes included"
+        )
+    return (
+        f"1-minute load average up to {m['load_1min']} between benchmarks, as measured, "
+        "the benchmarks' own processes included"
+    )
+
+
 def header(data: dict[str, Any]) -> str:
     m = data["machine"]
-    # The benchmarks' own processes (2 threads, 2 torchrun ranks) load a 2-core machine up
-    # to about 2; only a load above the cores says that other work shared it.
-    busy = m["load_1min"] > (m["cores"] or 1)
     threads = m.get("threads")
     gpu = m.get("gpu") or "no GPU"
     return (
@@ -181,16 +195,7 @@ def header(data: dict[str, Any]) -> str:
             if threads
             else "(thread counts not recorded by this run)"
         )
-        + f", Python {data['python']}"
-        + (
-            f"; the machine was shared with other work (1-minute load average up to "
-            f"{m['load_1min']}), so times are noisy: ratios come from interleaved rounds."
-            if busy
-            else (
-                f"; nothing else ran (1-minute load average up to {m['load_1min']}, "
-                "the benchmarks' own processes included)."
-            )
-        )
+        + f", Python {data['python']}; {conditions(m)}."
     )
 
 

@@ -65,6 +65,7 @@ def main(argv: list[str]) -> int:
     if args.json and not args.smoke:
         info = dict(first)
         info["load_1min"] = max(loads)
+        info["load_1min_start"], info["load_1min_end"] = loads[0], loads[-1]
         data = {
             "date": start.strftime("%Y-%m-%d %H:%M UTC"),
             "torch": info.pop("torch"),

@@ -2,7 +2,7 @@
 
 Run as ``python tests/fsdp_memory_oracle.py MODULE:CLASS --world N --rank R [--blocks
 ATTR] [--ids B S V | --shape B,F] [--optimizer adam] [--zero-grad none] [--checkpoint
-CLASS] [--eval] [--kwargs JSON]``; prints one JSON object with ``peak_bytes``.
+CLASS] [--eval] [--amp] [--kwargs JSON]``; prints one JSON object with ``peak_bytes``.
 
 No hookcli code. One process plays rank R of N: the default process group is
 torch's fake backend (``torch.testing._internal.distributed.fake_pg``), whose
@@ -14,7 +14,8 @@ child of the ModuleList ``ATTR`` (else each top-level child with parameters), th
 on the root. The step is the one ``tests/memory_oracle.py`` measures (forward, the
 sum of the output as the loss, backward, ``optimizer.step()`` with its state made by
 one step before, ``zero_grad``; ``torch.utils.checkpoint`` around each module of the
-class ``--checkpoint``), its peak measured at the CPU allocator
+class ``--checkpoint``; with ``--amp`` the forward under ``torch.autocast("cpu",
+torch.bfloat16)``), its peak measured at the CPU allocator
 (``memory_oracle.measure_peak``) above the storages alive before it: the local
 shards, their gradients and optimizer state, buffers and the inputs.
 """
@@ -67,6 +68,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--zero-grad", default="none")
     ap.add_argument("--checkpoint")
     ap.add_argument("--eval", action="store_true")
+    ap.add_argument("--amp", action="store_true")
     ap.add_argument("--kwargs", default="{}")
     a = ap.parse_args(argv)
 
@@ -108,7 +110,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         def step() -> None:
             with checkpointed(model, wrapped):
-                loss = model(x).float().sum()
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.amp):
+                    loss = model(x).float().sum()  # the output not held through backward
                 loss.backward()
                 del loss
             if opt is not None:
@@ -129,7 +132,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 def args_of(how: dict[str, Any]) -> list[str]:
     """The command line for one case: ``world``, ``rank``, ``ids`` (B, S, V) or
     ``shape``, and optionally ``blocks``, ``kwargs``, ``optimizer``, ``zero_grad``,
-    ``checkpoint``, ``eval``."""
+    ``checkpoint``, ``eval``, ``amp``."""
     args = ["--world", str(how["world"]), "--rank", str(how["rank"])]
     if "ids" in how:
         args += ["--ids", *(str(n) for n in how["ids"])]
@@ -138,6 +141,7 @@ def args_of(how: dict[str, Any]) -> list[str]:
     for key in ("blocks", "kwargs", "optimizer", "zero_grad", "checkpoint"):
         if key in how:
             args += [f"--{key.replace('_', '-')}", str(how[key])]
+    args += ["--amp"] if how.get("amp") else []
     return [*args, "--eval"] if how.get("eval") else args
 
 

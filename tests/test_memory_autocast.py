@@ -85,7 +85,14 @@ def _cnn() -> nn.Module:
 
 def _loss(output: Any) -> torch.Tensor:
     logits = getattr(output, "logits", None)
-    return logits.sum() if logits is not None else memory_models.first_output_sum(output)
+    return logits.sum() if logits is not None else memory_models.training_loss(output)
+
+
+def _args(x: Any, device: str | None = None) -> tuple[torch.Tensor, ...]:
+    """The forward's arguments: one input, or a tuple of them (the GPT's tokens and
+    targets), moved to ``device``."""
+    args = x if isinstance(x, tuple) else (x,)
+    return tuple(a.to(device) for a in args) if device else args
 
 
 def _image() -> torch.Tensor:
@@ -94,7 +101,7 @@ def _image() -> torch.Tensor:
 
 MODELS: list[tuple[str, Callable[[], nn.Module], Callable[[], torch.Tensor], str]] = [
     ("llama", memory_models.llama, memory_models.tokens, "Block"),
-    ("gpt", memory_models.gpt, memory_models.tokens, "Block"),
+    ("gpt", memory_models.gpt, memory_models.gpt_batch, "Block"),  # with targets: training
     ("hf_llama", _hf_llama, memory_models.tokens, "LlamaDecoderLayer"),
     ("cnn", _cnn, _image, ""),
 ]
@@ -109,11 +116,11 @@ def _cpu_and_meta(build: Callable[[], nn.Module]) -> tuple[nn.Module, nn.Module]
     return cpu, meta
 
 
-def _ops(model: nn.Module, x: torch.Tensor, amp: Callable[[], Any], outer: Any) -> Any:
+def _ops(model: nn.Module, x: Any, amp: Callable[[], Any], outer: Any) -> Any:
     rec = _Ops()
     with outer(), rec:
         with amp():
-            loss = _loss(model(x))
+            loss = _loss(model(*_args(x)))
         rec.phase = "backward"
         loss.backward()
     return rec.ops
@@ -130,14 +137,14 @@ def test_every_op_has_the_dtype_of_a_real_cpu_autocast(
     inputs = x()
     real = _ops(cpu, inputs, lambda: torch.autocast("cpu", dtype=BF16), contextlib.nullcontext)
     emulated_ops = _ops(
-        meta, inputs.to("meta"), lambda: emulated("cpu", BF16), _FusedAttentionOnMeta
+        meta, _args(inputs, "meta"), lambda: emulated("cpu", BF16), _FusedAttentionOnMeta
     )
     assert emulated_ops["forward"] == real["forward"]
     assert Counter(emulated_ops["backward"]) == Counter(real["backward"])
     assert ("aten._to_copy", ("torch.bfloat16",)) in real["forward"]  # autocast did cast
 
 
-def _peaks(build: Any, x: torch.Tensor, **kw: Any) -> tuple[int, int, int]:
+def _peaks(build: Any, x: Any, **kw: Any) -> tuple[int, int, int]:
     """(meta with the emulation, the tracker on the CPU under torch.autocast counting
     tensors only, as on meta: no kernel measured, the oracle)."""
     from hookcli.memory.tracker import LiveBytes
@@ -149,7 +156,7 @@ def _peaks(build: Any, x: torch.Tensor, **kw: Any) -> tuple[int, int, int]:
 
     tracked_meta = track_step(
         meta,
-        (x.to("meta"),),
+        _args(x, "meta"),
         {},
         _loss,
         forward_context=on_meta,
@@ -160,12 +167,24 @@ def _peaks(build: Any, x: torch.Tensor, **kw: Any) -> tuple[int, int, int]:
     LiveBytes.measure = False
     try:
         tracked_cpu = track_step(
-            cpu, (x,), {}, _loss, forward_context=lambda: torch.autocast("cpu", dtype=BF16), **kw
+            cpu,
+            _args(x),
+            {},
+            _loss,
+            forward_context=lambda: torch.autocast("cpu", dtype=BF16),
+            **kw,
         ).train.bytes
     finally:
         LiveBytes.measure = True
-    measured = measure_step(steady_step(cpu, (x,), amp=BF16, loss=_loss, **kw)).peak_bytes
+    measured = measure_step(steady_step(cpu, _args(x), amp=BF16, loss=_loss, **kw)).peak_bytes
     return tracked_meta, tracked_cpu, measured
+
+
+# How far under the allocator the bf16 step on meta may be (docs/cost.md, "--amp on meta"):
+# the decoders a few percent; the small CNN by its convolution kernels' own buffers
+# (104 KiB against a 0.5 MiB step: 21-23% measured), which meta, counting tensors, does
+# not see. Never over.
+UNDER = {"llama": 0.05, "gpt": 0.05, "hf_llama": 0.05, "cnn": 0.25}
 
 
 @pytest.mark.parametrize(("name", "build", "x", "block"), MODELS, ids=IDS)
@@ -173,17 +192,36 @@ def test_the_step_peak_on_meta_is_that_of_a_real_cpu_autocast(
     name: str, build: Any, x: Any, block: str
 ) -> None:
     """The emulated step's peak on meta is the tracker's under a real CPU autocast, to
-    the byte; against the allocator's peak the error is the tracker's on the CPU: under
-    5% on the decoders (the CPU's convolution-backward buffers are not modelled, which
-    puts the convnet's bfloat16 step a few percent under; docs/cost.md)."""
+    the byte; against the allocator's peak it is under by at most ``UNDER[name]``, and
+    not over (docs/cost.md)."""
     cases: list[dict[str, Any]] = [{"optimizer": "adam"}, {"optimizer": "sgd"}]
     if block:
         cases.append({"optimizer": "sgd", "checkpoint": block})
     for kw in cases:
         on_meta, on_cpu, measured = _peaks(build, x(), **kw)
         assert on_meta == on_cpu, kw
-        if name != "cnn":
-            assert abs(on_meta - measured) <= 0.05 * measured, (kw, on_meta, measured)
+        error = (on_meta - measured) / measured
+        assert -UNDER[name] <= error <= 0.001, (kw, on_meta, measured, error)
+
+
+def test_the_cnns_gap_on_meta_is_its_kernels_buffers() -> None:
+    """The CNN's bf16 step on meta is under the allocator by what its kernels take that
+    no tensor holds: on the CPU, where the tracker measures those calls, the same step
+    is the allocator's to 0.5%."""
+    for kw in ({"optimizer": "adam"}, {"optimizer": "sgd"}):
+        on_meta, _, measured = _peaks(_cnn, _image(), **kw)
+        torch.manual_seed(0)
+        cpu = _cnn()
+        with_kernels = track_step(
+            cpu,
+            _args(_image()),
+            {},
+            _loss,
+            forward_context=lambda: torch.autocast("cpu", BF16),
+            **kw,
+        ).train.bytes
+        assert abs(with_kernels - measured) <= 0.005 * measured, (kw, with_kernels, measured)
+        assert measured - on_meta >= 0.1 * measured, (kw, on_meta, measured)  # the gap is real
 
 
 def test_a_weight_is_cast_once_per_region_and_the_copy_kept_until_it_ends() -> None:
