@@ -194,7 +194,7 @@ def _titled(body: str, tip: Tip) -> str:
     opening = f'<g id="{tip.gid}">'
     if len(tip.titles) == 1 and "<use" not in body:
         head = f'<g id="{tip.gid}" class="mark" data-series="{series}">'
-        return head + f"<title>{escape(tip.titles[0])}</title>" + body[len(opening) :]
+        return head + f"<title>{escape(printable(tip.titles[0]))}</title>" + body[len(opening) :]
     kind = "use" if "<use" in body else "path"
     hidden = _DEFS.sub(lambda m: "\0" * len(m.group(0)), body)  # same offsets
     titles = iter(tip.titles)
@@ -208,7 +208,7 @@ def _titled(body: str, tip: Tip) -> str:
         pieces.append(body[last : m.start()])
         pieces.append(
             f'<{kind} class="mark" data-series="{series}"{body[m.start(2) : m.end(2)]}>'
-            f"<title>{escape(title)}</title></{kind}>"
+            f"<title>{escape(printable(title))}</title></{kind}>"
         )
         last = m.end()
     pieces.append(body[last:])
