@@ -49,6 +49,7 @@ BLUE, ORANGE, RED, GREY, GREEN, PURPLE, BROWN, PINK = (
 )
 MAX_LABELLED = 120  # bars with a label each; past this, every k-th
 MAX_RANKED = 60  # ablate's and diff's ranked bars
+MAX_CELLS = 4_000  # watch's heatmap: past this, every k-th logged step
 
 
 @dataclass(frozen=True)
@@ -1067,6 +1068,11 @@ def watch_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
         names = [n for n in order if isinstance(n, str) and any(n in s["modules"] for s in logged)]
         for s in logged:
             names.extend(n for n in s["modules"] if n not in names)
+        every = math.ceil(len(names) * len(logged) / MAX_CELLS)  # one titled quad per cell
+        thinned = None
+        if every > 1:
+            thinned = f"one logged step in {every}, of {len(logged)} (at most {MAX_CELLS:,} cells)"
+            logged = logged[::every]
 
         def draw_heat(fig: Any) -> None:
             import numpy as np
@@ -1123,9 +1129,10 @@ def watch_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
             ax.set_title("grad norm per module and step (grey: no gradient, red: NaN/Inf)")
 
         height = min(max(3.0, 0.16 * len(names) + 1.5), 30.0)
-        out.append(
-            chart("watch-heatmap", "Modules x steps: log10 grad norm", 11.0, height, draw_heat)
-        )
+        heat = chart("watch-heatmap", "Modules x steps: log10 grad norm", 11.0, height, draw_heat)
+        if thinned and heat.svg:
+            heat = Section(heat.key, heat.title, heat.svg, heat.widget, f"Shown: {thinned}.")
+        out.append(heat)
     return out
 
 
