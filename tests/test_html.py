@@ -632,3 +632,20 @@ def test_an_abbreviated_totals_figure_has_the_exact_one_as_title() -> None:
     assert str(nested_html(12345)) == '<span title="12345">12,345</span>'
     assert str(nested_html(12)) == "12"
     assert str(nested_html("a<b")) == "a&lt;b"
+
+
+def test_a_long_watch_run_keeps_its_heatmap_small() -> None:
+    """500 steps x 100 modules: the heatmap shows one logged step in k, at most
+    MAX_CELLS titled cells, and says so."""
+    pytest.importorskip("matplotlib")
+    from hookcli.html import charts
+
+    steps = [
+        {"step": i, "loss": 1.0, "grad_norm": 0.5, "modules": {f"m{j}": {"grad_norm": 0.5}
+         for j in range(100)}}
+        for i in range(1, 501)
+    ]  # fmt: skip
+    heat = charts.watch_charts({"steps": steps, "layers": []}, {})[1]
+    cells = heat.svg.count('class="mark"') if heat.svg else 0
+    assert cells == 100 * len(range(0, 500, 13)) <= charts.MAX_CELLS  # steps 1, 14, 27, ...
+    assert heat.note is not None and "one logged step in 13" in heat.note
