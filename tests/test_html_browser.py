@@ -245,6 +245,10 @@ def test_the_numbers_shown_are_the_reports(browser: Any, pages: dict[str, Path],
                     assert cell["text"] in ("yes", "no", "-")
                 elif isinstance(value, (int, float)):
                     assert float(cell["title"]) == value  # the exact figure
+                    if cell["k"] in config["percent"]:  # a fraction shown as a percentage
+                        assert cell["text"] == f"{100 * value:.1f}%", (cell, value)
+                        checked += 1
+                        continue
                     rel = 5e-3 if cell["text"].endswith("B") else 5e-4
                     assert _close(_number(cell["text"]), float(value), rel), (cell, value)
                     checked += 1
@@ -252,7 +256,7 @@ def test_the_numbers_shown_are_the_reports(browser: Any, pages: dict[str, Path],
                     assert cell["text"] == value
         # totals: each cell's data-v is the JSON value, its text the same number
         for key, value in (report.get("totals") or {}).items():
-            cell = page.page.locator(f"#totals tr[data-key='{key}'] td")
+            cell = page.page.locator(f"#totals tr[data-key='{key}'] > td")
             assert json.loads(cell.get_attribute("data-v")) == value
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 text = cell.text_content().split(" (")[0]
