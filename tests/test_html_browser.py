@@ -597,7 +597,7 @@ def test_every_mark_has_a_value_on_hover_and_each_series_its_colour(
                      .map(g => g.id)"""
             )
             assert bare == [], bare
-            first = {}
+            first: dict[str, str] = {}
             for m in marks:
                 first.setdefault(m["series"], m["fill"])
             fills = list(first.values())

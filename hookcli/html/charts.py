@@ -134,8 +134,8 @@ def figure(key: str, width: float, height: float) -> Iterator[Any]:
         "legend.frameon": False,
     }
     with matplotlib.rc_context(style):
-        fig = Figure(figsize=(width, height), dpi=72, layout="constrained")
-        fig.hookcli_tips = []
+        fig: Any = Figure(figsize=(width, height), dpi=72, layout="constrained")
+        fig.hookcli_tips = []  # the hover texts ``tip`` gives, written in by ``to_svg``
         yield fig
 
 
@@ -160,6 +160,7 @@ def tip(artists: Any, titles: Sequence[str], series: str) -> None:
     tips = getattr(fig, "hookcli_tips", None)
     if tips is None:
         return
+    pairs: list[tuple[Any, tuple[str, ...]]]
     if many:
         pairs = [(a, (t,)) for a, t in zip(items, titles, strict=True)]
     else:
