@@ -552,3 +552,100 @@ def test_a_percentage_column_is_marked_for_the_page_script() -> None:
     assert ["act_zero_frac", "Zeros"] in page["columns"]
     script = (Path(__file__).resolve().parent.parent / "hookcli" / "html" / "tree.js").read_text()
     assert "PERCENT[key]" in script and '(100 * v).toFixed(1) + "%"' in script
+
+
+# -- read at a glance: values on hover, series colours, inspect's chart, one byte format ---
+
+
+def _marks(text: str) -> list[tuple[str, str, str]]:
+    """(series, fill, title) of every titled mark in the page's charts: a bar's group (its
+    title, then its path), a point's ``<use>`` or a cell's ``<path>``."""
+    groups = re.findall(
+        r'<g id="[^"]*" class="mark" data-series="([^"]*)"><title>([^<]*)</title>\s*'
+        r'<path[^>]*?style="fill: (#[0-9a-f]+)',
+        text,
+    )
+    points = re.findall(
+        r'<(?:use|path) class="mark" data-series="([^"]*)"[^>]*?fill: (#[0-9a-f]+)[^>]*>'
+        r"<title>([^<]*)</title>",
+        text,
+    )
+    return [(s, f, t) for s, t, f in groups] + [(s, f, t) for s, f, t in points]
+
+
+def test_with_titles_gives_every_bar_point_and_cell_its_own() -> None:
+    """Bars (one group each), a scatter's points and a mesh's cells each get their title,
+    in the order drawn; a title is escaped text."""
+    pytest.importorskip("matplotlib")
+    from hookcli.html.charts import figure, tip, to_svg
+
+    with figure("t", 3, 2) as fig:
+        ax = fig.subplots()
+        tip(ax.bar([0, 1, 2], [1, 2, 3]), ["a <1>", "b", "c"], "bars")
+        tip(ax.scatter([0, 1], [1, 2]), ["p0", "p1"], "points")
+        tip(ax.pcolormesh([[1.0, 2.0], [3.0, 4.0]]), ["c0", "c1", "c2", "c3"], "cells")
+        svg = to_svg(fig)
+    titles = re.findall(r"<title>([^<]*)</title>", svg)
+    assert titles == ["a &lt;1&gt;", "b", "c", "p0", "p1", "c0", "c1", "c2", "c3"]
+    assert svg.count('class="mark"') == 9
+    assert len(re.findall(r'<use class="mark" data-series="points"', svg)) == 2
+    assert len(re.findall(r'<path class="mark" data-series="cells"', svg)) == 4
+
+
+def test_inspect_page_charts_where_the_parameters_are() -> None:
+    """inspect LeNet: an area per module with parameters, titled with its subtree and own
+    counts; the root's is sum(p.numel()) and the own counts add up to it."""
+    pytest.importorskip("matplotlib")
+    import sample_models
+
+    total = sum(p.numel() for p in sample_models.LeNet().parameters())
+    text, _ = page_of(["inspect", LENET])
+    assert 'id="chart-inspect-params"' in text
+    areas = {}
+    for t in re.findall(r"<title>([^<]*) params \(own [\d,]+ params\)</title>", text):
+        name, sub = t.rsplit(": ", 1)
+        areas[name] = int(sub.replace(",", ""))
+    owns = [int(o.replace(",", "")) for o in re.findall(r"\(own ([\d,]+) params\)", text)]
+    assert areas["(root)"] == total and sum(owns) == total
+    assert set(areas) >= {"conv1", "conv2", "fc1", "fc2"}
+
+
+def test_series_have_distinct_colours_and_bytes_read_as_render_writes_them() -> None:
+    """cost's memory chart: saved and peak activations differ in colour; every mark has a
+    title; a totals byte count reads in KiB as hookcli's tables write it (computed here)."""
+    pytest.importorskip("matplotlib")
+    text, parser = page_of(["cost", LENET])
+    marks = _marks(text)
+    assert len(marks) == text.count('class="mark"') > 0
+    assert all(title.strip() for _, _, title in marks)
+    fills = {series: fill for series, fill, _ in marks}
+    assert fills["saved activations"] != fills["peak activations"]
+    value = embedded(parser)["totals"]["param_bytes"]
+    assert 1024 <= value < 2**20
+    assert f"{value:,} ({value / 1024:,.2f} KiB)" in text
+
+
+def test_an_abbreviated_totals_figure_has_the_exact_one_as_title() -> None:
+    from hookcli.html.page import nested_html
+
+    assert str(nested_html(0.123456789)) == '<span title="0.123456789">0.1235</span>'
+    assert str(nested_html(12345)) == '<span title="12345">12,345</span>'
+    assert str(nested_html(12)) == "12"
+    assert str(nested_html("a<b")) == "a&lt;b"
+
+
+def test_a_long_watch_run_keeps_its_heatmap_small() -> None:
+    """500 steps x 100 modules: the heatmap shows one logged step in k, at most
+    MAX_CELLS titled cells, and says so."""
+    pytest.importorskip("matplotlib")
+    from hookcli.html import charts
+
+    steps = [
+        {"step": i, "loss": 1.0, "grad_norm": 0.5, "modules": {f"m{j}": {"grad_norm": 0.5}
+         for j in range(100)}}
+        for i in range(1, 501)
+    ]  # fmt: skip
+    heat = charts.watch_charts({"steps": steps, "layers": []}, {})[1]
+    cells = heat.svg.count('class="mark"') if heat.svg else 0
+    assert cells == 100 * len(range(0, 500, 13)) <= charts.MAX_CELLS  # steps 1, 14, 27, ...
+    assert heat.note is not None and "one logged step in 13" in heat.note

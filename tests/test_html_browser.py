@@ -69,11 +69,11 @@ class Page:
     """A page opened offline: every request but the page itself aborted and counted, every
     console error, page error and dialog recorded."""
 
-    def __init__(self, browser: Any, path: Path) -> None:
+    def __init__(self, browser: Any, path: Path, width: int = 1400, height: int = 1000) -> None:
         self.requests: list[str] = []
         self.errors: list[str] = []
         self.dialogs: list[str] = []
-        self.page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        self.page = browser.new_page(viewport={"width": width, "height": height})
         self.page.set_default_timeout(TIMEOUT_MS)
         url = path.resolve().as_uri()
 
@@ -245,6 +245,10 @@ def test_the_numbers_shown_are_the_reports(browser: Any, pages: dict[str, Path],
                     assert cell["text"] in ("yes", "no", "-")
                 elif isinstance(value, (int, float)):
                     assert float(cell["title"]) == value  # the exact figure
+                    if cell["k"] in config["percent"]:  # a fraction shown as a percentage
+                        assert cell["text"] == f"{100 * value:.1f}%", (cell, value)
+                        checked += 1
+                        continue
                     rel = 5e-3 if cell["text"].endswith("B") else 5e-4
                     assert _close(_number(cell["text"]), float(value), rel), (cell, value)
                     checked += 1
@@ -252,7 +256,7 @@ def test_the_numbers_shown_are_the_reports(browser: Any, pages: dict[str, Path],
                     assert cell["text"] == value
         # totals: each cell's data-v is the JSON value, its text the same number
         for key, value in (report.get("totals") or {}).items():
-            cell = page.page.locator(f"#totals tr[data-key='{key}'] td")
+            cell = page.page.locator(f"#totals tr[data-key='{key}'] > td")
             assert json.loads(cell.get_attribute("data-v")) == value
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 text = cell.text_content().split(" (")[0]
@@ -438,13 +442,20 @@ def test_two_thousand_rows_open_without_freezing(browser: Any, pages: dict[str, 
         page.close()
 
 
-def test_llama_7b_on_meta_first_render(browser: Any, tmp_path: Path) -> None:
-    """inspect hf:llama:causal-lm --device meta (6.7 B parameters): the page opens folded;
-    the first render is timed and printed (no timed assertion)."""
+@pytest.fixture(scope="module")
+def llama_page(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """inspect hf:llama:causal-lm --device meta: 6.7 B parameters, a wide table."""
     pytest.importorskip("transformers")
-    path = tmp_path / "llama.html"
+    path = tmp_path_factory.mktemp("llama") / "llama.html"
     result = invoke("inspect", "hf:llama:causal-lm", "--device", "meta", "-o", str(path))
     assert result.exit_code == 0, result.stderr[-2000:]
+    return path
+
+
+def test_llama_7b_on_meta_first_render(browser: Any, llama_page: Path) -> None:
+    """inspect hf:llama:causal-lm --device meta (6.7 B parameters): the page opens folded;
+    the first render is timed and printed (no timed assertion)."""
+    path = llama_page
     page = Page(browser, path)
     p = page.page
     try:
@@ -508,5 +519,168 @@ def test_watch_page_shows_zeros_as_the_table_does_and_totals_as_tables(
             assert "{" not in cell.inner_text(), cell.inner_text()
         steps = page.page.locator("tr[data-key='models'] > td table.nested th", has_text="steps")
         assert steps.count() >= 1
+    finally:
+        page.close()
+
+
+# -- read at a glance: wide tables, colours, values on hover, inspect's chart --------------
+
+
+def test_every_column_of_a_wide_table_is_reached_at_1280px(browser: Any, llama_page: Path) -> None:
+    """At 1280 x 800 the llama page's table, every row open and every JSON key shown, is
+    wider than its box: the box's scroll bar is on screen with its header, a wheel turned
+    sideways over it scrolls it, and its last column's header is then on screen (the
+    topmost element at its centre)."""
+    page = Page(browser, llama_page, 1280, 800)
+    p = page.page
+    try:
+        p.click("#expand-all")
+        p.check("#all-columns")  # the widest the table gets
+        box = p.locator("#rows .scroll").first
+        last = p.locator("#tree thead th").last
+        sizes = box.evaluate("b => [b.scrollWidth, b.clientWidth]")
+        assert sizes[0] > sizes[1], sizes  # wider than its box: the case to check
+        box.evaluate("b => b.scrollIntoView()")
+        frame = box.evaluate(
+            "b => { const r = b.getBoundingClientRect(); return [r.left, r.top, r.right, r.bottom]; }"
+        )
+        # the whole box, its bottom edge (the horizontal scroll bar) too, fits the window
+        assert frame[3] <= 800 and frame[2] <= 1280, frame
+        p.mouse.move((frame[0] + frame[2]) / 2, (frame[1] + frame[3]) / 2)
+        p.mouse.wheel(sizes[0], 0)
+        p.wait_for_function(
+            "() => { const b = document.querySelector('#rows .scroll');"
+            " return b.scrollLeft + b.clientWidth >= b.scrollWidth - 1; }"
+        )
+        seen = last.evaluate(
+            """th => { const r = th.getBoundingClientRect();
+                 const box = th.closest('.scroll').getBoundingClientRect();
+                 const hit = document.elementFromPoint(r.left + r.width / 2, r.top + r.height / 2);
+                 return {left: r.left, right: r.right, top: r.top, bottom: r.bottom,
+                         boxRight: box.right, hit: hit === th || th.contains(hit)}; }"""
+        )
+        assert seen["left"] >= 0 and seen["right"] <= min(1280, seen["boxRight"] + 0.5), seen
+        assert seen["top"] >= 0 and seen["bottom"] <= 800, seen
+        assert seen["hit"], (last.text_content(), seen)
+        page.check_clean()
+    finally:
+        page.close()
+
+
+MARKS = """svg => Array.from(svg.querySelectorAll('.mark')).map(m => {
+    const shape = m.tagName === 'g' ? m.querySelector('path') : m;
+    const t = Array.from(m.children).find(c => c.tagName === 'title');
+    return {series: m.dataset.series, fill: getComputedStyle(shape).fill,
+            title: t ? t.textContent : null}; })"""
+CHART_PAGES = ["inspect", "grads", "stats", "cost", "profile", "ablate", "diff", "nan", "watch"]
+
+
+@pytest.mark.parametrize("name", CHART_PAGES)
+def test_every_mark_has_a_value_on_hover_and_each_series_its_colour(
+    browser: Any, pages: dict[str, Path], name: str
+) -> None:
+    """Every bar, point, cell and area drawn has a non-empty SVG <title>; within a chart,
+    the series' fill colours differ; a totals cell shown abbreviated has its exact
+    figure as a title."""
+    page = Page(browser, pages[name])
+    try:
+        svgs = page.page.locator("figure.chart .svg > svg").all()
+        assert svgs, name
+        for svg in svgs:
+            marks = svg.evaluate(MARKS)
+            assert marks, svg.evaluate("s => s.closest('figure').id")
+            assert all(m["title"] and m["title"].strip() for m in marks), marks
+            # every group drawn with values (bars, points, cells) has its marks titled
+            bare = svg.evaluate(
+                """s => Array.from(s.querySelectorAll('[id^=hookcli-tip-]'))
+                     .filter(g => !g.classList.contains('mark') && !g.querySelector('.mark'))
+                     .map(g => g.id)"""
+            )
+            assert bare == [], bare
+            first: dict[str, str] = {}
+            for m in marks:
+                first.setdefault(m["series"], m["fill"])
+            fills = list(first.values())
+            assert len(set(fills)) == len(fills), first
+        for cell in page.page.locator("#totals td[data-v]").all():
+            value = json.loads(cell.get_attribute("data-v"))
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                text = cell.inner_text()
+                if text != str(value):
+                    assert float(cell.locator("span").get_attribute("title")) == value
+        page.check_clean()
+    finally:
+        page.close()
+
+
+def test_cost_memory_parts_have_their_own_colours(browser: Any, pages: dict[str, Path]) -> None:
+    """Saved and peak activations (the case that shared a colour) differ, and each part's
+    title carries the report's figure."""
+    page = Page(browser, pages["cost"])
+    try:
+        marks = page.page.locator("#chart-cost-memory svg").evaluate(MARKS)
+        fills = {m["series"]: m["fill"] for m in marks}
+        assert fills["saved activations"] != fills["peak activations"], fills
+        totals = page.report()["totals"]
+        for series, key in (("saved activations", "saved_bytes"),
+                            ("peak activations", "peak_activation_bytes")):  # fmt: skip
+            titles = [m["title"] for m in marks if m["series"] == series]
+            assert titles and f"({totals[key]:,} bytes)" in titles[0], (titles, totals[key])
+    finally:
+        page.close()
+
+
+def test_watch_heatmap_has_a_title_per_cell(browser: Any, pages: dict[str, Path]) -> None:
+    """One titled cell per module and logged step, each with that step's grad norm."""
+    page = Page(browser, pages["watch"])
+    try:
+        steps = [s for s in page.report()["steps"] if isinstance(s.get("modules"), dict)]
+        names = {n for s in steps for n in s["modules"]}
+        marks = page.page.locator("#chart-watch-heatmap svg").evaluate(MARKS)
+        assert len(marks) == len(names) * len(steps)
+        by_title = {m["title"] for m in marks}
+        s = steps[-1]
+        for n, entry in s["modules"].items():
+            g = entry.get("grad_norm")
+            if isinstance(g, float) and math.isfinite(g) and g > 0:
+                shown = [t for t in by_title if t.startswith(f"{n or '(root)'}, step {s['step']}:")]
+                assert len(shown) == 1
+                assert math.isclose(float(shown[0].rsplit(" ", 1)[1]), g, rel_tol=5e-4)
+    finally:
+        page.close()
+
+
+def test_inspect_chart_shows_where_the_parameters_are(browser: Any, tmp_path: Path) -> None:
+    """inspect resnet18: an icicle with an area per module with parameters; the root's
+    area holds sum(p.numel()) of the torchvision model, the modules' own parameters add
+    up to it, and each area is its own plus its children's."""
+    torchvision = pytest.importorskip("torchvision")
+    total = sum(p.numel() for p in torchvision.models.resnet18().parameters())
+    path = tmp_path / "resnet18.html"
+    result = invoke("inspect", "resnet18", "-o", str(path))
+    assert result.exit_code == 0, result.stderr[-2000:]
+    page = Page(browser, path)
+    try:
+        marks = page.page.locator("#chart-inspect-params svg").evaluate(MARKS)
+        areas: dict[str, tuple[int, int]] = {}
+        for m in marks:
+            found = re.fullmatch(r"(.+): ([\d,]+) params \(own ([\d,]+) params\)", m["title"])
+            assert found, m["title"]
+            name, sub, own = found.groups()
+            areas[name] = (int(sub.replace(",", "")), int(own.replace(",", "")))
+        assert areas["(root)"][0] == total
+        assert sum(own for _, own in areas.values()) == total
+        for name, (sub, own) in areas.items():
+            kids = [
+                v[0] for k, v in areas.items()
+                if k != "(root)" and k.rpartition(".")[0] == ("" if name == "(root)" else name)
+            ]  # fmt: skip
+            assert sub == own + sum(kids), name
+        # the areas' widths follow the parameters: the root spans what its children span
+        width = page.page.locator("#chart-inspect-params svg .mark").first.evaluate(
+            "g => g.getBBox().width"
+        )
+        assert width > 0
+        page.check_clean()
     finally:
         page.close()

@@ -37,16 +37,19 @@ MATPLOTLIB_NOTE = (
     "Charts need matplotlib, which is not installed: pip install 'hookcli[plot]' "
     "(the table and the report above are complete without it)."
 )
-BLUE, ORANGE, RED, GREY, GREEN, PURPLE = (
+BLUE, ORANGE, RED, GREY, GREEN, PURPLE, BROWN, PINK = (
     "#4878d0",
     "#ee854a",
     "#d62728",
     "#8c8c8c",
     "#6acc64",
     "#956cb4",
+    "#8c613c",
+    "#dc7ec0",
 )
 MAX_LABELLED = 120  # bars with a label each; past this, every k-th
 MAX_RANKED = 60  # ablate's and diff's ranked bars
+MAX_CELLS = 4_000  # watch's heatmap: past this, every k-th logged step
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,17 @@ def label(text: Any, limit: int = 48) -> str:
     return s
 
 
+def value_text(value: Any, none: str = "-") -> str:
+    """A figure as a hover text reads it: 12,345 / 0.1235 / 1.235e-05 / nan; ``none``
+    for a missing one."""
+    from hookcli.html.page import fmt_number
+
+    v = number(value)
+    if v is None:
+        return none
+    return fmt_number(int(v) if isinstance(value, int) else v)
+
+
 def row_label(row: Mapping[str, Any]) -> str:
     name = row.get("name")
     name = name if isinstance(name, str) and name else "(root)"
@@ -120,17 +134,116 @@ def figure(key: str, width: float, height: float) -> Iterator[Any]:
         "legend.frameon": False,
     }
     with matplotlib.rc_context(style):
-        fig = Figure(figsize=(width, height), dpi=72, layout="constrained")
+        fig: Any = Figure(figsize=(width, height), dpi=72, layout="constrained")
+        fig.hookcli_tips = []  # the hover texts ``tip`` gives, written in by ``to_svg``
         yield fig
 
 
+@dataclass(frozen=True)
+class Tip:
+    """The hover texts of one drawn artist: ``gid`` its SVG group; ``titles`` one per mark
+    (a bar: one; a scatter, a line's markers, a mesh: one per point or cell, in order);
+    ``series`` the legend entry its marks belong to."""
+
+    gid: str
+    titles: tuple[str, ...]
+    series: str
+
+
+def tip(artists: Any, titles: Sequence[str], series: str) -> None:
+    """Give every mark of ``artists`` (a bar container or list of patches: one title
+    each; a scatter, a line with markers or a mesh: one title per point or cell) its
+    hover text, written into the SVG as a ``<title>`` by ``to_svg``."""
+    many = isinstance(artists, (list, tuple)) or hasattr(artists, "patches")
+    items = list(getattr(artists, "patches", artists)) if many else [artists]
+    fig = items[0].get_figure() if items else None
+    tips = getattr(fig, "hookcli_tips", None)
+    if tips is None:
+        return
+    pairs: list[tuple[Any, tuple[str, ...]]]
+    if many:
+        pairs = [(a, (t,)) for a, t in zip(items, titles, strict=True)]
+    else:
+        pairs = [(items[0], tuple(titles))]
+    for artist, texts in pairs:
+        gid = f"hookcli-tip-{len(tips)}"
+        artist.set_gid(gid)
+        tips.append(Tip(gid, texts, series))
+
+
+_MARK = re.compile(r"<(use|path)\b([^>]*?)\s*/>")
+_GROUP = re.compile(r"<g\b|</g>")
+_TIPPED = re.compile(r'<g id="(hookcli-tip-\d+)">')
+_DEFS = re.compile(r"<defs>.*?</defs>", re.S)
+
+
+def _group_end(text: str, start: int) -> int:
+    """The index just past the ``</g>`` that closes the ``<g`` opened at ``start``."""
+    depth = 0
+    for m in _GROUP.finditer(text, start):
+        depth += 1 if m.group(0) == "<g" else -1
+        if depth == 0:
+            return m.end()
+    return len(text)
+
+
+def _titled(body: str, tip: Tip) -> str:
+    """One tipped group: a one-mark tip titles the group, a many-mark tip each ``<use>``
+    (points) or, where there is none, each ``<path>`` outside ``<defs>`` (mesh cells)."""
+    from html import escape
+
+    series = escape(tip.series)
+    opening = f'<g id="{tip.gid}">'
+    if len(tip.titles) == 1 and "<use" not in body:
+        head = f'<g id="{tip.gid}" class="mark" data-series="{series}">'
+        return head + f"<title>{escape(printable(tip.titles[0]))}</title>" + body[len(opening) :]
+    kind = "use" if "<use" in body else "path"
+    hidden = _DEFS.sub(lambda m: "\0" * len(m.group(0)), body)  # same offsets
+    titles = iter(tip.titles)
+    pieces, last = [], 0
+    for m in _MARK.finditer(hidden):
+        if m.group(1) != kind:
+            continue
+        title = next(titles, None)
+        if title is None:
+            break
+        pieces.append(body[last : m.start()])
+        pieces.append(
+            f'<{kind} class="mark" data-series="{series}"{body[m.start(2) : m.end(2)]}>'
+            f"<title>{escape(printable(title))}</title></{kind}>"
+        )
+        last = m.end()
+    pieces.append(body[last:])
+    return "".join(pieces)
+
+
+def with_titles(text: str, tips: Sequence[Tip]) -> str:
+    """The SVG with each tip's marks given ``class="mark"``, ``data-series`` (the series'
+    name) and a ``<title>`` (the value on hover)."""
+    by_gid = {t.gid: t for t in tips}
+    if not by_gid:
+        return text
+    pieces, last = [], 0
+    for m in _TIPPED.finditer(text):
+        if m.start() < last or m.group(1) not in by_gid:
+            continue
+        end = _group_end(text, m.start())
+        pieces.append(text[last : m.start()])
+        pieces.append(_titled(text[m.start() : end], by_gid[m.group(1)]))
+        last = end
+    pieces.append(text[last:])
+    return "".join(pieces)
+
+
 def to_svg(fig: Any) -> str:
-    """The figure as an ``<svg>`` element to inline: no XML prolog, no date."""
+    """The figure as an ``<svg>`` element to inline: no XML prolog, no date; every mark
+    given by ``tip`` has its ``<title>``."""
     buf = io.StringIO()
     fig.savefig(buf, format="svg", metadata={"Date": None})
     text = buf.getvalue()
     start = text.find("<svg")
     text = text[start:] if start >= 0 else text
+    text = with_titles(text, getattr(fig, "hookcli_tips", ()))
     width = re.search(r'<svg[^>]*\swidth="([\d.]+)pt"', text)
     if width and float(width.group(1)) > 1100:  # many bars: scroll, do not shrink
         text = text.replace("<svg ", '<svg class="wide" ', 1)
@@ -178,8 +291,10 @@ def log_bars(
     color: str,
     name: str,
     unused: Sequence[bool] = (),
+    labels: Sequence[str] = (),
 ) -> None:
-    """Bars on a log axis; zero, NaN/Inf and unused (no value) get markers instead."""
+    """Bars on a log axis; zero, NaN/Inf and unused (no value) get markers instead; each
+    with its ``labels`` entry and value on hover."""
     n = len(values)
     xs = range(n)
     pos = [positive(v) for v in values]
@@ -188,8 +303,12 @@ def log_bars(
     low = min(finite) if finite else 1e-8
     high = max(finite) if finite else 1.0
     bottom, top = low / 10.0, high * 10.0
+    names = list(labels) or [str(i) for i in xs]
     if shown:
-        ax.bar([i for i, _ in shown], [v for _, v in shown], color=color, width=0.8, label=name)
+        bars = ax.bar(
+            [i for i, _ in shown], [v for _, v in shown], color=color, width=0.8, label=name
+        )
+        tip(bars, [f"{names[i]}: {name} {value_text(v)}" for i, v in shown], name)
     zero = [i for i in xs if number(values[i]) == 0.0]
     bad = [i for i in xs if (v := number(values[i])) is not None and not math.isfinite(v)]
     missing = [i for i in xs if number(values[i]) is None or (unused and unused[i])]
@@ -200,7 +319,10 @@ def log_bars(
     )
     for idx, y, marker, col, text in groups:
         if idx:
-            ax.scatter(idx, [y] * len(idx), marker=marker, color=col, s=36, zorder=3, label=text)
+            dots = ax.scatter(
+                idx, [y] * len(idx), marker=marker, color=col, s=36, zorder=3, label=text
+            )
+            tip(dots, [f"{names[i]}: {name} {value_text(values[i], text)}" for i in idx], text)
     ax.set_yscale("log")
     ax.set_ylim(bottom / 3.0, top * 3.0)
     ax.set_xlim(-0.8, max(n - 0.2, 0.8))
@@ -249,12 +371,12 @@ def grads_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
 
     def draw(fig: Any) -> None:
         top, low = fig.subplots(2, 1, sharex=True)
-        log_bars(top, grad, BLUE, "grad norm", unused)
+        log_bars(top, grad, BLUE, "grad norm", unused, labels)
         top.set_ylabel("grad norm (L2)")
         parts = [f"{k} {_short(totals[k])}" for k in ("loss", "grad_norm") if k in totals]
         top.set_title("grad norm per module" + (f" ({', '.join(parts)})" if parts else ""))
         top.legend(loc="upper right")
-        log_bars(low, ratio, PURPLE, "grad / weight", unused)
+        log_bars(low, ratio, PURPLE, "grad / weight", unused, labels)
         low.set_ylabel("grad norm / weight norm")
         low.set_title("grad / weight per module")
         set_bar_labels(low, labels)
@@ -305,11 +427,11 @@ def stats_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
     def draw(fig: Any) -> None:
         a, b, c = fig.subplots(3, 1, sharex=True, height_ratios=[2, 1.3, 1])
         xs = list(range(len(rows)))
-        for values, col, name, marker in ((absmax, RED, "|max|", "^"), (std, BLUE, "std", "o")):
+        for values, col, name, marker in ((absmax, BROWN, "|max|", "^"), (std, BLUE, "std", "o")):
             pts = [(i, positive(v)) for i, v in enumerate(values)]
             pts = [(i, v) for i, v in pts if v is not None]
             if pts:
-                a.plot(
+                (line,) = a.plot(
                     [i for i, _ in pts],
                     [v for _, v in pts],
                     marker=marker,
@@ -318,21 +440,34 @@ def stats_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
                     color=col,
                     label=name,
                 )
+                tip(line, [f"{labels[i]}: {name} {value_text(v)}" for i, v in pts], name)
         a.set_yscale("log")
         if nonfinite:
             ymax = a.get_ylim()[1]
-            a.scatter(
+            bad = a.scatter(
                 nonfinite, [ymax] * len(nonfinite), marker="X", color=RED, s=30, label="NaN/Inf"
+            )
+            tip(
+                bad,
+                [
+                    f"{labels[i]}: nan {rows[i].get('nan') or 0}, inf {rows[i].get('inf') or 0}"
+                    for i in nonfinite
+                ],
+                "NaN/Inf",
             )
         a.set_title("output |max| and std (log scale)")
         a.grid(True, axis="y", alpha=0.3)
         finite_mean = [(i, v) for i, v in enumerate(mean) if v is not None and math.isfinite(v)]
         if finite_mean:
             b.plot([i for i, _ in finite_mean], [v for _, v in finite_mean], color=GREEN, lw=1)
-            b.scatter([i for i, _ in finite_mean], [v for _, v in finite_mean], color=GREEN, s=8)
+            dots = b.scatter(
+                [i for i, _ in finite_mean], [v for _, v in finite_mean], color=GREEN, s=8
+            )
+            tip(dots, [f"{labels[i]}: mean {value_text(v)}" for i, v in finite_mean], "mean")
         b.axhline(0, color=GREY, lw=0.6)
         b.set_title("output mean")
-        c.bar(xs, [z if z is not None else 0 for z in zeros], color=ORANGE, width=0.8)
+        zbars = c.bar(xs, [z if z is not None else 0 for z in zeros], color=ORANGE, width=0.8)
+        tip(zbars, [f"{labels[i]}: zeros {value_text(z)}" for i, z in enumerate(zeros)], "zeros")
         c.set_ylim(0, 1)
         c.set_title("fraction of zeros (1 = dead)")
         for ax in (a, b, c):
@@ -378,14 +513,21 @@ def cost_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]
         def draw(fig: Any) -> None:
             top, low = fig.subplots(2, 1, sharex=True)
             xs = list(range(len(per)))
-            top.bar(xs, [p[1] for p in per], color=BLUE, width=0.8, label="forward FLOPs (own)")
+            flops = top.bar(
+                xs, [p[1] for p in per], color=BLUE, width=0.8, label="forward FLOPs (own)"
+            )
+            tip(flops, [f"{p[0]}: {value_text(p[1])} FLOPs (own)" for p in per], "FLOPs")
             top.set_ylabel("FLOPs")
             top.set_title("forward FLOPs per module (its own, outside its children)")
             top.grid(True, axis="y", alpha=0.3)
             params = [p[2] / 2**20 for p in per]
             saved = [p[3] / 2**20 for p in per]
-            low.bar(xs, params, color=PURPLE, width=0.8, label="parameters")
-            low.bar(xs, saved, bottom=params, color=ORANGE, width=0.8, label="saved for backward")
+            pbars = low.bar(xs, params, color=PURPLE, width=0.8, label="parameters")
+            tip(pbars, [f"{p[0]}: parameters {_mib(p[2])}" for p in per], "parameters")
+            sbars = low.bar(
+                xs, saved, bottom=params, color=ORANGE, width=0.8, label="saved for backward"
+            )
+            tip(sbars, [f"{p[0]}: saved for backward {_mib(p[3])}" for p in per], "saved")
             low.set_ylabel("MiB")
             low.set_title("memory per module: its own parameters and saved tensors (stacked)")
             low.legend(loc="upper right")
@@ -407,7 +549,7 @@ def cost_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]
                 "grads": BLUE,
                 "optimizer state": GREEN,
                 "saved activations": ORANGE,
-                "peak activations": ORANGE,
+                "peak activations": PINK,
                 "other": "#cccccc",
             }
             seen: set[str] = set()
@@ -415,7 +557,7 @@ def cost_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]
                 left = 0.0
                 for part, value in parts:
                     mib = value / 2**20
-                    ax.barh(
+                    bar = ax.barh(
                         y,
                         mib,
                         left=left,
@@ -423,6 +565,7 @@ def cost_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]
                         label=None if part in seen else part,
                         height=0.6,
                     )
+                    tip(bar, [f"{bars[y][0]}: {part} {_mib(value)}"], part)
                     seen.add(part)
                     left += mib
                 ax.annotate(
@@ -441,6 +584,13 @@ def cost_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]
 
         out.append(chart("cost-memory", "Memory breakdown", 9.0, 2.6, draw_memory))
     return out
+
+
+def _mib(n: float) -> str:
+    """Bytes as a hover text: the byte count and render's binary size."""
+    from hookcli.render import fmt_bytes
+
+    return f"{fmt_bytes(n, binary=True)} ({int(n):,} bytes)"
 
 
 def memory_breakdown(t: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, float]], float]]:
@@ -519,9 +669,18 @@ def frames(rows: Sequence[Mapping[str, Any]], total_key: str, self_key: str) -> 
     return roots
 
 
-def icicle(ax: Any, roots: Sequence[Frame], unit: str) -> int:
+def icicle(
+    ax: Any,
+    roots: Sequence[Frame],
+    unit: str,
+    fmt: Callable[[float], str] | None = None,
+    own: str = "self",
+) -> int:
     """Draw the frames as an icicle (root on top; children left-heavy, inside their
-    parent); the colour is self / inclusive. Returns the depth drawn."""
+    parent); the colour is self / inclusive (``own``: what the self part is called);
+    each area has its figures on hover (``fmt``: a value with its unit). Returns the
+    depth drawn."""
+    show = fmt or (lambda v: f"{v:.3g} {unit}")
     from matplotlib import colormaps
 
     cmap = colormaps["YlOrRd"]
@@ -532,7 +691,7 @@ def icicle(ax: Any, roots: Sequence[Frame], unit: str) -> int:
         nonlocal deepest
         deepest = max(deepest, depth)
         share = frame.self_time / frame.total if frame.self_time is not None else 0.0
-        ax.barh(
+        area = ax.barh(
             depth,
             width,
             left=left,
@@ -541,8 +700,10 @@ def icicle(ax: Any, roots: Sequence[Frame], unit: str) -> int:
             edgecolor="white",
             linewidth=0.5,
         )
+        mine = show(frame.self_time) if frame.self_time is not None else show(0)
+        tip(area, [f"{frame.name or '(root)'}: {show(frame.total)} ({own} {mine})"], "module")
         if width / span > 0.06:
-            text = f"{label(frame.name or '(root)', 28)} {frame.total:.3g} {unit}"
+            text = f"{label(frame.name or '(root)', 28)} {show(frame.total)}"
             ax.text(
                 left + width / 2,
                 depth,
@@ -587,7 +748,7 @@ def profile_charts(data: Report, companions: Mapping[str, Report]) -> list[Secti
             from matplotlib.colors import Normalize
 
             ax = fig.subplots()
-            icicle(ax, roots, "ms")
+            icicle(ax, roots, "ms", lambda v: f"{v:.4g} ms")
             ax.set_title(f"{phase}: width = inclusive time, colour = self / inclusive")
             sm = ScalarMappable(Normalize(0, 1), colormaps["YlOrRd"])
             fig.colorbar(sm, ax=ax, label="self / inclusive", fraction=0.03, pad=0.01)
@@ -602,6 +763,34 @@ def profile_charts(data: Report, companions: Mapping[str, Report]) -> list[Secti
 
 def _depth(frame: Frame) -> int:
     return 1 + max((_depth(c) for c in frame.children), default=0)
+
+
+# -- inspect ----------------------------------------------------------------------------
+
+
+def inspect_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]:
+    """Where the parameters are: an icicle of the module tree, each module as wide as the
+    parameters of its subtree, coloured by the share that are its own."""
+    rows = [r for r in data.get("layers") or [] if isinstance(r, Mapping) and not r.get("call")]
+    roots = frames(rows, "params", "own_params")
+    title = "Where the parameters are (icicle: width = parameters of the subtree)"
+    if not roots:
+        return [Section("inspect-params", title, note="The model has no parameters.")]
+
+    def draw(fig: Any) -> None:
+        from matplotlib import colormaps
+        from matplotlib.cm import ScalarMappable
+        from matplotlib.colors import Normalize
+
+        ax = fig.subplots()
+        icicle(ax, roots, "params", lambda v: f"{int(v):,} params", own="own")
+        ax.set_title("parameters per module: width = subtree, colour = own / subtree")
+        ax.set_xlabel("parameters")
+        sm = ScalarMappable(Normalize(0, 1), colormaps["YlOrRd"])
+        fig.colorbar(sm, ax=ax, label="own / subtree", fraction=0.03, pad=0.01)
+
+    depth = max(_depth(r) for r in roots)
+    return [chart("inspect-params", title, 12.0, 1.2 + 0.38 * min(depth, 40), draw)]
 
 
 # -- ablate -----------------------------------------------------------------------------
@@ -623,14 +812,20 @@ def ablate_charts(data: Report, companions: Mapping[str, Report]) -> list[Sectio
         ys = list(range(len(shown)))
         values = [number(r.get(metric)) for r in shown]
         finite = [v if v is not None and math.isfinite(v) else 0.0 for v in values]
-        ax.barh(ys, finite, color=BLUE, height=0.7)
+        hbars = ax.barh(ys, finite, color=BLUE, height=0.7)
+        tip(
+            hbars,
+            [f"{r.get('rank', '')}. {label(r.get('name', ''))}: {metric} {value_text(v)}"
+             for r, v in zip(shown, values, strict=True)],
+            metric,
+        )  # fmt: skip
         bad = [
             i
             for i, (r, v) in enumerate(zip(shown, values, strict=True))
             if r.get("error") or v is None or not math.isfinite(v)
         ]
         if bad:
-            ax.scatter(
+            marks = ax.scatter(
                 [0] * len(bad),
                 bad,
                 marker="X",
@@ -639,6 +834,12 @@ def ablate_charts(data: Report, companions: Mapping[str, Report]) -> list[Sectio
                 zorder=3,
                 label="failed / no value",
             )
+            tip(
+                marks,
+                [f"{label(shown[i].get('name', ''))}: {shown[i].get('error') or 'no value'}"
+                 for i in bad],
+                "failed",
+            )  # fmt: skip
             ax.legend(loc="lower right")
         ax.set_yticks(ys, [f"{r.get('rank', '')}. {label(r.get('name', ''))}" for r in shown])
         ax.invert_yaxis()
@@ -685,6 +886,7 @@ def compare_charts(data: Report, companions: Mapping[str, Report]) -> list[Secti
         ax = fig.subplots()
         n = len(rows)
         series = (("rel_l2", BLUE, "propagated", -0.2), ("local_rel_l2", ORANGE, "local", 0.2))
+        names = [row_label(r) for r in rows]
         values = [positive(r.get(k)) for r in rows for k, *_ in series]
         finite = [v for v in values if v is not None and math.isfinite(v)]
         low = min(finite) if finite else 1e-8
@@ -694,12 +896,25 @@ def compare_charts(data: Report, companions: Mapping[str, Report]) -> list[Secti
             pts = [(i + dx, positive(r.get(key))) for i, r in enumerate(rows)]
             shown = [(x, v) for x, v in pts if v is not None and math.isfinite(v)]
             if shown:
-                ax.bar(
+                bars = ax.bar(
                     [x for x, _ in shown], [v for _, v in shown], width=0.4, color=color, label=name
                 )
-            zeros = [i + dx for i, r in enumerate(rows) if number(r.get(key)) == 0.0]
+                tip(
+                    bars,
+                    [f"{names[round(x - dx)]}: {name} {value_text(v)}" for x, v in shown],
+                    name,
+                )
+            zeros = [i for i, r in enumerate(rows) if number(r.get(key)) == 0.0]
             if zeros:
-                ax.scatter(zeros, [bottom] * len(zeros), marker="v", color=color, s=16, zorder=3)
+                exact = ax.scatter(
+                    [i + dx for i in zeros],
+                    [bottom] * len(zeros),
+                    marker="v",
+                    color=color,
+                    s=16,
+                    zorder=3,
+                )
+                tip(exact, [f"{names[i]}: {name} 0 (exact)" for i in zeros], f"{name} exact")
         if mark is not None:
             ax.axvline(mark, color=RED, linewidth=1.2, label="first divergence")
         ax.set_yscale("log")
@@ -738,11 +953,20 @@ def diff_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]
         def draw(fig: Any) -> None:
             ax = fig.subplots()
             ys = list(range(len(shown)))
-            ax.barh(ys, [positive(d.get("rel_diff")) for d in shown], color=RED, height=0.7)
+            bars = ax.barh(ys, [positive(d.get("rel_diff")) for d in shown], color=RED, height=0.7)
             names = [
                 label(" ".join(str(d.get(k) or "") for k in ("where", "item", "key")).strip(), 60)
                 for d in shown
             ]
+            tip(
+                bars,
+                [
+                    f"{n}: {value_text(d.get('old'))} -> {value_text(d.get('new'))}"
+                    f" (relative difference {value_text(d.get('rel_diff'))})"
+                    for n, d in zip(names, shown, strict=True)
+                ],
+                "relative difference",
+            )
             ax.set_yticks(ys, names)
             ax.invert_yaxis()
             ax.set_xscale("log")
@@ -810,12 +1034,26 @@ def watch_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
             fin = [(x, v) for x, v in pts if v is not None and math.isfinite(v)]
             bad = [x for x, v in pts if v is not None and not math.isfinite(v)]
             if fin:
-                ax.plot([x for x, _ in fin], [v for _, v in fin], color=col, lw=1.2)
+                (line,) = ax.plot(
+                    [x for x, _ in fin], [v for _, v in fin], color=col, lw=1.2, marker="o", ms=2.5
+                )
+                tip(line, [f"step {x}: {key} {value_text(v)}" for x, v in fin], key)
             if log and fin and all(v > 0 for _, v in fin):
                 log_axis(ax, [v for _, v in fin])
             if bad:
                 top = ax.get_ylim()[1]
-                ax.scatter(bad, [top] * len(bad), marker="X", color=RED, s=30, label="NaN/Inf")
+                marks = ax.scatter(
+                    bad, [top] * len(bad), marker="X", color=RED, s=30, label="NaN/Inf"
+                )
+                tip(
+                    marks,
+                    [
+                        f"step {x}: {key} {v}"
+                        for x, v in pts
+                        if v is not None and not math.isfinite(v)
+                    ],
+                    "NaN/Inf",
+                )
                 ax.legend(loc="upper right")
             ax.set_ylabel("loss" if key == "loss" else "total grad norm")
             ax.grid(True, alpha=0.3)
@@ -831,25 +1069,55 @@ def watch_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
         names = [n for n in order if isinstance(n, str) and any(n in s["modules"] for s in logged)]
         for s in logged:
             names.extend(n for n in s["modules"] if n not in names)
+        every = math.ceil(len(names) * len(logged) / MAX_CELLS)  # one titled quad per cell
+        thinned = None
+        if every > 1:
+            thinned = f"one logged step in {every}, of {len(logged)} (at most {MAX_CELLS:,} cells)"
+            logged = logged[::every]
 
         def draw_heat(fig: Any) -> None:
             import numpy as np
+            from matplotlib import colormaps
+            from matplotlib.cm import ScalarMappable
+            from matplotlib.colors import Normalize
 
-            grid = np.full((len(names), len(logged)), np.nan)
-            bad = np.zeros((len(names), len(logged), 4))
-            for j, s in enumerate(logged):
-                for i, n in enumerate(names):
-                    entry = s["modules"].get(n)
-                    v = number(entry.get("grad_norm")) if isinstance(entry, Mapping) else None
-                    if v is not None and not math.isfinite(v):
-                        bad[i, j] = (0.84, 0.15, 0.16, 1.0)
-                    elif v is not None and v > 0:
-                        grid[i, j] = math.log10(v)
-            ax = fig.subplots()
-            im = ax.imshow(grid, aspect="auto", interpolation="nearest", cmap="viridis")
-            ax.imshow(bad, aspect="auto", interpolation="nearest")
-            fig.colorbar(im, ax=ax, label="log10 grad norm", fraction=0.03, pad=0.01)
+            # one quad per cell, coloured by hand (a value, grey: no gradient, red: NaN/Inf)
+            # so that each has its own title
+            values: list[list[float | None]] = [
+                [
+                    number(entry.get("grad_norm")) if isinstance(entry, Mapping) else None
+                    for entry in (s["modules"].get(n) for s in logged)
+                ]
+                for n in names
+            ]
+            logs = [
+                math.log10(v) for row in values for v in row if v and v > 0 and math.isfinite(v)
+            ]
+            norm = Normalize(min(logs, default=0.0), max(logs, default=1.0))
+            cmap = colormaps["viridis"]
+            colours, titles = [], []
             cols = [s["step"] for s in logged]
+            for n, row in zip(names, values, strict=True):
+                for step, v in zip(cols, row, strict=True):
+                    if v is None or v <= 0:
+                        colours.append((0.88, 0.88, 0.88, 1.0))
+                    elif not math.isfinite(v):
+                        colours.append((0.84, 0.15, 0.16, 1.0))
+                    else:
+                        colours.append(cmap(norm(math.log10(v))))
+                    shown = "no gradient" if v is None else value_text(v)
+                    titles.append(f"{n or '(root)'}, step {step}: grad norm {shown}")
+            ax = fig.subplots()
+            xs = np.arange(len(logged) + 1) - 0.5
+            ys = np.arange(len(names) + 1) - 0.5
+            mesh = ax.pcolormesh(xs, ys, np.zeros((len(names), len(logged))))
+            mesh.set_array(None)
+            mesh.set_facecolor(colours)
+            mesh.set_edgecolor("face")
+            tip(mesh, titles, "grad norm")
+            ax.set_ylim(len(names) - 0.5, -0.5)
+            sm = ScalarMappable(norm, cmap)
+            fig.colorbar(sm, ax=ax, label="log10 grad norm", fraction=0.03, pad=0.01)
             step = max(1, math.ceil(len(cols) / 20))
             ax.set_xticks(range(0, len(cols), step), [str(c) for c in cols[::step]])
             rstep = max(1, math.ceil(len(names) / 60))
@@ -862,13 +1130,15 @@ def watch_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
             ax.set_title("grad norm per module and step (grey: no gradient, red: NaN/Inf)")
 
         height = min(max(3.0, 0.16 * len(names) + 1.5), 30.0)
-        out.append(
-            chart("watch-heatmap", "Modules x steps: log10 grad norm", 11.0, height, draw_heat)
-        )
+        heat = chart("watch-heatmap", "Modules x steps: log10 grad norm", 11.0, height, draw_heat)
+        if thinned and heat.svg:
+            heat = Section(heat.key, heat.title, heat.svg, heat.widget, f"Shown: {thinned}.")
+        out.append(heat)
     return out
 
 
 CHARTS: dict[str, ChartFn] = {
+    "inspect": inspect_charts,
     "grads": grads_charts,
     "stats": stats_charts,
     "cost": cost_charts,

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
+from hookcli.render import fmt_bytes, fmt_pct
 from hookcli.report import Column, Report
 
 # The report's lists whose rows are modules in call order (a parent before its children):
@@ -116,14 +117,6 @@ def fmt_number(value: float | int) -> str:
     return f"{value:.3e}"
 
 
-def fmt_bytes(n: int) -> str:
-    """512 B, 12.50 KiB, 1.50 GiB."""
-    for unit, scale in (("TiB", 2**40), ("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if abs(n) >= scale:
-            return f"{n / scale:,.2f} {unit}"
-    return f"{n} B"
-
-
 def fmt_value(value: Any, key: str = "") -> str:
     """A header or totals cell: numbers short, bytes also in KiB/MiB, lists joined."""
     if value is None:
@@ -133,7 +126,7 @@ def fmt_value(value: Any, key: str = "") -> str:
     if isinstance(value, (int, float)):
         text = fmt_number(value)
         if key.endswith("bytes") and isinstance(value, int) and abs(value) >= 1024:
-            text += f" ({fmt_bytes(value)})"
+            text += f" ({fmt_bytes(value, binary=True)})"
         return text
     if isinstance(value, str):
         return value
@@ -161,7 +154,11 @@ def nested_html(value: Any, key: str = "", depth: int = 0) -> Any:
     from markupsafe import Markup, escape
 
     if _flat(value) or depth > 4:
-        return escape(fmt_value(value, key))
+        text = fmt_value(value, key)
+        exact = _exact(value)
+        if exact is not None and exact != text:  # abbreviated: the exact figure on hover
+            return Markup(f'<span title="{escape(exact)}">{escape(text)}</span>')
+        return escape(text)
     if isinstance(value, Mapping):
         if not value:
             return escape("-")
@@ -190,6 +187,13 @@ def nested_html(value: Any, key: str = "", depth: int = 0) -> Any:
         items = "".join(f"<li>{nested_html(v, key, depth + 1)}</li>" for v in value)
         return Markup(f'<ul class="nested">{items}</ul>')
     return escape(fmt_value(value, key))
+
+
+def _exact(value: Any) -> str | None:
+    """A number's exact text (the title of a cell that shows it abbreviated); None else."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return str(value)
 
 
 def _inputs_text(inputs: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -251,16 +255,13 @@ def page_config(
     keys = _row_keys(data.get(primary) or [])
     trees = {name: _tree_kind(name, data.get(name) or []) for name in lists}
     hidden = TREE_KEYS if trees.get(primary) else ()  # the tree column shows them
-    # hookcli.render's fmt_pct, looked up rather than imported (render imports this
-    # package: an import would be a circle); a report's columns come from render's users
-    fmt_pct = getattr(sys.modules.get("hookcli.render"), "fmt_pct", None)
     shown: list[list[str]] = []
     percent: list[str] = []  # keys the table shows as a percentage of a fraction
     for c in columns:
         key, header = JSON_COLUMNS.get(c.key, (c.key, c.header))
         if key in keys and key not in hidden and [key, header] not in shown:
             shown.append([key, header])
-            if fmt_pct is not None and c.fmt is fmt_pct:
+            if c.fmt is fmt_pct:
                 percent.append(key)
     return {
         "primary": primary,
