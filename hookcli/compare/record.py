@@ -158,7 +158,8 @@ class Measure(Probe):
     (``partner``: B's (name, call) -> A's call index) has its outputs compared with A's
     copies the moment it returns, and nothing of B's is kept; with ``keep_rest`` a call
     without a known partner keeps a copy of its outputs (measured once the alignment is
-    known). With ``ref_inputs``, each such call's inputs are also tested against A's
+    known) and its inputs by reference (read later only if no in-place op changed them).
+    With ``ref_inputs``, each call with a partner has its inputs tested against A's
     (``in_diverged``: did the call start from values that already differ), until the
     first output that diverged: the first divergence's walk up looks no later."""
 
@@ -179,21 +180,32 @@ class Measure(Probe):
         self.keep_rest = keep_rest
         self.diffs: dict[int, tuple[int, Any]] = {}  # B's call -> (A's call, CallDiff)
         self.outputs: dict[int, list[torch.Tensor]] = {}  # copies, calls with no partner
-        self.in_diverged: dict[int, bool] = {}
+        self.in_diverged: dict[int, tuple[int, bool]] = {}  # B's call -> (A's call, differs)
+        self.input_refs: dict[int, tuple[list[torch.Tensor], list[int]]] = {}
         self.seen_divergence = False
         # a tensor measured already (a container's output that is its last child's, the
         # same object, unchanged): (A's copy, weak B, B's version) -> its figures
         self._done: dict[tuple[int, int, int], tuple[Any, int, Any]] = {}
 
     def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
-        if self.ref_inputs is None or self.seen_divergence:
-            return
         i = self.partner.get((frame.name, frame.call))
-        ref = None if i is None else self.ref_inputs.get(i)
-        if ref is None:
+        if i is None and self.keep_rest:
+            refs = [t.detach() for obj in (args, kwargs) for t in iter_tensors(obj)]
+            if not any(t.is_inference() for t in refs):
+                self.input_refs[frame.index] = (refs, [t._version for t in refs])
+        if self.ref_inputs is None or self.seen_divergence or i is None:
             return
-        own = [t for obj in (args, kwargs) for t in iter_tensors(obj)]
-        self.in_diverged[frame.index] = _diverged(ref, own, self.rtol, self.atol)
+        ref = self.ref_inputs.get(i)
+        if ref is not None:
+            own = [t for obj in (args, kwargs) for t in iter_tensors(obj)]
+            self.in_diverged[frame.index] = (i, diverged(ref, own, self.rtol, self.atol))
+
+    def unchanged_inputs(self, index: int) -> list[torch.Tensor] | None:
+        """A call's inputs kept by reference, if nothing changed them in place since."""
+        kept = self.input_refs.get(index)
+        if kept is None or [t._version for t in kept[0]] != kept[1]:
+            return None
+        return kept[0]
 
     def on_forward(
         self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
@@ -232,7 +244,7 @@ class Measure(Probe):
             self.seen_divergence = True
 
 
-def _diverged(
+def diverged(
     ref: list[torch.Tensor], own: list[torch.Tensor], rtol: float | None, atol: float | None
 ) -> bool:
     """Whether B's tensors differ from A's beyond the tolerance (equal ones: one pass)."""

@@ -87,7 +87,7 @@ class Pass:
     param_grads: dict[str, Any] = field(default_factory=dict)  # qualified name -> grad copy
     loss: float | None = None
     measured: dict[int, tuple[int, CallDiff]] = field(default_factory=dict)  # B's call ->
-    in_diverged: dict[int, bool] = field(default_factory=dict)  # B's call -> input differs
+    in_diverged: dict[int, tuple[int, bool]] = field(default_factory=dict)  # B's call ->
     diffs: dict[int, CallDiff] | None = None  # A's call -> the figures, once final
 
 
@@ -216,10 +216,12 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
     args_b, kwargs_b = b_inputs(a.prepared, b.vs, _device(b))
     loss = (plan.loss or "sum") if plan.backward and not meta else None
     pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
-    foreseen = None if meta else _measure(_foreseen(pa, plan), pa, plan, True)
+    # (with --copy-weights this pass only finds B's calls: B is measured with A's weights)
+    foreseen = None if meta or plan.copy_weights else _measure(_foreseen(pa, plan), pa, plan)
     pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=foreseen)
-    if foreseen is not None:
-        pb.outputs = foreseen.outputs  # the copies of calls with no partner foreseen
+    if foreseen is not None:  # the calls with no partner foreseen: their copies, inputs
+        pb.outputs = foreseen.outputs
+        pb.inputs = {j: refs for j in foreseen.input_refs if (refs := foreseen.unchanged_inputs(j))}
     infos_a, infos_b = _infos(pa.records), _infos(pb.records)
     alignment = align(infos_a, infos_b, plan.rules, plan.align)
     if not alignment.pairs:
@@ -245,7 +247,7 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
         if meta:
             raise UsageError("--copy-weights needs values: --device meta holds shapes only")
         copied = copy_weights(a.model, b.model, module_pairs)
-        known = _measure(_partners(alignment, by_b), pa, plan, False)
+        known = _measure(_partners(alignment, by_b), pa, plan, keep_rest=False)
         pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=known)  # A's weights
         infos_b2 = _infos(pb.records)
         if [(c.name, c.call) for c in infos_b2] != [(c.name, c.call) for c in infos_b]:
@@ -276,7 +278,13 @@ def _partners(alignment: Alignment, by_b: Mapping[int, Any]) -> dict[tuple[str, 
     return {(by_b[j].name, by_b[j].call): i for i, j in alignment.pairs.items()}
 
 
-def _measure(partner: Mapping[tuple[str, int], int], pa: Pass, plan: Plan, first: bool) -> Any:
+def _measure(
+    partner: Mapping[tuple[str, int], int],
+    pa: Pass,
+    plan: Plan,
+    keep_rest: bool = True,
+    inputs: bool = True,
+) -> Any:
     from hookcli.compare.record import Measure
 
     return Measure(
@@ -284,8 +292,8 @@ def _measure(partner: Mapping[tuple[str, int], int], pa: Pass, plan: Plan, first
         pa.outputs,
         plan.rtol,
         plan.atol,
-        ref_inputs=pa.inputs if first else None,
-        keep_rest=first,
+        ref_inputs=pa.inputs if inputs else None,
+        keep_rest=keep_rest,
     )
 
 
@@ -304,6 +312,7 @@ def _settle(
     alignment paired otherwise than foreseen, with no copy, is measured in one more pass
     of B that keeps those calls' outputs alone."""
     from hookcli.compare.metrics import call_diff
+    from hookcli.compare.record import diverged
 
     out: dict[int, CallDiff] = {}
     missing: dict[int, int] = {}
@@ -313,14 +322,25 @@ def _settle(
             out[i] = measured[1]
         elif j in pb.outputs and i in pa.outputs:
             out[i] = call_diff(pa.outputs[i], pb.outputs[j], plan.rtol, plan.atol)
+            if j in pb.inputs and i in pa.inputs:
+                ins = diverged(pa.inputs[i], pb.inputs[j], plan.rtol, plan.atol)
+                pb.in_diverged[j] = (i, ins)
         elif i in pa.outputs:
             missing[j] = i
-    pb.outputs = {}
+    pb.outputs, pb.inputs = {}, {}
     if missing:
-        extra = _run_pass(b, args_b, kwargs_b, mode, keep=set(missing))
-        for j, i in missing.items():
-            if j in extra.outputs:
-                out[i] = call_diff(pa.outputs[i], extra.outputs[j], plan.rtol, plan.atol)
+        by_b = {r.index: r for r in pb.records}
+        partner = {(by_b[j].name, by_b[j].call): i for j, i in missing.items()}
+        extra = _run_pass(
+            b,
+            args_b,
+            kwargs_b,
+            mode,
+            keep=set(),
+            measure=_measure(partner, pa, plan, keep_rest=False),
+        )
+        out.update({i: d for i, d in extra.measured.values()})
+        pb.in_diverged.update(extra.in_diverged)
     pb.measured = {}
     return out
 
@@ -357,7 +377,7 @@ def _local_passes(
             if i in pa.inputs
         }
         partner = {(by_b[j].name, by_b[j].call): i for i, j in pairs.items()}
-        measure = _measure(partner, pa, plan, False)
+        measure = _measure(partner, pa, plan, keep_rest=False, inputs=False)
         p = _run_pass(b, args_b, kwargs_b, mode, sources=sources, keep=set(), measure=measure)
         del sources
         diffs.update({i: d for i, d in p.measured.values()})
@@ -465,8 +485,9 @@ def _input_diverged(i: int, pa: Pass, pb: Pass | None, alignment: Alignment, pla
     from hookcli.compare.metrics import call_diff
 
     j = alignment.pairs.get(i)
-    if pb is not None and j is not None and j in pb.in_diverged:  # tested as B ran
-        return pb.in_diverged[j]
+    tested = None if pb is None or j is None else pb.in_diverged.get(j)
+    if tested is not None and tested[0] == i:  # tested as B ran
+        return tested[1]
     if pb is None or j is None or i not in pa.inputs or j not in pb.inputs:
         return False
     return call_diff(pa.inputs[i], pb.inputs[j], plan.rtol, plan.atol).diverged
