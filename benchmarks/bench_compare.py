@@ -1,77 +1,99 @@
 """compare's cost, per mode, against its floor: two bare forwards plus one read of every
-module output.
+module output; and its peak memory against the larger model's forward.
 
 ``hookcli.compare(a, b, x)`` (the Python twin: the same runner as the command) on a model
-and its copy (``b`` = ``copy.deepcopy(a)``: every error is 0, the work is the same),
+and a copy of it with its first weight scaled by 1 + 1e-3 (so every output from there on
+differs and each figure takes its full path, as in a real comparison):
 
 1. propagated mode alone (A's pass, B's pass, the per-call figures);
-2. both modes (the report compare prints: propagated and the local passes, one per
-   module depth);
+2. local mode alone: the time of both modes minus propagated's, against the same floor
+   (its B passes, one per module depth, and their figures; A's pass is propagated's);
+3. both modes (the report compare prints).
 
-each against the floor: A's and B's bare ``inference_mode`` forwards, with a forward hook
-on every module of B that reads each output tensor once (``t.sum()``). Target <= 1.15
-per mode. Also the process's peak RSS (``ru_maxrss``) after the runs, against the peak
-after the bare forwards alone, and the CPU, threads and torch that the figures were taken
-on. Interleaved rounds, median of the per-round ratios. resnet18, eval, 1x3x224x224
-unless ``--model``/``--batch``/``--size``; ``--model gpt`` is a 4-layer GPT-2-shaped
-decoder (tests/test_compare_models.py's ``Decoder``, d=768, 12 heads, 128 tokens).
+The floor: A's and B's bare ``inference_mode`` forwards, with a forward hook on every
+module of both that reads each output tensor once (one ``torch.sum``). Target <= 1.15
+per mode. Interleaved rounds (the order rotates each round); the median of the per-round
+ratios, and their spread (min..max).
+
+Memory: each case in a fresh subprocess (``--peak CASE``), which builds both models and
+runs the case once; its peak RSS (``VmHWM``) against the case ``forward`` (both
+models built, the larger model's bare forward). The target: an excess no larger than one
+copy of the largest module output (measured by hooks, printed beside it).
+
+Models: ``resnet50`` (torchvision, eval, b8 3x224x224 unless ``--batch``/``--size``)
+and ``gpt2`` (transformers' GPT2LMHeadModel at GPT-2 small's shape: 12 layers, 768 wide,
+12 heads, random weights; b1, ``--seq`` 64 tokens). ``--model`` picks one (default both).
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import functools
+import json
+import os
 import resource
+import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.common import benchmark, interleave, record, rounds, smoke
+from benchmarks.common import benchmark, cpu_model, record, rounds, smoke
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
-def _model(name: str, batch: int, size: int) -> tuple[Any, Any]:
+def _models(name: str, batch: int, size: int, seq: int) -> tuple[Any, Any, Any]:
+    """A, B (A's copy, first weight scaled by 1 + 1e-3) and the input."""
+    import copy
+
     import torch
 
     torch.manual_seed(0)
-    if name == "gpt":
-        from tests.test_compare_models import Decoder
+    if name == "gpt2":
+        from transformers import GPT2Config, GPT2LMHeadModel
 
-        seq = 16 if smoke() else 128
-        d = 64 if smoke() else 768
-        model = Decoder(vocab=1000, d=d, heads=12 if d % 12 == 0 else 4, n_layer=4, seq=seq)
-        return model.eval(), torch.randint(0, 1000, (batch, seq))
-    import torchvision
+        small = smoke()
+        config = GPT2Config(
+            n_layer=2 if small else 12,
+            n_embd=64 if small else 768,
+            n_head=4 if small else 12,
+            n_positions=max(seq, 64),
+            vocab_size=1000 if small else 50257,
+        )
+        model = GPT2LMHeadModel(config).eval()
+        x: Any = torch.randint(0, config.vocab_size, (batch, seq))
+    else:
+        import torchvision
 
-    model = torchvision.models.get_model(name, weights=None).eval()
-    return model, torch.randn(batch, 3, size, size)
+        model = torchvision.models.get_model(name, weights=None).eval()
+        x = torch.randn(batch, 3, size, size)
+    other = copy.deepcopy(model)
+    with torch.no_grad():
+        next(other.parameters()).mul_(1 + 1e-3)
+    return model, other, x
 
 
-def _peak_mib() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+def _read_hooks(models: tuple[Any, ...]) -> list[Any]:
+    from hookcli.structures import iter_tensors
+
+    def read(mod: Any, args: Any, out: Any) -> None:
+        for t in iter_tensors(out):
+            t.sum()
+
+    return [m.register_forward_hook(read) for model in models for m in model.modules()]
 
 
-def measure(name: str, batch: int, size: int, repeats: int) -> dict[str, Any]:
+def _cases(a: Any, b: Any, x: Any) -> dict[str, Any]:
     import torch
 
     import hookcli
-    from hookcli.compare import runner
-
-    a, x = _model(name, batch, size)
-    b = copy.deepcopy(a)
 
     def floor() -> None:
-        def read(mod: Any, args: Any, out: Any) -> None:
-            if isinstance(out, torch.Tensor):
-                out.sum()
-            elif isinstance(out, (tuple, list)):
-                for t in out:
-                    if isinstance(t, torch.Tensor):
-                        t.sum()
-
-        handles = [m.register_forward_hook(read) for m in b.modules()]
+        handles = _read_hooks((a, b))
         try:
             with torch.inference_mode():
                 a(x)
@@ -80,7 +102,13 @@ def measure(name: str, batch: int, size: int, repeats: int) -> dict[str, Any]:
             for h in handles:
                 h.remove()
 
+    def forward() -> None:
+        with torch.inference_mode():
+            a(x)
+
     def propagated() -> None:
+        from hookcli.compare import runner
+
         real = runner.Plan
         runner.Plan = functools.partial(real, local=False)  # type: ignore[misc]
         try:
@@ -91,62 +119,159 @@ def measure(name: str, batch: int, size: int, repeats: int) -> dict[str, Any]:
     def both() -> None:
         hookcli.compare(a, b, (x,))
 
-    floor()
-    base = _peak_mib()
-    res = interleave({"bare": floor, "propagated": propagated, "both": both}, rounds(repeats))
-    return {
-        "name": name,
-        "batch": batch,
-        "size": size,
-        "res": res,
-        "base": base,
-        "peak": _peak_mib(),
-    }
+    return {"bare": floor, "forward": forward, "propagated": propagated, "both": both}
 
 
-def report(r: dict[str, Any]) -> None:
+def _largest_output(a: Any, x: Any) -> int:
     import torch
 
-    res = r["res"]
-    what = f"{r['name']} b{r['batch']}" + (f" {r['size']}px" if r["name"] != "gpt" else "")
+    from hookcli.structures import iter_tensors
+
+    sizes = [0]
+
+    def hook(mod: Any, args: Any, out: Any) -> None:
+        sizes.extend(t.numel() * t.element_size() for t in iter_tensors(out))
+
+    handles = [m.register_forward_hook(hook) for m in a.modules()]
+    try:
+        with torch.inference_mode():
+            a(x)
+    finally:
+        for h in handles:
+            h.remove()
+    return max(sizes)
+
+
+def _hwm_mib() -> float:
+    """This process's peak RSS (VmHWM: unlike ``ru_maxrss``, not inherited from the
+    parent across fork and exec)."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024.0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def peak_child(args: argparse.Namespace) -> None:
+    """(In a fresh process) build, run one case once, print the peak RSS in MiB."""
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    a, b, x = _models(args.model, args.batch, args.size, args.seq)
+    case = _cases(a, b, x)[args.peak]
+    built = _hwm_mib()
+    case()
+    peak = _hwm_mib()
+    out = {"built": built, "peak": peak}
+    if args.peak == "forward":
+        out["largest"] = _largest_output(a, x) / 2**20
+    print(json.dumps(out))
+
+
+def _peak(args: argparse.Namespace, case: str) -> dict[str, float]:
+    cmd = [
+        sys.executable, str(Path(__file__).resolve()), "--peak", case, "--model", args.model,
+        "--batch", str(args.batch), "--size", str(args.size), "--seq", str(args.seq),
+    ]  # fmt: skip
+    if args.threads:
+        cmd += ["--threads", str(args.threads)]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=True, cwd=ROOT)
+    return json.loads(done.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def measure(args: argparse.Namespace) -> None:
+    import torch
+
+    a, b, x = _models(args.model, args.batch, args.size, args.seq)
+    cases = _cases(a, b, x)
+    names = ["bare", "propagated", "both"]
+    for name in names:  # warm-up
+        cases[name]()
+    wall: dict[str, list[float]] = {k: [] for k in names}
+    for r in range(rounds(args.repeats)):
+        for k in names[r % 3 :] + names[: r % 3]:
+            t0 = time.perf_counter()
+            cases[k]()
+            wall[k].append(time.perf_counter() - t0)
+    ratios = {
+        "propagated": [p / f for p, f in zip(wall["propagated"], wall["bare"], strict=True)],
+        "local": [
+            (t - p) / f
+            for t, p, f in zip(wall["both"], wall["propagated"], wall["bare"], strict=True)
+        ],
+        "both": [t / f for t, f in zip(wall["both"], wall["bare"], strict=True)],
+    }
+    what = (
+        f"gpt2-small shape b{args.batch} {args.seq} tokens"
+        if args.model == "gpt2"
+        else f"{args.model} b{args.batch} 3x{args.size}x{args.size}"
+    )
+    load = os.getloadavg()[0]
     print(
-        f"compare {what}, torch {torch.__version__}, {torch.get_num_threads()} threads: floor "
-        f"(2 bare forwards + one read of every output) {res['bare']['wall']:.3f} s; "
-        f"propagated {res['propagated']['wall']:.3f} s (ratio {res['propagated']['ratio']:.3f}); "
-        f"both modes {res['both']['wall']:.3f} s (ratio {res['both']['ratio']:.3f}); "
-        f"target <= 1.15 per mode",
+        f"compare {what}; CPU {cpu_model()}, {os.cpu_count()} cores, torch "
+        f"{torch.__version__}, {torch.get_num_threads()} threads, load {load:.1f}; "
+        f"{len(wall['bare'])} interleaved rounds",
         flush=True,
     )
     print(
-        f"peak RSS: {r['peak']:.0f} MiB after compare vs {r['base']:.0f} MiB after the bare "
-        "forwards",
+        f"  floor (2 bare forwards + one sum of every module output): median "
+        f"{statistics.median(wall['bare']):.2f} s",
         flush=True,
     )
-    for mode in ("propagated", "both"):
+    for mode, rs in ratios.items():
+        med = statistics.median(rs)
+        print(
+            f"  {mode:<10} ratio to the floor: median {med:.2f} (rounds {min(rs):.2f}..."
+            f"{max(rs):.2f}); target <= 1.15 per mode",
+            flush=True,
+        )
         record(
-            f"compare_{r['name']}_{mode}",
-            res[mode]["ratio"],
-            what=f"`compare` {mode}, {what}, vs 2 bare forwards + a read",
-            target="<= 1.15",
+            f"compare_{args.model}_{mode}",
+            med,
+            what=f"`compare` {mode}, {what}, vs 2 bare forwards + one read of every output",
+            target="<= 1.15" if mode != "both" else "-",
+        )
+    fwd = _peak(args, "forward")
+    for case in ("propagated", "both"):
+        p = _peak(args, case)
+        excess = p["peak"] - fwd["peak"]
+        print(
+            f"  peak RSS {case}: {p['peak']:.0f} MiB against {fwd['peak']:.0f} MiB for the "
+            f"forward ({fwd['built']:.0f} MiB once both are built): +{excess:.0f} MiB, "
+            f"{excess / max(fwd['largest'], 1e-9):.1f} x the largest output "
+            f"({fwd['largest']:.1f} MiB); target <= 1 x",
+            flush=True,
         )
 
 
 @benchmark
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--model", default="resnet18", help="a torchvision name, or gpt")
-    parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument("--model", default=None, help="resnet50 (or a torchvision name), gpt2")
+    parser.add_argument("--batch", type=int, default=None, help="8 for resnet50, 1 for gpt2")
     parser.add_argument("--size", type=int, default=224)
+    parser.add_argument("--seq", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads")
+    parser.add_argument("--peak", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv if argv is not None else [])
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
     if smoke():
-        args.size = 32
-    report(measure(args.model, args.batch, args.size, args.repeats))
+        args.size, args.seq = 32, 8
+    models = [args.model] if args.model else ["resnet50", "gpt2"]
+    for model in models:
+        run = argparse.Namespace(**vars(args))
+        run.model = model
+        if run.batch is None:
+            run.batch = 1 if model == "gpt2" or smoke() else 8
+        if args.peak:
+            peak_child(run)
+            return
+        if args.threads:
+            import torch
+
+            torch.set_num_threads(args.threads)
+        measure(run)
 
 
 if __name__ == "__main__":

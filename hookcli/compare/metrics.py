@@ -1,7 +1,9 @@
 """Per output tensor: how far B's value is from A's (A is the reference).
 
 Every figure is computed in float64 from the two tensors as they are (B's cast to
-float64 on A's device), so it does not depend on the dtype either side ran in:
+float64 on A's device), so it does not depend on the dtype either side ran in. One sweep
+over the pair, a chunk at a time, gives them all (sums of squares of a, b and b - a,
+dot(a, b), max |b - a|, the non-finite and mismatched counts):
 
     max_abs  = max |b - a|
     rel_l2   = ||b - a|| / ||a||          (0 when both are zero, inf when only a is)
@@ -105,6 +107,61 @@ def _ratio(num: float, den: float, both_zero: float, den_zero: float) -> float:
     return both_zero if num == 0 else den_zero
 
 
+_CHUNK = 1 << 16  # elements per step: the float64 buffers stay small, reused and in cache
+
+
+def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float]:
+    """The figures of one pair in one sweep over it, a chunk at a time: sums of squares
+    of a, b and b - a, dot(a, b), max |b - a| and where, the non-finite and mismatched
+    counts. Each chunk is cast to float64 once, into buffers reused from chunk to chunk:
+    nothing as large as the pair is made."""
+    import torch
+
+    af, bf = a.reshape(-1), b.reshape(-1)
+    numel = af.numel()
+    size = min(numel, _CHUNK)
+    bufs = torch.empty((3, size), dtype=torch.float64, device=af.device)
+    flags = torch.empty(size, dtype=torch.bool, device=af.device)
+    sq_a = sq_b = sq_d = dot = 0.0
+    bad = nfa = nfb = 0
+    best, best_at, best_raw = -1.0, 0, 0.0
+    for start in range(0, numel, _CHUNK):
+        n = min(_CHUNK, numel - start)
+        a64, b64, d = bufs[0, :n], bufs[1, :n], bufs[2, :n]
+        a64.copy_(af[start : start + n])
+        b64.copy_(bf[start : start + n])
+        torch.sub(b64, a64, out=d)
+        sums = torch.stack(
+            [torch.dot(a64, a64), torch.dot(b64, b64), torch.dot(a64, b64), torch.dot(d, d)]
+        )
+        absd = d.abs_()
+        s = sums.tolist()
+        if all(math.isfinite(v) for v in s):  # (float64 sums of these values: finite
+            # exactly when every element is) the common case
+            k = int(absd.argmax())
+            raw = key = float(absd[k])
+            n_bad = 0
+            if raw > at:  # else no element can pass atol + rtol * |a|
+                a64.abs_().mul_(rt)
+                torch.sub(absd, a64, out=a64)
+                n_bad = int(torch.gt(a64, at, out=flags[:n]).sum())
+            n_fa = n_fb = 0
+        else:  # NaN or Inf somewhere: as isclose(b, a, equal_nan=True) decides
+            k = int(torch.where(torch.isnan(absd), math.inf, absd).argmax())
+            raw = float(absd[k])
+            key = math.inf if math.isnan(raw) else raw
+            n_bad = int((~torch.isclose(b64, a64, rtol=rt, atol=at, equal_nan=True)).sum())
+            n_fa = int((~torch.isfinite(a64)).sum())
+            n_fb = int((~torch.isfinite(b64)).sum())
+        sq_a, sq_b, dot, sq_d = sq_a + s[0], sq_b + s[1], dot + s[2], sq_d + s[3]
+        bad, nfa, nfb = bad + n_bad, nfa + n_fa, nfb + n_fb
+        if key > best:
+            best, best_at, best_raw = key, start + k, raw
+    va = float(af[best_at].to(torch.float64))
+    vb = float(bf[best_at].to(torch.float64))
+    return [best_raw, sq_a, sq_b, sq_d, dot, nfa, nfb, bad, va, vb, best_at]
+
+
 def tensor_diff(
     index: int,
     a: torch.Tensor | None,
@@ -138,49 +195,13 @@ def tensor_diff(
         b = b.reshape(a.shape)  # the same values, a leading (or inner) 1 more or less
     if a.is_meta or b.is_meta:
         return TensorDiff(**base, rtol=rt, atol=at)
+    if a.numel() == 0:
+        return TensorDiff(**base, rtol=rt, atol=at, max_abs=0.0, rel_l2=0.0, cosine=1.0,
+                          sqnr_db=math.inf)  # fmt: skip
     with torch.no_grad():
-        a64 = a.detach().to(torch.float64).flatten()
-        b64 = b.detach().to(device=a64.device, dtype=torch.float64).flatten()
-        diff = b64 - a64
-        numel = diff.numel()
-        if numel == 0:
-            return TensorDiff(**base, rtol=rt, atol=at, max_abs=0.0, rel_l2=0.0, cosine=1.0,
-                              sqnr_db=math.inf)  # fmt: skip
-        absd = diff.abs_()
-        norms = torch.stack(
-            [
-                torch.linalg.vector_norm(a64),
-                torch.linalg.vector_norm(b64),
-                torch.linalg.vector_norm(absd),
-            ]
-        )
-        if bool(torch.isfinite(norms).all()):  # (float64 norms of these values: finite
-            # exactly when every element is) the common case, a few passes over memory
-            worst_at = absd.argmax()
-            bad_count = torch.gt(absd - rt * a64.abs(), at).sum()
-            nfa = nfb = torch.zeros((), dtype=torch.int64, device=a64.device)
-        else:  # NaN or Inf somewhere: as isclose(b, a, equal_nan=True) decides
-            worst_at = torch.where(torch.isnan(absd), math.inf, absd).argmax()
-            ok = torch.isclose(b64, a64, rtol=rt, atol=at, equal_nan=True)
-            bad_count = (~ok).sum()
-            nfa = (~torch.isfinite(a64)).sum()
-            nfb = (~torch.isfinite(b64)).sum()
-        figures = torch.stack(
-            [
-                absd[worst_at],
-                norms[0],
-                norms[1],
-                norms[2],
-                torch.dot(a64, b64),
-                nfa.to(torch.float64),
-                nfb.to(torch.float64),
-                bad_count.to(torch.float64),
-                a64[worst_at],
-                b64[worst_at],
-                worst_at.to(torch.float64),
-            ]
-        ).tolist()
-    max_abs, na, nb, nd, dot, nfa, nfb, bad, va, vb, k = figures
+        figures = _reduce(a.detach(), b.detach(), rt, at)
+    max_abs, sq_a, sq_b, sq_d, dot, nfa, nfb, bad, va, vb, k = figures
+    na, nb, nd = math.sqrt(sq_a), math.sqrt(sq_b), math.sqrt(sq_d)
     rel = _ratio(nd, na, 0.0, math.inf)
     cosine = dot / (na * nb) if na > 0 and nb > 0 else (1.0 if na == nb == 0 else 0.0)
     if nd == 0 or math.isnan(nd):

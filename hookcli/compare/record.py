@@ -151,3 +151,119 @@ class Substitute(Probe):
             return new_args, new_kwargs
 
         return hook
+
+
+class Measure(Probe):
+    """B's side of a pass, measured as it runs: each call whose partner in A is known
+    (``partner``: B's (name, call) -> A's call index) has its outputs compared with A's
+    copies the moment it returns, and nothing of B's is kept; with ``keep_rest`` a call
+    without a known partner keeps a copy of its outputs (measured once the alignment is
+    known) and its inputs by reference (read later only if no in-place op changed them).
+    With ``ref_inputs``, each call with a partner has its inputs tested against A's
+    (``in_diverged``: did the call start from values that already differ), until the
+    first output that diverged: the first divergence's walk up looks no later."""
+
+    def __init__(
+        self,
+        partner: Mapping[tuple[str, int], int],
+        ref_outputs: Mapping[int, list[torch.Tensor]],
+        rtol: float | None,
+        atol: float | None,
+        *,
+        ref_inputs: Mapping[int, list[torch.Tensor]] | None = None,
+        keep_rest: bool = False,
+    ) -> None:
+        self.partner = partner
+        self.ref_outputs = ref_outputs
+        self.ref_inputs = ref_inputs
+        self.rtol, self.atol = rtol, atol
+        self.keep_rest = keep_rest
+        self.diffs: dict[int, tuple[int, Any]] = {}  # B's call -> (A's call, CallDiff)
+        self.outputs: dict[int, list[torch.Tensor]] = {}  # copies, calls with no partner
+        self.in_diverged: dict[int, tuple[int, bool]] = {}  # B's call -> (A's call, differs)
+        self.input_refs: dict[int, tuple[list[torch.Tensor], list[int]]] = {}
+        self.seen_divergence = False
+        # a tensor measured already (a container's output that is its last child's, the
+        # same object, unchanged): (A's copy, weak B, B's version) -> its figures
+        self._done: dict[tuple[int, int, int], tuple[Any, int, Any]] = {}
+
+    def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
+        i = self.partner.get((frame.name, frame.call))
+        if i is None and self.keep_rest:
+            refs = [t.detach() for obj in (args, kwargs) for t in iter_tensors(obj)]
+            if not any(t.is_inference() for t in refs):
+                self.input_refs[frame.index] = (refs, [t._version for t in refs])
+        if self.ref_inputs is None or self.seen_divergence or i is None:
+            return
+        ref = self.ref_inputs.get(i)
+        if ref is not None:
+            own = [t for obj in (args, kwargs) for t in iter_tensors(obj)]
+            self.in_diverged[frame.index] = (i, diverged(ref, own, self.rtol, self.atol))
+
+    def unchanged_inputs(self, index: int) -> list[torch.Tensor] | None:
+        """A call's inputs kept by reference, if nothing changed them in place since."""
+        kept = self.input_refs.get(index)
+        if kept is None or [t._version for t in kept[0]] != kept[1]:
+            return None
+        return kept[0]
+
+    def on_forward(
+        self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
+    ) -> None:
+        from hookcli.compare.metrics import CallDiff, tensor_diff
+
+        i = self.partner.get((frame.name, frame.call))
+        ref = None if i is None else self.ref_outputs.get(i)
+        if i is None or ref is None:
+            if self.keep_rest:
+                self.outputs[frame.index] = [t.detach().clone() for t in iter_tensors(output)]
+            return
+        own = list(iter_tensors(output))
+        tensors = []
+        for pos in range(max(len(ref), len(own))):
+            a = ref[pos] if pos < len(ref) else None
+            b = own[pos] if pos < len(own) else None
+            if a is None or b is None:
+                tensors.append(tensor_diff(pos, a, b, self.rtol, self.atol))
+                continue
+            if b.is_inference():  # (no version counter: measured each time)
+                tensors.append(tensor_diff(pos, a, b, self.rtol, self.atol))
+                continue
+            key = (pos, id(a), id(b))
+            seen = self._done.get(key)
+            if seen is not None and seen[0]() is b and seen[1] == b._version:
+                tensors.append(seen[2])
+                continue
+            d = tensor_diff(pos, a, b, self.rtol, self.atol)
+            with contextlib.suppress(TypeError):  # a tensor subclass without weak references
+                self._done[key] = (weakref.ref(b), b._version, d)
+            tensors.append(d)
+        diff = CallDiff(tuple(tensors))
+        self.diffs[frame.index] = (i, diff)
+        if diff.diverged:
+            self.seen_divergence = True
+
+
+def diverged(
+    ref: list[torch.Tensor], own: list[torch.Tensor], rtol: float | None, atol: float | None
+) -> bool:
+    """Whether B's tensors differ from A's beyond the tolerance (equal ones: one pass)."""
+    from hookcli.compare.metrics import tensor_diff
+
+    n = max(len(ref), len(own))
+    for pos in range(n):
+        a = ref[pos] if pos < len(ref) else None
+        b = own[pos] if pos < len(own) else None
+        if (
+            a is not None
+            and b is not None
+            and a.dtype == b.dtype
+            and a.shape == b.shape
+            and a.device == b.device
+            and not a.is_meta
+            and torch.equal(a, b.detach())
+        ):
+            continue
+        if tensor_diff(pos, a, b, rtol, atol).diverged:
+            return True
+    return False

@@ -1,9 +1,14 @@
 """``compare``'s run: build both sides, run A, run B (propagated, then local), align,
 measure, and build the report.
 
-A runs once, keeping a copy of every call's inputs and outputs; B runs once freely
-(propagated) and once with each aligned module fed A's input for that call (local,
-through ``record.Substitute``). The two runs use ``HookSession`` as every command does.
+A runs once, keeping a copy of every call's inputs and outputs (the reference); B runs
+once freely (propagated) and once per module depth with each aligned module of that depth
+fed A's input for the call (local, through ``record.Substitute``). B's outputs are
+measured against A's as they come (``record.Measure``) and not kept: in the propagated
+pass its partners are foreseen by name (``--map`` rules, else the same name), and a call
+with none foreseen keeps a copy until the alignment is known; the local passes know the
+alignment. A's copies are dropped once the last pass that reads them is done. The runs use
+``HookSession`` as every command does.
 """
 
 from __future__ import annotations
@@ -81,6 +86,9 @@ class Pass:
     backward_order: list[int] = field(default_factory=list)
     param_grads: dict[str, Any] = field(default_factory=dict)  # qualified name -> grad copy
     loss: float | None = None
+    measured: dict[int, tuple[int, CallDiff]] = field(default_factory=dict)  # B's call ->
+    in_diverged: dict[int, tuple[int, bool]] = field(default_factory=dict)  # B's call ->
+    diffs: dict[int, CallDiff] | None = None  # A's call -> the figures, once final
 
 
 def _infos(records: Sequence[Any]) -> list[CallInfo]:
@@ -104,6 +112,7 @@ def _run_pass(
     keep: set[int] | None = None,
     loss: Any = None,
     input_refs: bool = False,
+    measure: Any = None,
 ) -> Pass:
     """One forward of a side inside a HookSession, recording every call; with ``loss``
     (a ``--loss`` spec) also backward from it, recording grad_input and parameter grads."""
@@ -118,6 +127,8 @@ def _run_pass(
 
     recorder = Recorder(inputs=inputs, keep=keep, input_refs=input_refs)
     probes: list[Any] = [recorder]
+    if measure is not None:
+        probes.append(measure)
     sub = None
     if sources is not None:
         sub = Substitute(sources)
@@ -166,6 +177,8 @@ def _run_pass(
         recorder.backward_order,
         grads,
         loss_value,
+        {} if measure is None else measure.diffs,
+        {} if measure is None else measure.in_diverged,
     )
 
 
@@ -203,7 +216,12 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
     args_b, kwargs_b = b_inputs(a.prepared, b.vs, _device(b))
     loss = (plan.loss or "sum") if plan.backward and not meta else None
     pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
-    pb = _run_pass(b, args_b, kwargs_b, mode, input_refs=not meta, loss=loss)
+    # (with --copy-weights this pass only finds B's calls: B is measured with A's weights)
+    foreseen = None if meta or plan.copy_weights else _measure(_foreseen(pa, plan), pa, plan)
+    pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=foreseen)
+    if foreseen is not None:  # the calls with no partner foreseen: their copies, inputs
+        pb.outputs = foreseen.outputs
+        pb.inputs = {j: refs for j in foreseen.input_refs if (refs := foreseen.unchanged_inputs(j))}
     infos_a, infos_b = _infos(pa.records), _infos(pb.records)
     alignment = align(infos_a, infos_b, plan.rules, plan.align)
     if not alignment.pairs:
@@ -229,22 +247,110 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
         if meta:
             raise UsageError("--copy-weights needs values: --device meta holds shapes only")
         copied = copy_weights(a.model, b.model, module_pairs)
-        pb = _run_pass(b, args_b, kwargs_b, mode, input_refs=True, loss=loss)  # A's weights
+        known = _measure(_partners(alignment, by_b), pa, plan, keep_rest=False)
+        pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=known)  # A's weights
         infos_b2 = _infos(pb.records)
         if [(c.name, c.call) for c in infos_b2] != [(c.name, c.call) for c in infos_b]:
             raise UsageError("--copy-weights: B called other modules with A's weights")
     local = None
+    if not meta:
+        pb.diffs = _settle(b, pa, pb, alignment, plan, args_b, kwargs_b, mode)
     if not meta and plan.local:
-        local = _local_passes(a, b, pa, pb, alignment, args_b, kwargs_b, mode)
+        local = _local_passes(b, pa, pb, alignment, plan, args_b, kwargs_b, mode)
     return _report(a, b, plan, mode, pa, pb, local, alignment, meta, copied)
 
 
-def _local_passes(
-    a: Side,
+def _foreseen(pa: Pass, plan: Plan) -> dict[tuple[str, int], int]:
+    """B's (name, call) -> A's call, before B ran: the names the alignment pairs first
+    (``--map`` rules, else the same name); none under ``--align order``."""
+    from hookcli.compare.align import map_name
+
+    if plan.align == "order":
+        return {}
+    out: dict[tuple[str, int], int] = {}
+    for r in pa.records:
+        if r.done:
+            out.setdefault((map_name(r.name, plan.rules)[0], r.call), r.index)
+    return out
+
+
+def _partners(alignment: Alignment, by_b: Mapping[int, Any]) -> dict[tuple[str, int], int]:
+    return {(by_b[j].name, by_b[j].call): i for i, j in alignment.pairs.items()}
+
+
+def _measure(
+    partner: Mapping[tuple[str, int], int],
+    pa: Pass,
+    plan: Plan,
+    keep_rest: bool = True,
+    inputs: bool = True,
+) -> Any:
+    from hookcli.compare.record import Measure
+
+    return Measure(
+        partner,
+        pa.outputs,
+        plan.rtol,
+        plan.atol,
+        ref_inputs=pa.inputs if inputs else None,
+        keep_rest=keep_rest,
+    )
+
+
+def _settle(
     b: Side,
     pa: Pass,
     pb: Pass,
     alignment: Alignment,
+    plan: Plan,
+    args_b: Any,
+    kwargs_b: Any,
+    mode: Mode,
+) -> dict[int, CallDiff]:
+    """The propagated figures of every aligned call: measured in B's pass where its
+    partner was foreseen, else from the copy its call kept (then dropped); a call the
+    alignment paired otherwise than foreseen, with no copy, is measured in one more pass
+    of B that keeps those calls' outputs alone."""
+    from hookcli.compare.metrics import call_diff
+    from hookcli.compare.record import diverged
+
+    out: dict[int, CallDiff] = {}
+    missing: dict[int, int] = {}
+    for i, j in alignment.pairs.items():
+        measured = pb.measured.get(j)
+        if measured is not None and measured[0] == i:
+            out[i] = measured[1]
+        elif j in pb.outputs and i in pa.outputs:
+            out[i] = call_diff(pa.outputs[i], pb.outputs[j], plan.rtol, plan.atol)
+            if j in pb.inputs and i in pa.inputs:
+                ins = diverged(pa.inputs[i], pb.inputs[j], plan.rtol, plan.atol)
+                pb.in_diverged[j] = (i, ins)
+        elif i in pa.outputs:
+            missing[j] = i
+    pb.outputs, pb.inputs = {}, {}
+    if missing:
+        by_b = {r.index: r for r in pb.records}
+        partner = {(by_b[j].name, by_b[j].call): i for j, i in missing.items()}
+        extra = _run_pass(
+            b,
+            args_b,
+            kwargs_b,
+            mode,
+            keep=set(),
+            measure=_measure(partner, pa, plan, keep_rest=False),
+        )
+        out.update({i: d for i, d in extra.measured.values()})
+        pb.in_diverged.update(extra.in_diverged)
+    pb.measured = {}
+    return out
+
+
+def _local_passes(
+    b: Side,
+    pa: Pass,
+    pb: Pass,
+    alignment: Alignment,
+    plan: Plan,
     args_b: Any,
     kwargs_b: Any,
     mode: Mode,
@@ -252,23 +358,33 @@ def _local_passes(
     """The local mode: one pass of B per module depth, in which each aligned module of
     that depth is fed A's input for the call and runs its own subtree freely, so its
     error is the one it (its code and its children) adds. Modules of one depth never
-    nest, so a pass serves them all; the root (depth 0) is fed A's inputs already."""
+    nest, so a pass serves them all; the root (depth 0) is fed A's inputs already. Each
+    fed call is measured as it returns; A's copies for a depth are dropped after its pass
+    (a copy another depth still names stays)."""
     by_b = {r.index: r for r in pb.records}
-    outputs: dict[int, list[Any]] = {}
+    diffs: dict[int, CallDiff] = {}
     kept: list[tuple[str, int]] = []
     depths = sorted({by_b[j].depth for j in alignment.pairs.values()})
     for depth in depths:
         pairs = {i: j for i, j in alignment.pairs.items() if by_b[j].depth == depth}
         if depth == 0:
-            outputs.update({j: pb.outputs[j] for j in pairs.values() if j in pb.outputs})
+            assert pb.diffs is not None
+            diffs.update({i: pb.diffs[i] for i in pairs if i in pb.diffs})
             continue
         sources = {
-            (by_b[j].name, by_b[j].call): pa.inputs[i] for i, j in pairs.items() if i in pa.inputs
+            (by_b[j].name, by_b[j].call): pa.inputs.pop(i)
+            for i, j in pairs.items()
+            if i in pa.inputs
         }
-        p = _run_pass(b, args_b, kwargs_b, mode, sources=sources, keep=set(pairs.values()))
-        outputs.update(p.outputs)
+        partner = {(by_b[j].name, by_b[j].call): i for i, j in pairs.items()}
+        measure = _measure(partner, pa, plan, keep_rest=False, inputs=False)
+        p = _run_pass(b, args_b, kwargs_b, mode, sources=sources, keep=set(), measure=measure)
+        del sources
+        diffs.update({i: d for i, d in p.measured.values()})
         kept += p.kept
-    return Pass(pb.records, {}, outputs, pb.finished, kept)
+        for i in pairs:
+            pa.outputs.pop(i, None)
+    return Pass(pb.records, {}, {}, pb.finished, kept, diffs=diffs)
 
 
 def _param_grads(
@@ -355,6 +471,8 @@ def _diffs(pa: Pass, pb: Pass | None, alignment: Alignment, plan: Plan) -> dict[
 
     if pb is None:
         return {}
+    if pb.diffs is not None:  # measured as the passes ran
+        return pb.diffs
     out = {}
     cache: dict[tuple[int, int, int], Any] = {}  # (the copies stay alive while it is used)
     for i, j in alignment.pairs.items():
@@ -367,6 +485,9 @@ def _input_diverged(i: int, pa: Pass, pb: Pass | None, alignment: Alignment, pla
     from hookcli.compare.metrics import call_diff
 
     j = alignment.pairs.get(i)
+    tested = None if pb is None or j is None else pb.in_diverged.get(j)
+    if tested is not None and tested[0] == i:  # tested as B ran
+        return tested[1]
     if pb is None or j is None or i not in pa.inputs or j not in pb.inputs:
         return False
     return call_diff(pa.inputs[i], pb.inputs[j], plan.rtol, plan.atol).diverged
