@@ -98,7 +98,7 @@ def label(text: Any, limit: int = 48) -> str:
 def value_text(value: Any, none: str = "-") -> str:
     """A figure as a hover text reads it: 12,345 / 0.1235 / 1.235e-05 / nan; ``none``
     for a missing one."""
-    from hookcli.html.page import fmt_number
+    from hookcli.fmt import fmt_number
 
     v = number(value)
     if v is None:
@@ -588,7 +588,7 @@ def cost_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]
 
 def _mib(n: float) -> str:
     """Bytes as a hover text: the byte count and render's binary size."""
-    from hookcli.render import fmt_bytes
+    from hookcli.fmt import fmt_bytes
 
     return f"{fmt_bytes(n, binary=True)} ({int(n):,} bytes)"
 

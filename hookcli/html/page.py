@@ -9,13 +9,12 @@ import base64
 import functools
 import hashlib
 import json
-import math
 import sys
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from hookcli.render import fmt_bytes, fmt_pct
+from hookcli.fmt import fmt_bytes, fmt_number, fmt_pct
 from hookcli.report import Column, Report
 
 # The report's lists whose rows are modules in call order (a parent before its children):
@@ -100,21 +99,6 @@ def versions() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             torch_version = None
     return {"hookcli": hookcli_version, "torch": torch_version}
-
-
-def fmt_number(value: float | int) -> str:
-    """12,345 for integers; four significant digits (1.235e-05, 0.1235) for floats."""
-    if isinstance(value, bool):
-        return "yes" if value else "no"
-    if isinstance(value, int):
-        return f"{value:,}"
-    if not math.isfinite(value):
-        return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
-    if value == 0:
-        return "0"
-    if 1e-3 <= abs(value) < 1e5:
-        return f"{value:.4g}"
-    return f"{value:.3e}"
 
 
 def fmt_value(value: Any, key: str = "") -> str:
