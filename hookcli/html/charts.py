@@ -156,7 +156,8 @@ def tip(artists: Any, titles: Sequence[str], series: str) -> None:
     hover text, written into the SVG as a ``<title>`` by ``to_svg``."""
     many = isinstance(artists, (list, tuple)) or hasattr(artists, "patches")
     items = list(getattr(artists, "patches", artists)) if many else [artists]
-    fig = items[0].get_figure() if items else None
+    get_figure = getattr(items[0], "get_figure", None) if items else None
+    fig = get_figure() if get_figure is not None else None  # None: not drawn on a figure
     tips = getattr(fig, "hookcli_tips", None)
     if tips is None:
         return
