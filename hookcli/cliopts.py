@@ -4,8 +4,12 @@ This module deliberately avoids ``from __future__ import annotations``: Typer re
 the annotations of the command functions at runtime.
 """
 
+import importlib
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -328,6 +332,90 @@ AtolOpt = Annotated[
 ]
 
 
+_REQUIRED = inspect.Parameter.empty
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a command: its name, its Typer type (an ``Annotated`` alias) and its
+    default (``REQUIRED``: none); ``convert`` turns a given value into what the command takes."""
+
+    name: str
+    annotation: Any
+    default: Any = None
+    convert: Callable[[Any], Any] | None = None
+
+
+REQUIRED = _REQUIRED
+MODEL = Param("model", ModelArg, REQUIRED)
+KWARGS = Param("kwargs", KwargsOpt)
+WEIGHTS = Param("weights", WeightsOpt)
+TRUST_PICKLE = Param("trust_pickle", TrustPickleOpt, False)
+DEVICE = Param("device", DeviceOpt, "cpu")
+DTYPE = Param("dtype", DtypeOpt)
+DEPTH = Param("depth", DepthOpt)
+HOOKS = Param("hooks", HooksOpt)
+GLOBAL_HOOKS = Param("global_hooks", GlobalHooksOpt, False)
+LOSS = Param("loss", LossOpt)
+FORMAT = Param("format", FormatOpt, Format.TABLE)
+OUTPUT = Param("output", OutputOpt)
+RTOL = Param("rtol", RtolOpt)
+ATOL = Param("atol", AtolOpt)
+ANNOTATE = Param("annotate", AnnotateOpt)
+JUNIT = Param("junit", JunitOpt)
+SEED = Param("seed", SeedOpt, 0)
+DEBUG = Param("debug", DebugOpt, False)
+
+# The groups a command names (``forwards``), each in its order in --help.
+BUILD = (MODEL, KWARGS, WEIGHTS, TRUST_PICKLE)  # MODEL and how it is built
+INPUTS = (
+    Param("input", InputOpt),
+    Param("input_file", InputFileOpt),
+    Param("inputs_from", InputsFromOpt),
+    Param("batch_size", BatchOpt),
+)
+RUN = (DEVICE, DTYPE, Param("mode", ModeOpt))
+FORWARD = (*BUILD, *INPUTS, *RUN)  # what every command that runs the model's forward takes
+BASELINE = (Param("baseline", BaselineOpt), Param("update_baseline", UpdateBaselineOpt, False))
+REPORT = (FORMAT, OUTPUT, *BASELINE, RTOL, ATOL, ANNOTATE, JUNIT, SEED, DEBUG)
+
+
+def forwards(
+    target: str | Callable[..., int], *params: Param | tuple[Param, ...]
+) -> Callable[[Callable[[], None]], Callable[..., int]]:
+    """The decorated function (a docstring, no body) as a command: ``params`` (groups
+    flattened, in their order) are its Typer signature, its docstring is its help, and a call
+    passes what Typer parsed, by name, to ``target`` ("pkg.module:function", imported only
+    then: torch stays off the ``--help`` path)."""
+    flat = [p for item in params for p in (item if isinstance(item, tuple) else (item,))]
+    converters = {p.name: p.convert for p in flat if p.convert is not None}
+
+    def decorate(fn: Callable[[], None]) -> Callable[..., int]:
+        def command(**options: Any) -> int:
+            for name, convert in converters.items():
+                if options.get(name) is not None:
+                    options[name] = convert(options[name])
+            if isinstance(target, str):
+                module, _, attr = target.partition(":")
+                return int(getattr(importlib.import_module(module), attr)(**options))
+            return target(**options)
+
+        for attr in ("__module__", "__name__", "__qualname__", "__doc__"):
+            setattr(command, attr, getattr(fn, attr))
+        kind = inspect.Parameter.KEYWORD_ONLY
+        command.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+            [
+                inspect.Parameter(p.name, kind, default=p.default, annotation=p.annotation)
+                for p in flat
+            ],
+            return_annotation=int,
+        )
+        command.__annotations__ = {**{p.name: p.annotation for p in flat}, "return": int}
+        return command
+
+    return decorate
+
+
 def model_options(
     model: str,
     kwargs: list[str] | None,
@@ -456,6 +544,33 @@ def parse_fail_on(text: str | None, allowed: tuple[str, ...]) -> tuple[str, ...]
 
 
 __all__ = [
+    "ANNOTATE",
+    "ATOL",
+    "BASELINE",
+    "BUILD",
+    "DEBUG",
+    "DEPTH",
+    "DEVICE",
+    "DTYPE",
+    "FORMAT",
+    "FORWARD",
+    "GLOBAL_HOOKS",
+    "HOOKS",
+    "INPUTS",
+    "JUNIT",
+    "KWARGS",
+    "LOSS",
+    "MODEL",
+    "OUTPUT",
+    "REPORT",
+    "REQUIRED",
+    "RTOL",
+    "RUN",
+    "SEED",
+    "TRUST_PICKLE",
+    "WEIGHTS",
+    "Param",
+    "forwards",
     "AnnotateOpt",
     "AtolOpt",
     "BaselineOpt",

@@ -5,31 +5,7 @@ from typing import Annotated
 
 import typer
 
-from hookcli.cliopts import (
-    AnnotateOpt,
-    AtolOpt,
-    BaselineOpt,
-    BatchOpt,
-    DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    FormatOpt,
-    InputFileOpt,
-    InputOpt,
-    InputsFromOpt,
-    JunitOpt,
-    KwargsOpt,
-    LossOpt,
-    ModelArg,
-    ModeOpt,
-    OutputOpt,
-    RtolOpt,
-    SeedOpt,
-    TrustPickleOpt,
-    UpdateBaselineOpt,
-    WeightsOpt,
-)
-from hookcli.options import Format
+from hookcli import cliopts as opts
 
 NAME = "ablate"
 
@@ -96,69 +72,13 @@ AblateFailOnOpt = Annotated[
 ]
 
 
-def command(
-    model: ModelArg,
-    layer: LayerOpt,
-    op: OpOpt = None,
-    grad_op: GradOpOpt = None,
-    together: TogetherOpt = False,
-    leaves: LeavesOpt = False,
-    metric: MetricOpt = None,
-    fail_on: AblateFailOnOpt = None,
-    loss: LossOpt = None,
-    kwargs: KwargsOpt = None,
-    weights: WeightsOpt = None,
-    trust_pickle: TrustPickleOpt = False,
-    input: InputOpt = None,
-    input_file: InputFileOpt = None,
-    inputs_from: InputsFromOpt = None,
-    batch_size: BatchOpt = None,
-    device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = None,
-    mode: ModeOpt = None,
-    format: FormatOpt = Format.TABLE,
-    output: OutputOpt = None,
-    baseline: BaselineOpt = None,
-    update_baseline: UpdateBaselineOpt = False,
-    rtol: RtolOpt = None,
-    atol: AtolOpt = None,
-    annotate: AnnotateOpt = None,
-    junit: JunitOpt = None,
-    seed: SeedOpt = 0,
-    debug: DebugOpt = False,
-) -> int:
+@opts.forwards(
+    "hookcli.ablate.runner:cli_command",
+    (opts.MODEL, opts.Param("layer", LayerOpt, opts.REQUIRED), opts.Param("op", OpOpt)),
+    (opts.Param("grad_op", GradOpOpt), opts.Param("together", TogetherOpt, False)),
+    (opts.Param("leaves", LeavesOpt, False), opts.Param("metric", MetricOpt)),
+    (opts.Param("fail_on", AblateFailOnOpt), opts.LOSS, *opts.FORWARD[1:], *opts.REPORT),
+)
+def command() -> None:
     """Ablate each module --layer matches (zero, mean, scale, noise, clamp its output; or its
     gradient with --grad-op) and rank them by the change of the model's output."""
-    from hookcli.ablate.runner import cli_command
-
-    return cli_command(
-        model=model,
-        layer=layer,
-        op=op,
-        grad_op=grad_op,
-        together=together,
-        leaves=leaves,
-        metric=metric,
-        fail_on=fail_on,
-        loss=loss,
-        kwargs=kwargs,
-        weights=weights,
-        trust_pickle=trust_pickle,
-        input=input,
-        input_file=input_file,
-        inputs_from=inputs_from,
-        batch_size=batch_size,
-        device=device,
-        dtype=dtype,
-        mode=mode,
-        format=format,
-        output=output,
-        baseline=baseline,
-        update_baseline=update_baseline,
-        rtol=rtol,
-        atol=atol,
-        annotate=annotate,
-        junit=junit,
-        seed=seed,
-        debug=debug,
-    )

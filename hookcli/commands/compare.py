@@ -6,29 +6,7 @@ from typing import Annotated, Any
 
 import typer
 
-from hookcli.cliopts import (
-    AnnotateOpt,
-    AtolOpt,
-    BatchOpt,
-    DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    FormatOpt,
-    InputFileOpt,
-    InputOpt,
-    InputsFromOpt,
-    JunitOpt,
-    KwargsOpt,
-    LossOpt,
-    ModelArg,
-    ModeOpt,
-    OutputOpt,
-    RtolOpt,
-    SeedOpt,
-    TrustPickleOpt,
-    WeightsOpt,
-)
-from hookcli.options import Format
+from hookcli import cliopts as opts
 
 NAME = "compare"
 
@@ -83,85 +61,22 @@ FailOnOpt = Annotated[str | None, _opt("--fail-on", "divergence",
     "Exit 1 when an aligned call's output passes --rtol/--atol.", "Checks")]  # fmt: skip
 
 
-def command(
-    model: ModelArg,
-    model_b: ModelBArg = None,
-    vs: VsOpt = None,
-    map_rules: MapOpt = None,
-    map_file: MapFileOpt = None,
-    align: AlignOpt = "auto",
-    print_map: PrintMapOpt = False,
-    copy_weights: CopyWeightsOpt = False,
-    backward: BackwardOpt = False,
-    loss: LossOpt = None,
-    rtol: RtolOpt = None,
-    atol: AtolOpt = None,
-    fail_on: FailOnOpt = None,
-    kwargs: KwargsOpt = None,
-    a_kwargs: AKwargsOpt = None,
-    b_kwargs: BKwargsOpt = None,
-    a_kwargs_file: AKwFileOpt = None,
-    b_kwargs_file: BKwFileOpt = None,
-    weights: WeightsOpt = None,
-    a_weights: AWeightsOpt = None,
-    b_weights: BWeightsOpt = None,
-    trust_pickle: TrustPickleOpt = False,
-    input: InputOpt = None,
-    input_file: InputFileOpt = None,
-    inputs_from: InputsFromOpt = None,
-    batch_size: BatchOpt = None,
-    device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = None,
-    mode: ModeOpt = None,
-    format: FormatOpt = Format.TABLE,
-    output: OutputOpt = None,
-    annotate: AnnotateOpt = None,
-    junit: JunitOpt = None,
-    seed: SeedOpt = 0,
-    debug: DebugOpt = False,
-) -> int:
+@opts.forwards(
+    "hookcli.compare.runner:cli_command",
+    (opts.MODEL, opts.Param("model_b", ModelBArg), opts.Param("vs", VsOpt)),
+    (opts.Param("map_rules", MapOpt), opts.Param("map_file", MapFileOpt, convert=Path)),
+    (opts.Param("align", AlignOpt, "auto"), opts.Param("print_map", PrintMapOpt, False)),
+    (opts.Param("copy_weights", CopyWeightsOpt, False), opts.Param("backward", BackwardOpt, False)),
+    (opts.LOSS, opts.RTOL, opts.ATOL, opts.Param("fail_on", FailOnOpt), opts.KWARGS),
+    (opts.Param("a_kwargs", AKwargsOpt), opts.Param("b_kwargs", BKwargsOpt)),
+    opts.Param("a_kwargs_file", AKwFileOpt, convert=Path),
+    opts.Param("b_kwargs_file", BKwFileOpt, convert=Path),
+    (opts.WEIGHTS, opts.Param("a_weights", AWeightsOpt, convert=Path)),
+    (opts.Param("b_weights", BWeightsOpt, convert=Path), opts.TRUST_PICKLE),
+    (*opts.INPUTS, *opts.RUN, opts.FORMAT, opts.OUTPUT, opts.ANNOTATE, opts.JUNIT),
+    (opts.SEED, opts.DEBUG),
+)
+def command() -> None:
     """Compare two models (A B), or one model under one changed setting (MODEL --vs
     KEY=VALUE), on the same inputs: per aligned module call, the error of each output,
     propagated and local, and the first divergence."""
-    from hookcli.compare.runner import cli_command
-
-    def path(v: str | None) -> Path | None:
-        return None if v is None else Path(v)
-
-    return cli_command(
-        model=model,
-        model_b=model_b,
-        vs=vs,
-        kwargs=kwargs,
-        a_kwargs=a_kwargs,
-        b_kwargs=b_kwargs,
-        a_kwargs_file=path(a_kwargs_file),
-        b_kwargs_file=path(b_kwargs_file),
-        weights=weights,
-        a_weights=path(a_weights),
-        b_weights=path(b_weights),
-        trust_pickle=trust_pickle,
-        map_rules=map_rules,
-        map_file=path(map_file),
-        align=align,
-        print_map=print_map,
-        copy_weights=copy_weights,
-        backward=backward,
-        loss=loss,
-        input=input,
-        input_file=input_file,
-        inputs_from=inputs_from,
-        batch_size=batch_size,
-        device=device,
-        dtype=dtype,
-        mode=mode,
-        format=format,
-        output=output,
-        rtol=rtol,
-        atol=atol,
-        fail_on=fail_on,
-        annotate=annotate,
-        junit=junit,
-        seed=seed,
-        debug=debug,
-    )

@@ -4,35 +4,9 @@ from typing import Annotated
 
 import typer
 
-from hookcli.cliopts import (
-    AnnotateOpt,
-    AtolOpt,
-    BaselineOpt,
-    BatchOpt,
-    DebugOpt,
-    DepthOpt,
-    DeviceOpt,
-    DtypeOpt,
-    FormatOpt,
-    GlobalHooksOpt,
-    InputFileOpt,
-    InputOpt,
-    InputsFromOpt,
-    JunitOpt,
-    KwargsOpt,
-    LossOpt,
-    ModelArg,
-    ModeOpt,
-    OutputOpt,
-    RtolOpt,
-    SeedOpt,
-    TrustPickleOpt,
-    UpdateBaselineOpt,
-    WeightsOpt,
-)
+from hookcli import cliopts as opts
 from hookcli.cost.runner import MemoryTotal, Optimizer, ZeroGrad
-from hookcli.distributed.options import BackendOpt, DistTimeoutOpt, FsdpOpt, ShardOpt
-from hookcli.options import Format
+from hookcli.distributed import options as dist
 
 NAME = "cost"
 
@@ -116,85 +90,17 @@ MaxFlopsOpt = Annotated[
 ]
 
 
-def command(
-    model: ModelArg,
-    kwargs: KwargsOpt = None,
-    weights: WeightsOpt = None,
-    trust_pickle: TrustPickleOpt = False,
-    input: InputOpt = None,
-    input_file: InputFileOpt = None,
-    inputs_from: InputsFromOpt = None,
-    batch_size: BatchOpt = None,
-    device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = None,
-    mode: ModeOpt = None,
-    backward: BackwardOpt = False,
-    loss: LossOpt = None,
-    optimizer: OptimizerOpt = Optimizer.ADAM,
-    zero_grad: ZeroGradOpt = None,
-    checkpoint: CheckpointOpt = None,
-    fit: FitOpt = None,
-    foreach: ForeachOpt = None,
-    max_memory: MaxMemoryOpt = None,
-    memory_for: MemoryForOpt = MemoryTotal.TRAIN,
-    max_flops: MaxFlopsOpt = None,
-    depth: DepthOpt = None,
-    global_hooks: GlobalHooksOpt = False,
-    format: FormatOpt = Format.TABLE,
-    output: OutputOpt = None,
-    baseline: BaselineOpt = None,
-    update_baseline: UpdateBaselineOpt = False,
-    rtol: RtolOpt = None,
-    atol: AtolOpt = None,
-    annotate: AnnotateOpt = None,
-    junit: JunitOpt = None,
-    seed: SeedOpt = 0,
-    debug: DebugOpt = False,
-    fsdp: FsdpOpt = False,
-    shard: ShardOpt = None,
-    backend: BackendOpt = None,
-    dist_timeout: DistTimeoutOpt = 600.0,
-) -> int:
+@opts.forwards(
+    "hookcli.cost.command:cli_command",
+    (*opts.FORWARD, opts.Param("backward", BackwardOpt, False), opts.LOSS),
+    opts.Param("optimizer", OptimizerOpt, Optimizer.ADAM),
+    (opts.Param("zero_grad", ZeroGradOpt), opts.Param("checkpoint", CheckpointOpt)),
+    (opts.Param("fit", FitOpt), opts.Param("foreach", ForeachOpt)),
+    opts.Param("max_memory", MaxMemoryOpt),
+    opts.Param("memory_for", MemoryForOpt, MemoryTotal.TRAIN),
+    (opts.Param("max_flops", MaxFlopsOpt), opts.DEPTH, opts.GLOBAL_HOOKS, *opts.REPORT),
+    (*dist.FSDP, dist.BACKEND, dist.DIST_TIMEOUT),
+)
+def command() -> None:
     """Per-layer FLOPs, MACs, param/output/saved-for-backward bytes; training and inference
     memory totals; ops without a FLOP formula listed. Works on --device meta."""
-    from hookcli.cost.command import cli_command
-
-    return cli_command(
-        model=model,
-        kwargs=kwargs,
-        weights=weights,
-        trust_pickle=trust_pickle,
-        input=input,
-        input_file=input_file,
-        inputs_from=inputs_from,
-        batch_size=batch_size,
-        device=device,
-        dtype=dtype,
-        mode=mode,
-        backward=backward,
-        loss=loss,
-        optimizer=optimizer,
-        zero_grad=zero_grad,
-        checkpoint=checkpoint,
-        fit=fit,
-        foreach=foreach,
-        max_memory=max_memory,
-        memory_for=memory_for,
-        max_flops=max_flops,
-        depth=depth,
-        global_hooks=global_hooks,
-        format=format,
-        output=output,
-        baseline=baseline,
-        update_baseline=update_baseline,
-        rtol=rtol,
-        atol=atol,
-        annotate=annotate,
-        junit=junit,
-        seed=seed,
-        debug=debug,
-        fsdp=fsdp,
-        shard=shard,
-        backend=backend,
-        dist_timeout=dist_timeout,
-    )

@@ -1,17 +1,12 @@
 """``hookcli diff OLD NEW``: what changed between two JSON reports of one command."""
 
-from typing import Annotated
+from pathlib import Path
+from typing import Annotated, Any
 
 import typer
 
-from hookcli.cliopts import (
-    AnnotateOpt,
-    DebugOpt,
-    FormatOpt,
-    JunitOpt,
-    OutputOpt,
-)
-from hookcli.options import Format
+from hookcli import cliopts as opts
+from hookcli.options import Annotate, Format
 
 NAME = "diff"
 
@@ -74,26 +69,30 @@ IgnoreOpt = Annotated[
 ]
 
 
-def command(
-    old: OldArg,
-    new: NewArg,
-    rtol: RtolOpt = None,
-    atol: AtolOpt = None,
-    only: OnlyOpt = None,
-    ignore: IgnoreOpt = None,
-    format: FormatOpt = Format.TABLE,
-    output: OutputOpt = None,
-    annotate: AnnotateOpt = None,
-    junit: JunitOpt = None,
-    debug: DebugOpt = False,
+def _diff(
+    format: Format,
+    output: Path | None,
+    annotate: Annotate | None,
+    junit: Path | None,
+    debug: bool,
+    **compared: Any,
 ) -> int:
-    """Structural and numeric differences beyond tolerance; exit 1 when they differ."""
+    """``run_diff`` of OLD and NEW (and how they are compared), written as the options say."""
     import sys
 
-    from hookcli.cliopts import ci_options, output_options
     from hookcli.diffrun import run_diff
 
-    out = output_options(format, output, None, debug, ci_options(None, False, annotate, junit))
-    return run_diff(
-        old, new, rtol=rtol, atol=atol, only=only, ignore=ignore, out=out, stdin=sys.stdin
-    )
+    ci = opts.ci_options(None, False, annotate, junit)
+    out = opts.output_options(format, output, None, debug, ci)
+    return run_diff(**compared, out=out, stdin=sys.stdin)
+
+
+@opts.forwards(
+    _diff,
+    (opts.Param("old", OldArg, opts.REQUIRED), opts.Param("new", NewArg, opts.REQUIRED)),
+    (opts.Param("rtol", RtolOpt), opts.Param("atol", AtolOpt), opts.Param("only", OnlyOpt)),
+    (opts.Param("ignore", IgnoreOpt), opts.FORMAT, opts.OUTPUT, opts.ANNOTATE, opts.JUNIT),
+    opts.DEBUG,
+)
+def command() -> None:
+    """Structural and numeric differences beyond tolerance; exit 1 when they differ."""

@@ -5,30 +5,7 @@ from typing import Annotated
 
 import typer
 
-from hookcli.cliopts import (
-    AnnotateOpt,
-    AtolOpt,
-    BaselineOpt,
-    BatchOpt,
-    DebugOpt,
-    DeviceOpt,
-    DtypeOpt,
-    FormatOpt,
-    InputFileOpt,
-    InputOpt,
-    InputsFromOpt,
-    JunitOpt,
-    KwargsOpt,
-    ModelArg,
-    ModeOpt,
-    OutputOpt,
-    RtolOpt,
-    SeedOpt,
-    TrustPickleOpt,
-    UpdateBaselineOpt,
-    WeightsOpt,
-)
-from hookcli.options import Format
+from hookcli import cliopts as opts
 
 NAME = "features"
 
@@ -70,61 +47,12 @@ ChannelsOpt = Annotated[
 ]
 
 
-def command(
-    model: ModelArg,
-    layer: LayerOpt,
-    out: OutOpt = None,
-    png: PngOpt = None,
-    channels: ChannelsOpt = 16,
-    kwargs: KwargsOpt = None,
-    weights: WeightsOpt = None,
-    trust_pickle: TrustPickleOpt = False,
-    input: InputOpt = None,
-    input_file: InputFileOpt = None,
-    inputs_from: InputsFromOpt = None,
-    batch_size: BatchOpt = None,
-    device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = None,
-    mode: ModeOpt = None,
-    format: FormatOpt = Format.TABLE,
-    output: OutputOpt = None,
-    baseline: BaselineOpt = None,
-    update_baseline: UpdateBaselineOpt = False,
-    rtol: RtolOpt = None,
-    atol: AtolOpt = None,
-    annotate: AnnotateOpt = None,
-    junit: JunitOpt = None,
-    seed: SeedOpt = 0,
-    debug: DebugOpt = False,
-) -> int:
+@opts.forwards(
+    "hookcli.features.runner:cli_command",
+    (opts.MODEL, opts.Param("layer", LayerOpt, opts.REQUIRED), opts.Param("out", OutOpt)),
+    (opts.Param("png", PngOpt), opts.Param("channels", ChannelsOpt, 16)),
+    (*opts.FORWARD[1:], *opts.REPORT),
+)
+def command() -> None:
     """Save the outputs of the modules --layer matches (.pt, .npz, .safetensors); optional
     PNG grid of their feature maps."""
-    from hookcli.features.runner import cli_command
-
-    return cli_command(
-        model=model,
-        layer=layer,
-        out=out,
-        png=png,
-        channels=channels,
-        kwargs=kwargs,
-        weights=weights,
-        trust_pickle=trust_pickle,
-        input=input,
-        input_file=input_file,
-        inputs_from=inputs_from,
-        batch_size=batch_size,
-        device=device,
-        dtype=dtype,
-        mode=mode,
-        format=format,
-        output=output,
-        baseline=baseline,
-        update_baseline=update_baseline,
-        rtol=rtol,
-        atol=atol,
-        annotate=annotate,
-        junit=junit,
-        seed=seed,
-        debug=debug,
-    )

@@ -1,108 +1,16 @@
 """``hookcli inspect MODEL``: the per-layer table of shapes and parameters."""
 
-from hookcli.cliopts import (
-    AnnotateOpt,
-    AtolOpt,
-    BaselineOpt,
-    BatchOpt,
-    ColumnsOpt,
-    DebugOpt,
-    DepthOpt,
-    DeviceOpt,
-    DtypeOpt,
-    FormatOpt,
-    GlobalHooksOpt,
-    HooksOpt,
-    InputFileOpt,
-    InputOpt,
-    InputsFromOpt,
-    JunitOpt,
-    KwargsOpt,
-    LossOpt,
-    ModelArg,
-    ModeOpt,
-    NoForwardOpt,
-    OutputOpt,
-    RtolOpt,
-    SeedOpt,
-    TrustPickleOpt,
-    UpdateBaselineOpt,
-    WeightsOpt,
-)
-from hookcli.distributed.options import BackendOpt, DdpOpt, DistTimeoutOpt, FsdpOpt, ShardOpt
-from hookcli.options import Format
+from hookcli import cliopts as opts
+from hookcli.distributed import options as dist
 
 NAME = "inspect"
 
 
-def command(
-    model: ModelArg,
-    kwargs: KwargsOpt = None,
-    weights: WeightsOpt = None,
-    trust_pickle: TrustPickleOpt = False,
-    input: InputOpt = None,
-    input_file: InputFileOpt = None,
-    inputs_from: InputsFromOpt = None,
-    batch_size: BatchOpt = None,
-    device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = None,
-    mode: ModeOpt = None,
-    depth: DepthOpt = None,
-    hooks: HooksOpt = None,
-    loss: LossOpt = None,
-    global_hooks: GlobalHooksOpt = False,
-    no_forward: NoForwardOpt = False,
-    columns: ColumnsOpt = None,
-    format: FormatOpt = Format.TABLE,
-    output: OutputOpt = None,
-    baseline: BaselineOpt = None,
-    update_baseline: UpdateBaselineOpt = False,
-    rtol: RtolOpt = None,
-    atol: AtolOpt = None,
-    annotate: AnnotateOpt = None,
-    junit: JunitOpt = None,
-    seed: SeedOpt = 0,
-    debug: DebugOpt = False,
-    ddp: DdpOpt = False,
-    backend: BackendOpt = None,
-    dist_timeout: DistTimeoutOpt = 600.0,
-    fsdp: FsdpOpt = False,
-    shard: ShardOpt = None,
-) -> int:
+@opts.forwards(
+    "hookcli.inspect.command:cli_command",
+    (*opts.FORWARD, opts.DEPTH, opts.HOOKS, opts.LOSS, opts.GLOBAL_HOOKS),
+    (opts.Param("no_forward", opts.NoForwardOpt, False), opts.Param("columns", opts.ColumnsOpt)),
+    (*opts.REPORT, dist.DDP, dist.BACKEND, dist.DIST_TIMEOUT, *dist.FSDP),
+)
+def command() -> None:
     """Per-layer table: name, type, input and output shapes, params, trainable; totals."""
-    from hookcli.inspect.command import cli_command
-
-    return cli_command(
-        model=model,
-        kwargs=kwargs,
-        weights=weights,
-        trust_pickle=trust_pickle,
-        input=input,
-        input_file=input_file,
-        inputs_from=inputs_from,
-        batch_size=batch_size,
-        device=device,
-        dtype=dtype,
-        mode=mode,
-        depth=depth,
-        hooks=hooks,
-        loss=loss,
-        global_hooks=global_hooks,
-        no_forward=no_forward,
-        columns=columns,
-        format=format,
-        output=output,
-        baseline=baseline,
-        update_baseline=update_baseline,
-        rtol=rtol,
-        atol=atol,
-        annotate=annotate,
-        junit=junit,
-        seed=seed,
-        debug=debug,
-        ddp=ddp,
-        backend=backend,
-        dist_timeout=dist_timeout,
-        fsdp=fsdp,
-        shard=shard,
-    )

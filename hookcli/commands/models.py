@@ -4,8 +4,7 @@ from typing import Annotated
 
 import typer
 
-from hookcli.cliopts import DebugOpt, FormatOpt, OutputOpt
-from hookcli.options import Format
+from hookcli import cliopts as opts
 
 NAME = "models"
 
@@ -32,20 +31,10 @@ SourceOpt = Annotated[
 ]
 
 
-def command(
-    filter: FilterOpt = None,
-    source: SourceOpt = None,
-    format: FormatOpt = Format.TABLE,
-    output: OutputOpt = None,
-    debug: DebugOpt = False,
-) -> int:
+@opts.forwards(
+    "hookcli.sources.listing:cli_command",
+    (opts.Param("filter", FilterOpt), opts.Param("source", SourceOpt)),
+    (opts.FORMAT, opts.OUTPUT, opts.DEBUG),
+)
+def command() -> None:
     """The model names it can build: torchvision, hf: and timm: (where installed), samples."""
-    from hookcli.sources.listing import cli_command
-
-    return cli_command(
-        filter=filter,
-        source=source,
-        format=format,
-        output=output,
-        debug=debug,
-    )

@@ -5,32 +5,7 @@ from typing import Annotated
 
 import typer
 
-from hookcli.cliopts import (
-    AnnotateOpt,
-    AtolOpt,
-    BaselineOpt,
-    BatchOpt,
-    DebugOpt,
-    DepthOpt,
-    DeviceOpt,
-    DtypeOpt,
-    FormatOpt,
-    InputFileOpt,
-    InputOpt,
-    InputsFromOpt,
-    JunitOpt,
-    KwargsOpt,
-    LossOpt,
-    ModelArg,
-    ModeOpt,
-    OutputOpt,
-    RtolOpt,
-    SeedOpt,
-    TrustPickleOpt,
-    UpdateBaselineOpt,
-    WeightsOpt,
-)
-from hookcli.options import Format
+from hookcli import cliopts as opts
 from hookcli.profile.plan import SortKey
 
 NAME = "profile"
@@ -97,73 +72,14 @@ SyncOpt = Annotated[
 ]
 
 
-def command(
-    model: ModelArg,
-    kwargs: KwargsOpt = None,
-    weights: WeightsOpt = None,
-    trust_pickle: TrustPickleOpt = False,
-    input: InputOpt = None,
-    input_file: InputFileOpt = None,
-    inputs_from: InputsFromOpt = None,
-    batch_size: BatchOpt = None,
-    device: DeviceOpt = "cpu",
-    dtype: DtypeOpt = None,
-    mode: ModeOpt = None,
-    backward: BackwardOpt = False,
-    loss: LossOpt = None,
-    warmup: WarmupOpt = 2,
-    repeat: RepeatOpt = 10,
-    sync: SyncOpt = False,
-    sort: SortOpt = SortKey.SELF,
-    depth: DepthOpt = None,
-    trace_out: TraceOutOpt = None,
-    plot: PlotOpt = None,
-    max_ms: MaxMsOpt = None,
-    format: FormatOpt = Format.TABLE,
-    output: OutputOpt = None,
-    baseline: BaselineOpt = None,
-    update_baseline: UpdateBaselineOpt = False,
-    rtol: RtolOpt = None,
-    atol: AtolOpt = None,
-    annotate: AnnotateOpt = None,
-    junit: JunitOpt = None,
-    seed: SeedOpt = 0,
-    debug: DebugOpt = False,
-) -> int:
+@opts.forwards(
+    "hookcli.profile.runner:cli_command",
+    (*opts.FORWARD, opts.Param("backward", BackwardOpt, False), opts.LOSS),
+    (opts.Param("warmup", WarmupOpt, 2), opts.Param("repeat", RepeatOpt, 10)),
+    (opts.Param("sync", SyncOpt, False), opts.Param("sort", SortOpt, SortKey.SELF), opts.DEPTH),
+    (opts.Param("trace_out", TraceOutOpt), opts.Param("plot", PlotOpt)),
+    (opts.Param("max_ms", MaxMsOpt), *opts.REPORT),
+)
+def command() -> None:
     """Time per module: forward (and backward) median and IQR over repeats, inclusive and
     self, % of the root, achieved FLOP/s; the overhead against a bare forward; a trace."""
-    from hookcli.profile.runner import cli_command
-
-    return cli_command(
-        model=model,
-        kwargs=kwargs,
-        weights=weights,
-        trust_pickle=trust_pickle,
-        input=input,
-        input_file=input_file,
-        inputs_from=inputs_from,
-        batch_size=batch_size,
-        device=device,
-        dtype=dtype,
-        mode=mode,
-        backward=backward,
-        loss=loss,
-        warmup=warmup,
-        repeat=repeat,
-        sync=sync,
-        sort=sort,
-        depth=depth,
-        trace_out=trace_out,
-        plot=plot,
-        max_ms=max_ms,
-        format=format,
-        output=output,
-        baseline=baseline,
-        update_baseline=update_baseline,
-        rtol=rtol,
-        atol=atol,
-        annotate=annotate,
-        junit=junit,
-        seed=seed,
-        debug=debug,
-    )

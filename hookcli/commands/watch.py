@@ -4,8 +4,7 @@ from typing import Annotated
 
 import typer
 
-from hookcli.cliopts import DebugOpt, FormatOpt, OutputOpt
-from hookcli.options import Format
+from hookcli import cliopts as opts
 from hookcli.watch.config import DEFAULT_EVERY
 
 NAME = "watch"
@@ -130,43 +129,20 @@ TensorboardOpt = Annotated[
 ]
 
 
-def command(
-    cmd: CommandArg = None,
-    every: EveryOpt = DEFAULT_EVERY,
-    nan_origin: NanOriginOpt = False,
-    fail_on: WatchFailOnOpt = None,
-    stop_on: StopOnOpt = None,
-    min_grad_norm: MinGradNormOpt = None,
-    max_grad_norm: MaxGradNormOpt = None,
-    max_update_ratio: MaxUpdateRatioOpt = None,
-    out: OutDirOpt = None,
-    plot: PlotOpt = None,
-    tensorboard: TensorboardOpt = None,
-    format: FormatOpt = Format.TABLE,
-    output: OutputOpt = None,
-    debug: DebugOpt = False,
-) -> int:
+@opts.forwards(
+    "hookcli.watch.command:cli_command",
+    (opts.Param("cmd", CommandArg), opts.Param("every", EveryOpt, DEFAULT_EVERY)),
+    (opts.Param("nan_origin", NanOriginOpt, False), opts.Param("fail_on", WatchFailOnOpt)),
+    (opts.Param("stop_on", StopOnOpt), opts.Param("min_grad_norm", MinGradNormOpt)),
+    opts.Param("max_grad_norm", MaxGradNormOpt),
+    opts.Param("max_update_ratio", MaxUpdateRatioOpt),
+    (opts.Param("out", OutDirOpt), opts.Param("plot", PlotOpt)),
+    (opts.Param("tensorboard", TensorboardOpt), opts.FORMAT, opts.OUTPUT, opts.DEBUG),
+)
+def command() -> None:
     """Watch a real training run, unchanged: per-step loss, grad norms, update ratios and
     activations of every model it trains, the first NaN/Inf and where it came from; checks
     that fail CI. Runs COMMAND with hookcli's monitor in each of its Python processes."""
-    from hookcli.watch.command import cli_command
-
-    return cli_command(
-        cmd=cmd,
-        every=every,
-        nan_origin=nan_origin,
-        fail_on=fail_on,
-        stop_on=stop_on,
-        min_grad_norm=min_grad_norm,
-        max_grad_norm=max_grad_norm,
-        max_update_ratio=max_update_ratio,
-        out=out,
-        plot=plot,
-        tensorboard=tensorboard,
-        format=format,
-        output=output,
-        debug=debug,
-    )
 
 
 # Everything after COMMAND's first word is COMMAND's own (its --flags too).

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from hookcli.cliopts import Param
+
 
 def _finite_tolerance(value: float) -> float:
     """``--desync-tol``: a finite number >= 0 (nan would compare false and pass every
@@ -92,7 +94,26 @@ ShardOpt = Annotated[
     ),
 ]
 
+DDP = Param("ddp", DdpOpt, False)
+BACKEND = Param("backend", BackendOpt)
+DIST_TIMEOUT = Param("dist_timeout", DistTimeoutOpt, 600.0)
+FSDP = (Param("fsdp", FsdpOpt, False), Param("shard", ShardOpt))  # --fsdp and its --shard
+# grads and stats: DDP with its checks, and FSDP
+DISTRIBUTED = (
+    DDP,
+    BACKEND,
+    Param("desync_tol", DesyncTolOpt, 0.0),
+    DIST_TIMEOUT,
+    Param("broadcast_buffers", BroadcastBuffersOpt, True),
+    *FSDP,
+)
+
 __all__ = [
+    "BACKEND",
+    "DDP",
+    "DISTRIBUTED",
+    "DIST_TIMEOUT",
+    "FSDP",
     "BackendOpt",
     "BroadcastBuffersOpt",
     "DdpOpt",
