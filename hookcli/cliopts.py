@@ -6,6 +6,7 @@ the annotations of the command functions at runtime.
 
 import importlib
 import inspect
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,15 @@ from hookcli.options import (
     format_for,
 )
 
+
+def option(kind: Any, *flags: str, **settings: Any) -> Any:
+    """The Typer type of an option: ``Annotated[kind, typer.Option(*flags, **settings)]``; an
+    option that may be left out (``kind`` admits None) shows no default in --help."""
+    if isinstance(kind, types.UnionType) and type(None) in kind.__args__:
+        settings.setdefault("show_default", False)
+    return Annotated[kind, typer.Option(*flags, **settings)]
+
+
 MODEL_HELP = (
     "A torchvision name (resnet18), pkg.module:attr, pkg.module.attr or path/to/file.py:attr "
     "(attr: an nn.Module class, a factory, or an instance), hf:NAME[:HEAD] (a transformers "
@@ -37,299 +47,206 @@ ModelArg = Annotated[
         metavar="MODEL", help=MODEL_HELP, show_default=False, autocompletion=complete_model
     ),
 ]
-KwargsOpt = Annotated[
+KwargsOpt = option(
     list[str] | None,
-    typer.Option(
-        "--kwargs",
-        "-k",
-        metavar="KEY=VALUE",
-        help="Constructor/factory keyword argument; VALUE is a Python literal (a string only "
-        "where the parameter takes one). Dotted keys build config objects: -k config.n_layer=2. "
-        "Repeatable.",
-        show_default=False,
-    ),
-]
-KwargsFileOpt = Annotated[
+    "--kwargs",
+    "-k",
+    metavar="KEY=VALUE",
+    help="Constructor/factory keyword argument; VALUE is a Python literal (a string only "
+    "where the parameter takes one). Dotted keys build config objects: -k config.n_layer=2. "
+    "Repeatable.",
+)
+KwargsFileOpt = option(
     Path | None,
-    typer.Option(
-        "--kwargs-file",
-        metavar="FILE",
-        help="Keyword arguments from a .json, .yaml or .toml table (nested tables build config "
-        "objects); -k wins.",
-        show_default=False,
-    ),
-]
-ConfigClassOpt = Annotated[
+    "--kwargs-file",
+    metavar="FILE",
+    help="Keyword arguments from a .json, .yaml or .toml table (nested tables build config "
+    "objects); -k wins.",
+)
+ConfigClassOpt = option(
     list[str] | None,
-    typer.Option(
-        "--config-class",
-        metavar="[PARAM=]CLASS",
-        help="The config class of a parameter with no annotation (def __init__(self, config)) "
-        "where hookcli cannot infer it: a name in the model's module (GPTConfig, "
-        "GPT.get_default_config), pkg.mod:Name or file.py:Name; dict passes the dict. "
-        "Repeatable.",
-        show_default=False,
-    ),
-]
-WeightsOpt = Annotated[
+    "--config-class",
+    metavar="[PARAM=]CLASS",
+    help="The config class of a parameter with no annotation (def __init__(self, config)) "
+    "where hookcli cannot infer it: a name in the model's module (GPTConfig, "
+    "GPT.get_default_config), pkg.mod:Name or file.py:Name; dict passes the dict. "
+    "Repeatable.",
+)
+WeightsOpt = option(
     Path | None,
-    typer.Option(
-        "--weights",
-        metavar="PATH",
-        help="A checkpoint applied strictly: a torch.save state dict (weights_only), a "
-        ".safetensors file, a sharded *.index.json, or a folder holding one. On meta: keys "
-        "and shapes are checked, no values loaded.",
-        show_default=False,
-    ),
-]
-ModelParallelOpt = Annotated[
+    "--weights",
+    metavar="PATH",
+    help="A checkpoint applied strictly: a torch.save state dict (weights_only), a "
+    ".safetensors file, a sharded *.index.json, or a folder holding one. On meta: keys "
+    "and shapes are checked, no values loaded.",
+)
+ModelParallelOpt = option(
     int | None,
-    typer.Option(
-        "--model-parallel",
-        metavar="N",
-        min=1,
-        help="Set up a process group and fairscale's (and megatron.core's) model-parallel "
-        "groups of size N before the build, for ColumnParallelLinear-style code: 1 in one "
-        "process, N under torchrun.",
-        show_default=False,
-    ),
-]
-PartOpt = Annotated[
+    "--model-parallel",
+    metavar="N",
+    min=1,
+    help="Set up a process group and fairscale's (and megatron.core's) model-parallel "
+    "groups of size N before the build, for ColumnParallelLinear-style code: 1 in one "
+    "process, N under torchrun.",
+)
+PartOpt = option(
     str | None,
-    typer.Option(
-        "--part",
-        metavar="NAME",
-        help="Run on the built model's submodule NAME (a named_modules() name, e.g. "
-        "image_encoder), after --weights are applied to the whole model.",
-        show_default=False,
-    ),
-]
-TrustPickleOpt = Annotated[
-    bool,
-    typer.Option("--trust-pickle", help="Allow --weights to unpickle arbitrary objects."),
-]
-InputOpt = Annotated[
+    "--part",
+    metavar="NAME",
+    help="Run on the built model's submodule NAME (a named_modules() name, e.g. "
+    "image_encoder), after --weights are applied to the whole model.",
+)
+TrustPickleOpt = option(
+    bool, "--trust-pickle", help="Allow --weights to unpickle arbitrary objects."
+)
+InputOpt = option(
     list[str] | None,
-    typer.Option(
-        "--input",
-        "-i",
-        metavar="SPEC",
-        help="[NAME=][DTYPE:]DIMS[:LOW..HIGH], one per positional input of forward "
-        "(NAME= for a keyword input). E.g. 1x3x224x224, int64:2x16:0..1000; int64:scalar:0..9 "
-        '(0-d), sparse:100x100:0.05 (COO), py:0 or py:[{"x": tensor("3x8x8")}] (a Python '
-        "literal). Repeatable.",
-        show_default=False,
-    ),
-]
-InputFileOpt = Annotated[
+    "--input",
+    "-i",
+    metavar="SPEC",
+    help="[NAME=][DTYPE:]DIMS[:LOW..HIGH], one per positional input of forward "
+    "(NAME= for a keyword input). E.g. 1x3x224x224, int64:2x16:0..1000; int64:scalar:0..9 "
+    '(0-d), sparse:100x100:0.05 (COO), py:0 or py:[{"x": tensor("3x8x8")}] (a Python '
+    "literal). Repeatable.",
+)
+InputFileOpt = option(
     Path | None,
-    typer.Option(
-        "--input-file",
-        metavar="FILE",
-        help="Real inputs saved in FILE: .pt (torch.load weights_only), .safetensors, .npz or "
-        ".npy. A tensor or list/tuple: positional inputs; a dict: keyword inputs; nested "
-        "structures pass as they are.",
-        show_default=False,
-    ),
-]
-InputsFromOpt = Annotated[
+    "--input-file",
+    metavar="FILE",
+    help="Real inputs saved in FILE: .pt (torch.load weights_only), .safetensors, .npz or "
+    ".npy. A tensor or list/tuple: positional inputs; a dict: keyword inputs; nested "
+    "structures pass as they are.",
+)
+InputsFromOpt = option(
     str | None,
-    typer.Option(
-        "--inputs-from",
-        metavar="FILE.py:FN",
-        help="Call FN (FILE.py:fn or pkg.mod:fn; trusted code) after torch.manual_seed(--seed); "
-        "it returns args or (args, kwargs): ints, strings, None, namedtuples, any tensors.",
-        show_default=False,
-    ),
-]
-NoForwardOpt = Annotated[
+    "--inputs-from",
+    metavar="FILE.py:FN",
+    help="Call FN (FILE.py:fn or pkg.mod:fn; trusted code) after torch.manual_seed(--seed); "
+    "it returns args or (args, kwargs): ints, strings, None, namedtuples, any tensors.",
+)
+NoForwardOpt = option(
     bool,
-    typer.Option(
-        "--no-forward",
-        help="Run nothing: the module tree with parameters and buffers per module, no "
-        "shapes. For a model whose inputs are unknown, and TorchScript models.",
-    ),
-]
-ColumnsOpt = Annotated[
+    "--no-forward",
+    help="Run nothing: the module tree with parameters and buffers per module, no "
+    "shapes. For a model whose inputs are unknown, and TorchScript models.",
+)
+ColumnsOpt = option(
     str | None,
-    typer.Option(
-        "--columns",
-        metavar="NAMES",
-        help="Extra columns, comma-separated: kernel_size, groups, param_percent, mult_adds "
-        "(cost's MACs per call: one more counted forward), trainable. In every format.",
-        show_default=False,
-    ),
-]
-BatchOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--batch-size",
-        "-b",
-        min=1,
-        help="Replace the first dimension of every input.",
-        show_default=False,
-    ),
-]
-DeviceOpt = Annotated[
-    str, typer.Option("--device", help="cpu, cuda, cuda:N, mps, or meta (shapes only).")
-]
-DtypeOpt = Annotated[
+    "--columns",
+    metavar="NAMES",
+    help="Extra columns, comma-separated: kernel_size, groups, param_percent, mult_adds "
+    "(cost's MACs per call: one more counted forward), trainable. In every format.",
+)
+BatchOpt = option(
+    int | None, "--batch-size", "-b", min=1, help="Replace the first dimension of every input."
+)
+DeviceOpt = option(str, "--device", help="cpu, cuda, cuda:N, mps, or meta (shapes only).")
+DtypeOpt = option(
     str | None,
-    typer.Option(
-        "--dtype",
-        help="Cast the model and floating inputs: float32, float16, bfloat16, float64.",
-        show_default=False,
-    ),
-]
-AmpOpt = Annotated[
+    "--dtype",
+    help="Cast the model and floating inputs: float32, float16, bfloat16, float64.",
+)
+AmpOpt = option(
     str | None,
-    typer.Option(
-        "--amp",
-        metavar="bf16|fp16",
-        help="Run the forward under torch.autocast to this dtype on the run's device, as "
-        "mixed-precision training does (parameters keep their dtype).",
-        show_default=False,
-    ),
-]
-EnableGradOpt = Annotated[
+    "--amp",
+    metavar="bf16|fp16",
+    help="Run the forward under torch.autocast to this dtype on the run's device, as "
+    "mixed-precision training does (parameters keep their dtype).",
+)
+EnableGradOpt = option(
     bool,
-    typer.Option(
-        "--enable-grad",
-        help="Run forwards decorated with @torch.no_grad() or @torch.inference_mode() "
-        "without the decorator, with gradients (as fine-tuning does); restored after.",
-    ),
-]
-ModeOpt = Annotated[
-    Mode | None,
-    typer.Option(
-        "--mode",
-        help="Module mode for the run (default: eval; grads and buffers: train).",
-        show_default=False,
-    ),
-]
-DepthOpt = Annotated[
+    "--enable-grad",
+    help="Run forwards decorated with @torch.no_grad() or @torch.inference_mode() "
+    "without the decorator, with gradients (as fine-tuning does); restored after.",
+)
+ModeOpt = option(
+    Mode | None, "--mode", help="Module mode for the run (default: eval; grads and buffers: train)."
+)
+DepthOpt = option(
     int | None,
-    typer.Option(
-        "--depth",
-        "-d",
-        min=0,
-        help="Rows for modules at depth <= N (root 0, its children 1); all when omitted.",
-        show_default=False,
-    ),
-]
-FormatOpt = Annotated[Format, typer.Option("--format", "-f", help="Report format.")]
-OutputOpt = Annotated[
+    "--depth",
+    "-d",
+    min=0,
+    help="Rows for modules at depth <= N (root 0, its children 1); all when omitted.",
+)
+FormatOpt = option(Format, "--format", "-f", help="Report format.")
+OutputOpt = option(
     Path | None,
-    typer.Option(
-        "--output",
-        "-o",
-        metavar="FILE",
-        help="Write the report to FILE instead of stdout.",
-        show_default=False,
-    ),
-]
-SeedOpt = Annotated[
-    int, typer.Option("--seed", help="torch.manual_seed before building; input generator seed.")
-]
-DebugOpt = Annotated[bool, typer.Option("--debug", help="Show the Python traceback on errors.")]
-HooksOpt = Annotated[
+    "--output",
+    "-o",
+    metavar="FILE",
+    help="Write the report to FILE instead of stdout.",
+)
+SeedOpt = option(int, "--seed", help="torch.manual_seed before building; input generator seed.")
+DebugOpt = option(bool, "--debug", help="Show the Python traceback on errors.")
+HooksOpt = option(
     str | None,
-    typer.Option(
-        "--hooks",
-        metavar="KINDS",
-        help="Replace the default hook kinds: pre,forward,backward-pre,backward,tensor "
-        "(backward kinds run a backward pass).",
-        show_default=False,
-    ),
-]
-GlobalHooksOpt = Annotated[
+    "--hooks",
+    metavar="KINDS",
+    help="Replace the default hook kinds: pre,forward,backward-pre,backward,tensor "
+    "(backward kinds run a backward pass).",
+)
+GlobalHooksOpt = option(
     bool,
-    typer.Option(
-        "--global-hooks",
-        help="Attach through torch.nn.modules.module.register_module_* (sees modules "
-        "created inside forward).",
-    ),
-]
-LossOpt = Annotated[
+    "--global-hooks",
+    help="Attach through torch.nn.modules.module.register_module_* (sees modules "
+    "created inside forward).",
+)
+LossOpt = option(
     str | None,
-    typer.Option(
-        "--loss",
-        metavar="LOSS",
-        help="The scalar loss backward starts from: sum (default: of every floating-point "
-        "element of the output structure), mean, random (a fixed, seeded random projection "
-        "of every floating output), output:KEY (one element of the output: output:loss, "
-        "output:1, output:aux.loss), fn:FILE.py:FUNCTION (your function of the output and "
-        "the inputs).",
-        show_default=False,
-    ),
-]
-FailOnOpt = Annotated[
+    "--loss",
+    metavar="LOSS",
+    help="The scalar loss backward starts from: sum (default: of every floating-point "
+    "element of the output structure), mean, random (a fixed, seeded random projection "
+    "of every floating output), output:KEY (one element of the output: output:loss, "
+    "output:1, output:aux.loss), fn:FILE.py:FUNCTION (your function of the output and "
+    "the inputs).",
+)
+FailOnOpt = option(
     str | None,
-    typer.Option(
-        "--fail-on",
-        metavar="CHECKS",
-        help="Comma-separated checks that fail the run (exit 1).",
-        show_default=False,
-    ),
-]
+    "--fail-on",
+    metavar="CHECKS",
+    help="Comma-separated checks that fail the run (exit 1).",
+)
 
 
-BaselineOpt = Annotated[
+BaselineOpt = option(
     Path | None,
-    typer.Option(
-        "--baseline",
-        metavar="FILE",
-        help="After the run, diff the report against FILE (a saved --format json report); "
-        "exit 1 when they differ beyond --rtol/--atol. The diff goes to stderr.",
-        show_default=False,
-    ),
-]
-UpdateBaselineOpt = Annotated[
-    bool,
-    typer.Option(
-        "--update-baseline",
-        help="Write the report to the --baseline FILE instead of comparing.",
-    ),
-]
-AnnotateOpt = Annotated[
+    "--baseline",
+    metavar="FILE",
+    help="After the run, diff the report against FILE (a saved --format json report); "
+    "exit 1 when they differ beyond --rtol/--atol. The diff goes to stderr.",
+)
+UpdateBaselineOpt = option(
+    bool, "--update-baseline", help="Write the report to the --baseline FILE instead of comparing."
+)
+AnnotateOpt = option(
     Annotate | None,
-    typer.Option(
-        "--annotate",
-        help="Print failed checks and baseline differences as CI annotations on stderr "
-        "(github: ::error workflow commands; on by itself when GITHUB_ACTIONS=true).",
-        show_default=False,
-    ),
-]
-JunitOpt = Annotated[
+    "--annotate",
+    help="Print failed checks and baseline differences as CI annotations on stderr "
+    "(github: ::error workflow commands; on by itself when GITHUB_ACTIONS=true).",
+)
+JunitOpt = option(
     Path | None,
-    typer.Option(
-        "--junit",
-        metavar="FILE",
-        help="Write the checks and baseline diff as JUnit XML test cases to FILE.",
-        show_default=False,
-    ),
-]
-RtolOpt = Annotated[
+    "--junit",
+    metavar="FILE",
+    help="Write the checks and baseline diff as JUnit XML test cases to FILE.",
+)
+RtolOpt = option(
     float | None,
-    typer.Option(
-        "--rtol",
-        metavar="X",
-        min=0.0,
-        help="Relative tolerance of the comparison (default: torch.testing.assert_close's "
-        "for the report's dtype; integers exact).",
-        show_default=False,
-    ),
-]
-AtolOpt = Annotated[
+    "--rtol",
+    metavar="X",
+    min=0.0,
+    help="Relative tolerance of the comparison (default: torch.testing.assert_close's "
+    "for the report's dtype; integers exact).",
+)
+AtolOpt = option(
     float | None,
-    typer.Option(
-        "--atol",
-        metavar="X",
-        min=0.0,
-        help="Absolute tolerance of the comparison (default: assert_close's for the dtype).",
-        show_default=False,
-    ),
-]
+    "--atol",
+    metavar="X",
+    min=0.0,
+    help="Absolute tolerance of the comparison (default: assert_close's for the dtype).",
+)
 
 
 _REQUIRED = inspect.Parameter.empty
@@ -569,8 +486,6 @@ __all__ = [
     "SEED",
     "TRUST_PICKLE",
     "WEIGHTS",
-    "Param",
-    "forwards",
     "AnnotateOpt",
     "AtolOpt",
     "BaselineOpt",
@@ -598,6 +513,7 @@ __all__ = [
     "ModelParallelOpt",
     "NoForwardOpt",
     "OutputOpt",
+    "Param",
     "PartOpt",
     "RtolOpt",
     "SeedOpt",
@@ -605,7 +521,9 @@ __all__ = [
     "UpdateBaselineOpt",
     "WeightsOpt",
     "ci_options",
+    "forwards",
     "model_options",
+    "option",
     "output_options",
     "parse_fail_on",
     "run_options",

@@ -4,11 +4,10 @@ No ``from __future__ import annotations``: Typer reads these annotations at runt
 """
 
 import math
-from typing import Annotated
 
 import typer
 
-from hookcli.cliopts import Param
+from hookcli.cliopts import Param, option
 
 
 def _finite_tolerance(value: float) -> float:
@@ -27,72 +26,56 @@ def _positive_seconds(value: float) -> float:
     return value
 
 
-DdpOpt = Annotated[
+DdpOpt = option(
     bool,
-    typer.Option(
-        "--ddp",
-        help="Run on every rank of a torchrun/srun launch through DistributedDataParallel; "
-        "rank r draws its inputs with seed + r; rank 0 prints the merged report.",
-    ),
-]
-BackendOpt = Annotated[
+    "--ddp",
+    help="Run on every rank of a torchrun/srun launch through DistributedDataParallel; "
+    "rank r draws its inputs with seed + r; rank 0 prints the merged report.",
+)
+BackendOpt = option(
     str | None,
-    typer.Option(
-        "--backend",
-        metavar="NAME",
-        help="Process-group backend with --ddp (default: gloo on cpu, nccl on cuda).",
-        show_default=False,
-    ),
-]
-DesyncTolOpt = Annotated[
+    "--backend",
+    metavar="NAME",
+    help="Process-group backend with --ddp (default: gloo on cpu, nccl on cuda).",
+)
+DesyncTolOpt = option(
     float,
-    typer.Option(
-        "--desync-tol",
-        metavar="X",
-        min=0.0,
-        callback=_finite_tolerance,
-        help="With --ddp: a reduced gradient, parameter or buffer desyncs when "
-        "max|x_r - x_0| > X * max|x_0| (0: must be equal exactly).",
-    ),
-]
-DistTimeoutOpt = Annotated[
+    "--desync-tol",
+    metavar="X",
+    min=0.0,
+    callback=_finite_tolerance,
+    help="With --ddp: a reduced gradient, parameter or buffer desyncs when "
+    "max|x_r - x_0| > X * max|x_0| (0: must be equal exactly).",
+)
+DistTimeoutOpt = option(
     float,
-    typer.Option(
-        "--dist-timeout",
-        metavar="SECONDS",
-        callback=_positive_seconds,
-        help="With --ddp: how long a rank waits for the others in any collective.",
-    ),
-]
+    "--dist-timeout",
+    metavar="SECONDS",
+    callback=_positive_seconds,
+    help="With --ddp: how long a rank waits for the others in any collective.",
+)
 
-BroadcastBuffersOpt = Annotated[
+BroadcastBuffersOpt = option(
     bool,
-    typer.Option(
-        "--broadcast-buffers/--no-broadcast-buffers",
-        help="With --ddp: DistributedDataParallel(broadcast_buffers=...). With it (the "
-        "default, as in DDP) buffers that drift apart are a note, since DDP overwrites "
-        "them with rank 0's at the next forward; without it they fail desync.",
-    ),
-]
+    "--broadcast-buffers/--no-broadcast-buffers",
+    help="With --ddp: DistributedDataParallel(broadcast_buffers=...). With it (the "
+    "default, as in DDP) buffers that drift apart are a note, since DDP overwrites "
+    "them with rank 0's at the next forward; without it they fail desync.",
+)
 
-FsdpOpt = Annotated[
+FsdpOpt = option(
     bool,
-    typer.Option(
-        "--fsdp",
-        help="Run on every rank of a torchrun/srun launch with the model sharded by FSDP2 "
-        "(fully_shard); per rank: shard sizes, local and reduced grad norms; rank 0 prints.",
-    ),
-]
-ShardOpt = Annotated[
+    "--fsdp",
+    help="Run on every rank of a torchrun/srun launch with the model sharded by FSDP2 "
+    "(fully_shard); per rank: shard sizes, local and reduced grad norms; rank 0 prints.",
+)
+ShardOpt = option(
     list[str] | None,
-    typer.Option(
-        "--shard",
-        metavar="CLASS",
-        help="With --fsdp: fully_shard every module of this class (repeatable), then the "
-        "root (default: each block of the largest ModuleList, else each top-level child).",
-        show_default=False,
-    ),
-]
+    "--shard",
+    metavar="CLASS",
+    help="With --fsdp: fully_shard every module of this class (repeatable), then the "
+    "root (default: each block of the largest ModuleList, else each top-level child).",
+)
 
 DDP = Param("ddp", DdpOpt, False)
 BACKEND = Param("backend", BackendOpt)
