@@ -35,6 +35,11 @@ def option(kind: Any, *flags: str, **settings: Any) -> Any:
     return Annotated[kind, typer.Option(*flags, **settings)]
 
 
+def threshold(flag: str, help: str, **settings: Any) -> Any:
+    """An optional number X >= 0 (``--rtol X``, ``--max-grad-norm X``)."""
+    return option(float | None, flag, metavar="X", min=0.0, help=help, **settings)
+
+
 MODEL_HELP = (
     "A torchvision name (resnet18), pkg.module:attr, pkg.module.attr or path/to/file.py:attr "
     "(attr: an nn.Module class, a factory, or an instance), hf:NAME[:HEAD] (a transformers "
@@ -232,20 +237,14 @@ JunitOpt = option(
     metavar="FILE",
     help="Write the checks and baseline diff as JUnit XML test cases to FILE.",
 )
-RtolOpt = option(
-    float | None,
+RtolOpt = threshold(
     "--rtol",
-    metavar="X",
-    min=0.0,
-    help="Relative tolerance of the comparison (default: torch.testing.assert_close's "
+    "Relative tolerance of the comparison (default: torch.testing.assert_close's "
     "for the report's dtype; integers exact).",
 )
-AtolOpt = option(
-    float | None,
+AtolOpt = threshold(
     "--atol",
-    metavar="X",
-    min=0.0,
-    help="Absolute tolerance of the comparison (default: assert_close's for the dtype).",
+    "Absolute tolerance of the comparison (default: assert_close's for the dtype).",
 )
 
 
@@ -431,14 +430,7 @@ def ci_options(
     for name, tol in (("--rtol", rtol), ("--atol", atol)):
         if tol is not None and not 0 <= tol < float("inf"):  # NaN too, before the run
             raise UsageError(f"{name} must be a finite number >= 0, got {tol}")
-    return CIOptions(
-        baseline=baseline,
-        update_baseline=update_baseline,
-        annotate=annotate,
-        junit=junit,
-        rtol=rtol,
-        atol=atol,
-    )
+    return CIOptions(baseline, update_baseline, annotate, junit, rtol, atol)  # its field order
 
 
 def parse_fail_on(text: str | None, allowed: tuple[str, ...]) -> tuple[str, ...]:
@@ -527,4 +519,5 @@ __all__ = [
     "output_options",
     "parse_fail_on",
     "run_options",
+    "threshold",
 ]

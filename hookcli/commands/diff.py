@@ -26,28 +26,15 @@ NewArg = Annotated[
         show_default=False,
     ),
 ]
-RtolOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--rtol",
-        metavar="X",
-        min=0.0,
-        help="Relative tolerance (default: torch.testing.assert_close's for the reports' dtype: "
-        "float32 1.3e-6, float16 1e-3, bfloat16 1.6e-2, float64 1e-7; integers exact).",
-        show_default=False,
-    ),
-]
-AtolOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--atol",
-        metavar="X",
-        min=0.0,
-        help="Absolute tolerance (default: float32/float16/bfloat16 1e-5, float64 1e-7; "
-        "integers exact).",
-        show_default=False,
-    ),
-]
+RtolOpt = opts.threshold(
+    "--rtol",
+    "Relative tolerance (default: torch.testing.assert_close's for the reports' dtype: "
+    "float32 1.3e-6, float16 1e-3, bfloat16 1.6e-2, float64 1e-7; integers exact).",
+)
+AtolOpt = opts.threshold(
+    "--atol",
+    "Absolute tolerance (default: float32/float16/bfloat16 1e-5, float64 1e-7; integers exact).",
+)
 OnlyOpt = Annotated[
     str | None,
     typer.Option(

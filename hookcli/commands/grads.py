@@ -18,26 +18,12 @@ PerParamOpt = Annotated[
         "counts (CSV/Markdown then carry these rows).",
     ),
 ]
-MaxGradNormOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--max-grad-norm",
-        metavar="X",
-        min=0.0,
-        help="Fail (exit 1) when a layer's grad_norm is above X.",
-        show_default=False,
-    ),
-]
-MinGradNormOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--min-grad-norm",
-        metavar="X",
-        min=0.0,
-        help="Fail (exit 1) when a layer's grad_norm is below X.",
-        show_default=False,
-    ),
-]
+MaxGradNormOpt = opts.threshold(
+    "--max-grad-norm", "Fail (exit 1) when a layer's grad_norm is above X."
+)
+MinGradNormOpt = opts.threshold(
+    "--min-grad-norm", "Fail (exit 1) when a layer's grad_norm is below X."
+)
 PlotOpt = Annotated[
     Path | None,
     typer.Option(

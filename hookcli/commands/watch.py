@@ -61,39 +61,21 @@ StopOnOpt = Annotated[
         rich_help_panel="Checks",
     ),
 ]
-MinGradNormOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--min-grad-norm",
-        metavar="X",
-        min=0.0,
-        help="vanishing: a module's grad norm below X on a logged step (default 1e-8).",
-        show_default=False,
-        rich_help_panel="Checks",
-    ),
-]
-MaxGradNormOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--max-grad-norm",
-        metavar="X",
-        min=0.0,
-        help="exploding: a module's (or the total) grad norm above X (default 1e3).",
-        show_default=False,
-        rich_help_panel="Checks",
-    ),
-]
-MaxUpdateRatioOpt = Annotated[
-    float | None,
-    typer.Option(
-        "--max-update-ratio",
-        metavar="X",
-        min=0.0,
-        help="exploding: a module's ||w_after - w_before|| / ||w_before|| above X (default 1).",
-        show_default=False,
-        rich_help_panel="Checks",
-    ),
-]
+MinGradNormOpt = opts.threshold(
+    "--min-grad-norm",
+    "vanishing: a module's grad norm below X on a logged step (default 1e-8).",
+    rich_help_panel="Checks",
+)
+MaxGradNormOpt = opts.threshold(
+    "--max-grad-norm",
+    "exploding: a module's (or the total) grad norm above X (default 1e3).",
+    rich_help_panel="Checks",
+)
+MaxUpdateRatioOpt = opts.threshold(
+    "--max-update-ratio",
+    "exploding: a module's ||w_after - w_before|| / ||w_before|| above X (default 1).",
+    rich_help_panel="Checks",
+)
 OutDirOpt = Annotated[
     str | None,  # as typed: an empty path is refused by name, not taken for '.'
     typer.Option(
