@@ -1,4 +1,6 @@
-"""Typer option types shared by the commands (``Annotated`` aliases), no torch import.
+"""Typer option types shared by the commands (``Annotated`` aliases), no torch import;
+their groups (``Param``: name, type, default) and ``forwards``, which makes a command of
+the groups and options it names.
 
 This module deliberately avoids ``from __future__ import annotations``: Typer reads
 the annotations of the command functions at runtime.

@@ -1,8 +1,9 @@
 """The commands: one module each, exposing ``NAME`` and ``command(**options) -> int``.
 
-Each module is the command's Typer signature plus one call into its capability
-(``hookcli.grads.command``, ``hookcli.cost.command``, ``hookcli.ablate.runner``, ...),
-where the work is done. Modules are discovered here so that adding a command is
+Each module declares the command's own options and names all of its options, shared
+groups included (``hookcli.cliopts.forwards``); what Typer parsed goes by name to its
+capability (``hookcli.grads.command``, ``hookcli.cost.command``, ``hookcli.ablate.runner``,
+...), where the work is done. Modules are discovered here so that adding a command is
 adding a file; none imports torch at import time (the ``--help`` path).
 """
 
