@@ -285,7 +285,7 @@ SEED = Param("seed", SeedOpt, 0)
 DEBUG = Param("debug", DebugOpt, False)
 
 # The groups a command names (``forwards``), each in its order in --help.
-BUILD = (MODEL, KWARGS, WEIGHTS, TRUST_PICKLE)  # MODEL and how it is built
+BUILD = (KWARGS, WEIGHTS, TRUST_PICKLE)  # how MODEL is built
 INPUTS = (
     Param("input", InputOpt),
     Param("input_file", InputFileOpt),
@@ -293,7 +293,7 @@ INPUTS = (
     Param("batch_size", BatchOpt),
 )
 RUN = (DEVICE, DTYPE, Param("mode", ModeOpt))
-FORWARD = (*BUILD, *INPUTS, *RUN)  # what every command that runs the model's forward takes
+FORWARD = (*BUILD, *INPUTS, *RUN)  # what every command that runs MODEL's forward takes
 BASELINE = (Param("baseline", BaselineOpt), Param("update_baseline", UpdateBaselineOpt, False))
 REPORT = (FORMAT, OUTPUT, *BASELINE, RTOL, ATOL, ANNOTATE, JUNIT, SEED, DEBUG)
 

@@ -77,7 +77,7 @@ AblateFailOnOpt = Annotated[
     (opts.MODEL, opts.Param("layer", LayerOpt, opts.REQUIRED), opts.Param("op", OpOpt)),
     (opts.Param("grad_op", GradOpOpt), opts.Param("together", TogetherOpt, False)),
     (opts.Param("leaves", LeavesOpt, False), opts.Param("metric", MetricOpt)),
-    (opts.Param("fail_on", AblateFailOnOpt), opts.LOSS, *opts.FORWARD[1:], *opts.REPORT),
+    (opts.Param("fail_on", AblateFailOnOpt), opts.LOSS, *opts.FORWARD, *opts.REPORT),
 )
 def command() -> None:
     """Ablate each module --layer matches (zero, mean, scale, noise, clamp its output; or its

@@ -21,7 +21,7 @@ StepsOpt = Annotated[
 
 @opts.forwards(
     "hookcli.probes.buffers:cli_command",
-    (*opts.FORWARD, opts.Param("steps", StepsOpt, 1), opts.DEPTH, *opts.REPORT),
+    (opts.MODEL, *opts.FORWARD, opts.Param("steps", StepsOpt, 1), opts.DEPTH, *opts.REPORT),
 )
 def command() -> None:
     """Every buffer: owner, shape, dtype, persistent, summary before/after N steps, changed."""

@@ -92,7 +92,7 @@ MaxFlopsOpt = Annotated[
 
 @opts.forwards(
     "hookcli.cost.command:cli_command",
-    (*opts.FORWARD, opts.Param("backward", BackwardOpt, False), opts.LOSS),
+    (opts.MODEL, *opts.FORWARD, opts.Param("backward", BackwardOpt, False), opts.LOSS),
     opts.Param("optimizer", OptimizerOpt, Optimizer.ADAM),
     (opts.Param("zero_grad", ZeroGradOpt), opts.Param("checkpoint", CheckpointOpt)),
     (opts.Param("fit", FitOpt), opts.Param("foreach", ForeachOpt)),

@@ -51,7 +51,7 @@ ChannelsOpt = Annotated[
     "hookcli.features.runner:cli_command",
     (opts.MODEL, opts.Param("layer", LayerOpt, opts.REQUIRED), opts.Param("out", OutOpt)),
     (opts.Param("png", PngOpt), opts.Param("channels", ChannelsOpt, 16)),
-    (*opts.FORWARD[1:], *opts.REPORT),
+    (*opts.FORWARD, *opts.REPORT),
 )
 def command() -> None:
     """Save the outputs of the modules --layer matches (.pt, .npz, .safetensors); optional

@@ -47,7 +47,7 @@ GradsFailOnOpt = Annotated[
 
 @opts.forwards(
     "hookcli.grads.command:cli_command",
-    (*opts.FORWARD, opts.LOSS, opts.DEPTH, opts.HOOKS, opts.GLOBAL_HOOKS),
+    (opts.MODEL, *opts.FORWARD, opts.LOSS, opts.DEPTH, opts.HOOKS, opts.GLOBAL_HOOKS),
     (opts.Param("per_param", PerParamOpt, False), opts.Param("fail_on", GradsFailOnOpt)),
     (opts.Param("max_grad_norm", MaxGradNormOpt), opts.Param("min_grad_norm", MinGradNormOpt)),
     (opts.Param("plot", PlotOpt), *opts.REPORT, *dist.DISTRIBUTED),

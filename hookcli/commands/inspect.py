@@ -8,7 +8,7 @@ NAME = "inspect"
 
 @opts.forwards(
     "hookcli.inspect.command:cli_command",
-    (*opts.FORWARD, opts.DEPTH, opts.HOOKS, opts.LOSS, opts.GLOBAL_HOOKS),
+    (opts.MODEL, *opts.FORWARD, opts.DEPTH, opts.HOOKS, opts.LOSS, opts.GLOBAL_HOOKS),
     (opts.Param("no_forward", opts.NoForwardOpt, False), opts.Param("columns", opts.ColumnsOpt)),
     (*opts.REPORT, dist.DDP, dist.BACKEND, dist.DIST_TIMEOUT, *dist.FSDP),
 )

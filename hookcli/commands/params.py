@@ -22,7 +22,7 @@ FrozenOpt = Annotated[
 
 @opts.forwards(
     "hookcli.parameters:cli_command",
-    (*opts.BUILD, opts.DEVICE, opts.DTYPE, opts.Param("frozen", FrozenOpt), opts.DEPTH),
+    (opts.MODEL, *opts.BUILD, opts.DEVICE, opts.DTYPE, opts.Param("frozen", FrozenOpt), opts.DEPTH),
     opts.REPORT,
 )
 def command() -> None:

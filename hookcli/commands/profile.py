@@ -74,7 +74,7 @@ SyncOpt = Annotated[
 
 @opts.forwards(
     "hookcli.profile.runner:cli_command",
-    (*opts.FORWARD, opts.Param("backward", BackwardOpt, False), opts.LOSS),
+    (opts.MODEL, *opts.FORWARD, opts.Param("backward", BackwardOpt, False), opts.LOSS),
     (opts.Param("warmup", WarmupOpt, 2), opts.Param("repeat", RepeatOpt, 10)),
     (opts.Param("sync", SyncOpt, False), opts.Param("sort", SortOpt, SortKey.SELF), opts.DEPTH),
     (opts.Param("trace_out", TraceOutOpt), opts.Param("plot", PlotOpt)),

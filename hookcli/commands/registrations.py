@@ -6,7 +6,8 @@ NAME = "registrations"
 
 
 @opts.forwards(
-    "hookcli.registrations:cli_command", (*opts.BUILD, opts.DEVICE, opts.DEPTH, *opts.REPORT)
+    "hookcli.registrations:cli_command",
+    (opts.MODEL, *opts.BUILD, opts.DEVICE, opts.DEPTH, *opts.REPORT),
 )
 def command() -> None:
     """Every registration while the model is built, in order: parent, kind, name, shape."""

@@ -41,7 +41,7 @@ DeadThresholdOpt = Annotated[
 
 @opts.forwards(
     "hookcli.stats.command:cli_command",
-    (*opts.FORWARD, opts.Param("backward", BackwardOpt, False), opts.LOSS),
+    (opts.MODEL, *opts.FORWARD, opts.Param("backward", BackwardOpt, False), opts.LOSS),
     (opts.HOOKS, opts.GLOBAL_HOOKS, opts.Param("fail_on", FailOnOpt)),
     (opts.Param("dead_threshold", DeadThresholdOpt), opts.DEPTH),
     (*opts.REPORT, *dist.DISTRIBUTED),

@@ -42,7 +42,7 @@ FilterOpt = Annotated[
 
 @opts.forwards(
     "hookcli.probes.trace:cli_command",
-    (*opts.FORWARD, opts.DEPTH, opts.Param("backward", BackwardOpt, False), opts.LOSS),
+    (opts.MODEL, *opts.FORWARD, opts.DEPTH, opts.Param("backward", BackwardOpt, False), opts.LOSS),
     (opts.Param("limit", LimitOpt), opts.Param("filter", FilterOpt), *opts.REPORT),
 )
 def command() -> None:
