@@ -543,8 +543,8 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
         if code:
             raise typer.Exit(code)
 
-    _add_kwargs_file(wrapper, fn)
-    _add_amp(wrapper, fn, name)
+    _add_kwargs_file(wrapper)
+    _add_amp(wrapper, name)
     _add_build_options(wrapper)
     from hookcli.helpfmt import PanelCommand
 
@@ -554,40 +554,33 @@ def command(name: str, fn: Callable[..., int], help_text: str | None = None) -> 
     )
 
 
-def _add_option(wrapper: Any, sig: Any, after: str, name: str, annotation: Any) -> None:
-    """Give ``wrapper`` the parameter ``name`` (a Typer option) right after ``after``."""
+def _add_options(wrapper: Any, after: str, *added: tuple[str, Any]) -> None:
+    """Give ``wrapper`` the parameters ``added`` (name, Typer option type; default None), in
+    that order, right after its parameter ``after``."""
     import inspect
 
+    sig = inspect.signature(wrapper)
     params = []
     for p in sig.parameters.values():
         params.append(p)
         if p.name == after:
-            params.append(
-                inspect.Parameter(
-                    name, p.KEYWORD_ONLY if p.kind is p.KEYWORD_ONLY else p.kind,
-                    default=None, annotation=annotation,
-                )
-            )  # fmt: skip
+            kind = p.KEYWORD_ONLY if p.kind is p.KEYWORD_ONLY else p.kind
+            params += [inspect.Parameter(n, kind, default=None, annotation=a) for n, a in added]
     wrapper.__signature__ = sig.replace(parameters=params)
+    wrapper.__annotations__ = {**getattr(wrapper, "__annotations__", {}), **dict(added)}
 
 
-def _add_kwargs_file(wrapper: Any, fn: Callable[..., int]) -> None:
+def _add_kwargs_file(wrapper: Any) -> None:
     """Every command with ``-k`` also takes ``--kwargs-file FILE``: its items come before
     the ``-k`` ones (so the command line wins), each naming the file in messages."""
     import inspect
 
     from hookcli.cliopts import ConfigClassOpt, KwargsFileOpt
 
-    sig = inspect.signature(fn)
-    if "kwargs" not in sig.parameters or "kwargs_file" in sig.parameters:
-        return
-    _add_option(wrapper, sig, "kwargs", "kwargs_file", KwargsFileOpt)
-    _add_option(wrapper, inspect.signature(wrapper), "kwargs_file", "config_class", ConfigClassOpt)
-    wrapper.__annotations__ = {
-        **fn.__annotations__,
-        "kwargs_file": KwargsFileOpt,
-        "config_class": ConfigClassOpt,
-    }
+    sig = inspect.signature(wrapper)
+    if "kwargs" in sig.parameters and "kwargs_file" not in sig.parameters:
+        added = ("kwargs_file", KwargsFileOpt), ("config_class", ConfigClassOpt)
+        _add_options(wrapper, "kwargs", *added)
 
 
 # The commands that run the model's forward take --amp (params and registrations build
@@ -597,7 +590,7 @@ _AMP_COMMANDS = frozenset(
 )
 
 
-def _add_amp(wrapper: Any, fn: Callable[..., int], name: str) -> None:
+def _add_amp(wrapper: Any, name: str) -> None:
     """``--amp bf16|fp16`` after ``--dtype`` on every command that runs the model, and
     ``--enable-grad`` after it; the CLI holds them for the command
     (``hookcli.amp.requested``, ``hookcli.gradmode.requested``), the run applies them."""
@@ -606,15 +599,8 @@ def _add_amp(wrapper: Any, fn: Callable[..., int], name: str) -> None:
     from hookcli.cliopts import AmpOpt, EnableGradOpt
 
     sig = inspect.signature(wrapper)
-    if name not in _AMP_COMMANDS or "dtype" not in sig.parameters or "amp" in sig.parameters:
-        return
-    _add_option(wrapper, sig, "dtype", "amp", AmpOpt)
-    _add_option(wrapper, inspect.signature(wrapper), "amp", "enable_grad", EnableGradOpt)
-    wrapper.__annotations__ = {
-        **getattr(wrapper, "__annotations__", {}),
-        "amp": AmpOpt,
-        "enable_grad": EnableGradOpt,
-    }
+    if name in _AMP_COMMANDS and "dtype" in sig.parameters and "amp" not in sig.parameters:
+        _add_options(wrapper, "dtype", ("amp", AmpOpt), ("enable_grad", EnableGradOpt))
 
 
 _BUILD_OPTIONS = ("model_parallel", "part")  # held by hookcli.loading.requested
@@ -628,12 +614,8 @@ def _add_build_options(wrapper: Any) -> None:
     from hookcli.cliopts import ModelParallelOpt, PartOpt
 
     sig = inspect.signature(wrapper)
-    if "weights" not in sig.parameters or "part" in sig.parameters:
-        return
-    _add_option(wrapper, sig, "weights", "part", PartOpt)
-    _add_option(wrapper, inspect.signature(wrapper), "weights", "model_parallel", ModelParallelOpt)
-    annotations = {"model_parallel": ModelParallelOpt, "part": PartOpt}
-    wrapper.__annotations__ = {**getattr(wrapper, "__annotations__", {}), **annotations}
+    if "weights" in sig.parameters and "part" not in sig.parameters:
+        _add_options(wrapper, "weights", ("model_parallel", ModelParallelOpt), ("part", PartOpt))
 
 
 def _pop_build_options(options: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
