@@ -385,6 +385,16 @@ def emit(
     return conclude(report, out)
 
 
+def emit_outcome(
+    report: Report, error: BaseException | None, out: OutputOptions, columns: Sequence[Column] = ()
+) -> int:
+    """``emit`` the report (as far as the run got), then raise the run's ``error``."""
+    code = emit(report, out, columns)
+    if error is not None:
+        raise error
+    return code
+
+
 def conclude(report: Report, out: OutputOptions) -> int:
     """After the report is written: --baseline, --annotate, --junit, the step summary.
 
