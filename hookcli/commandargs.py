@@ -9,8 +9,9 @@ checks of ``hookcli.cliopts``. No torch import here.
     OutputArgs   --format, -o, the CI options (--baseline, --rtol, ...), --debug
     BuildArgs    both
     RunArgs      and the inputs and the run: -i, --input-file, ..., --device, --mode
-    LaunchArgs   --fsdp, --shard, --backend, --dist-timeout (cost); with --ddp: DdpArgs;
+    LaunchArgs   --fsdp, --shard, --backend, --dist-timeout; with --ddp: DdpArgs;
                  with --desync-tol and --no-broadcast-buffers: DesyncArgs
+    RunFsdpArgs, RunDdpArgs, RunDesyncArgs: RunArgs with one of those three
 """
 
 from __future__ import annotations
@@ -75,6 +76,18 @@ class DesyncArgs(DdpArgs):
 
     desync_tol: float
     broadcast_buffers: bool
+
+
+class RunFsdpArgs(RunArgs, LaunchArgs):
+    """cost's."""
+
+
+class RunDdpArgs(RunArgs, DdpArgs):
+    """inspect's."""
+
+
+class RunDesyncArgs(RunArgs, DesyncArgs):
+    """grads' and stats'."""
 
 
 def model_part(args: ModelArgs) -> ModelOptions:

@@ -70,7 +70,7 @@ def params_report(
     """The rows (a shared tensor's Numel counted at its first name), totals and table layout."""
     from hookcli.modelinfo import depth_of, is_lazy, numel
     from hookcli.render import fmt_bool, fmt_int, fmt_shape
-    from hookcli.report import Column, Report, Row
+    from hookcli.report import Column, Row
 
     entries = _entries(prepared.model)
     any_packed = any(packed for *_, packed in entries)
@@ -179,10 +179,9 @@ def params_report(
         table_totals.append(
             (f"Not shown (--depth {depth})", f"{fmt_int(hidden_numel)} in {hidden} names")
         )
-    return Report(
-        command="params",
-        model=prepared.model_info(),
-        settings=settings,
+    return prepared.report(  # no inputs: no forward
+        "params",
+        settings,
         totals=totals,
         lists={"params": tuple(rows)},
         primary="params",

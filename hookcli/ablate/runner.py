@@ -119,7 +119,6 @@ def _run(
     from hookcli.globs import select_modules
     from hookcli.losses import loss_notes, make_loss
     from hookcli.pipeline import emit
-    from hookcli.report import Report
     from hookcli.scripted import refuse_scripted
 
     model = prepared.model
@@ -216,11 +215,9 @@ def _run(
     notes = [_op_line(op, grad_op, together, len(selected))]
     if grad_op is not None:
         notes += loss_notes(loss_fn, run.clean.loss, totals)
-    report = Report(
-        command="ablate",
-        model=prepared.model_info(),
-        settings=settings,
-        inputs=prepared.input_dicts(),
+    report = prepared.report(
+        "ablate",
+        settings,
         totals=totals,
         checks=checks,
         lists={"ablations": rows},

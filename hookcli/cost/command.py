@@ -1,8 +1,4 @@
-"""``hookcli cost``: the command's run, from the parsed options to the exit status.
-
-On one process it calls ``hookcli.cost.runner``, as ``hookcli.cost`` does; under
-torchrun it calls the same runner with a launch strategy from ``hookcli.distributed``.
-"""
+"""``hookcli cost``: the parsed options to ``hookcli.cost.runner`` and the exit status."""
 
 from __future__ import annotations
 
@@ -14,10 +10,7 @@ from hookcli.options import Mode
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from hookcli.commandargs import LaunchArgs, RunArgs
-
-    class CostArgs(RunArgs, LaunchArgs):
-        pass
+    from hookcli.commandargs import RunFsdpArgs
 
 
 def cli_command(
@@ -34,7 +27,7 @@ def cli_command(
     max_flops: str | None,
     depth: int | None,
     global_hooks: bool,
-    **common: Unpack[CostArgs],
+    **common: Unpack[RunFsdpArgs],
 ) -> int:
     """``hookcli cost``: plan, build, measure on one process or on every rank, emit."""
     from hookcli.commandargs import command_options

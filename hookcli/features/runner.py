@@ -40,7 +40,7 @@ def cli_command(
     from hookcli.options import HookKind
     from hookcli.pipeline import emit_outcome, prepare, progress
     from hookcli.render import fmt_bytes, fmt_int, fmt_text
-    from hookcli.report import Column, Report
+    from hookcli.report import Column
 
     if out is not None:
         _check_out(out)
@@ -99,11 +99,9 @@ def cli_command(
     else:
         notes.append("nothing saved: the model raised")
 
-    report = Report(
-        command="features",
-        model=prepared.model_info(),
-        settings=prepared.settings,
-        inputs=prepared.input_dicts(),
+    report = prepared.report(
+        "features",
+        prepared.settings,
         layers=rows,
         totals={
             "matched": [name for name, _ in selected],

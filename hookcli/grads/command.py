@@ -1,8 +1,4 @@
-"""``hookcli grads``: the command's run, from the parsed options to the exit status.
-
-On one process it calls ``hookcli.grads.runner``, as ``hookcli.grads`` does; under
-torchrun it calls the same runner with a launch strategy from ``hookcli.distributed``.
-"""
+"""``hookcli grads``: the parsed options to ``hookcli.grads.runner`` and the exit status."""
 
 from __future__ import annotations
 
@@ -16,10 +12,7 @@ from hookcli.options import Format, Mode
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from hookcli.commandargs import DesyncArgs, RunArgs
-
-    class GradsArgs(RunArgs, DesyncArgs):
-        pass
+    from hookcli.commandargs import RunDesyncArgs
 
 
 def cli_command(
@@ -33,7 +26,7 @@ def cli_command(
     max_grad_norm: float | None,
     min_grad_norm: float | None,
     plot: Path | None,
-    **common: Unpack[GradsArgs],
+    **common: Unpack[RunDesyncArgs],
 ) -> int:
     """``hookcli grads``: plan, build, run on one process or on every rank, emit."""
     import dataclasses

@@ -22,7 +22,6 @@ from hookcli.options import (
     loss_arg,
     names_arg,
 )
-from hookcli.report import Report
 
 if TYPE_CHECKING:
     from hookcli.distributed.strategy import Launch
@@ -184,11 +183,9 @@ def run_grads(prepared: Prepared, plan: GradsPlan, launch: Launch | None = None)
     lists: dict[str, tuple[Row, ...]] = {}
     if plan.per_param:
         lists["params"] = _param_rows(findings)
-    report = Report(
-        command="grads",
-        model=prepared.model_info(),
-        settings=settings,
-        inputs=prepared.input_dicts(),
+    report = prepared.report(
+        "grads",
+        settings,
         layers=rows,
         totals=model_totals,
         checks=checks,

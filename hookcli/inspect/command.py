@@ -1,8 +1,4 @@
-"""``hookcli inspect``: the command's run, from the parsed options to the exit status.
-
-On one process it calls ``hookcli.inspect.runner``, as ``hookcli.inspect`` does; under
-torchrun it calls the same runner with a launch strategy from ``hookcli.distributed``.
-"""
+"""``hookcli inspect``: the parsed options to ``hookcli.inspect.runner`` and the exit status."""
 
 from __future__ import annotations
 
@@ -14,10 +10,7 @@ from hookcli.options import Mode
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from hookcli.commandargs import DdpArgs, RunArgs
-
-    class InspectArgs(RunArgs, DdpArgs):
-        pass
+    from hookcli.commandargs import RunDdpArgs
 
 
 def cli_command(
@@ -28,7 +21,7 @@ def cli_command(
     global_hooks: bool,
     no_forward: bool,
     columns: str | None,
-    **common: Unpack[InspectArgs],
+    **common: Unpack[RunDdpArgs],
 ) -> int:
     """``hookcli inspect``: plan, build, run on one process or on every rank, emit."""
     from hookcli.commandargs import command_options

@@ -114,11 +114,9 @@ def run_inspect(
         ran=run.error is None,
         global_hooks=plan.global_hooks,
     )
-    report = Report(
-        command="inspect",
-        model=prepared.model_info(),
-        settings=settings,
-        inputs=prepared.input_dicts(),
+    report = prepared.report(
+        "inspect",
+        settings,
         layers=rows,
         totals=model_totals,
         error=run.error.message if run.error else None,
@@ -438,7 +436,6 @@ MULT_ADDS_NEED_FORWARD = "--columns mult_adds counts the ops of a forward: drop 
 def tree_report(prepared: Prepared, depth: int | None, names: Sequence[str] = ()) -> Report:
     """``inspect --no-forward``: the module tree with parameters and buffers, nothing run."""
     from hookcli.errors import UsageError
-    from hookcli.report import Report
 
     if "mult_adds" in names:
         raise UsageError(MULT_ADDS_NEED_FORWARD)
@@ -459,10 +456,9 @@ def tree_report(prepared: Prepared, depth: int | None, names: Sequence[str] = ()
         shown = sum(r.display["shown_params"] for r in rows)
         if shown != model_totals["params"]:  # cannot happen: the cut rows hold their subtrees
             table_totals.append(("Not shown", fmt_int(model_totals["params"] - shown)))
-    return Report(
-        command="inspect",
-        model=prepared.model_info(),
-        settings=settings,
+    return prepared.report(  # no inputs: no forward
+        "inspect",
+        settings,
         layers=rows,
         totals=model_totals,
         notes=tuple(notes),

@@ -199,7 +199,7 @@ def buffers_report(
     """The buffer rows (owners at depth <= ``depth``), totals and table layout."""
     from hookcli.modelinfo import depth_of
     from hookcli.render import fmt_bool, fmt_int, fmt_shape
-    from hookcli.report import Column, Report, Row
+    from hookcli.report import Column, Row
 
     rows = []
     for b in probe.buffers:
@@ -259,11 +259,9 @@ def buffers_report(
         ),
         ("Size", f"{fmt_int(elements)} elements, {fmt_int(nbytes)} bytes"),
     ]
-    return Report(
-        command="buffers",
-        model=prepared.model_info(),
-        settings={**prepared.settings, "steps": steps},
-        inputs=prepared.input_dicts(),
+    return prepared.report(
+        "buffers",
+        {**prepared.settings, "steps": steps},
         totals=totals,
         lists={"buffers": tuple(rows)},
         primary="buffers",

@@ -151,7 +151,7 @@ def trace_report(
 
     from hookcli.losses import loss_words
     from hookcli.render import fmt_float, fmt_shapes
-    from hookcli.report import Column, Report, Row, shapes_list
+    from hookcli.report import Column, Row, shapes_list
 
     events = probe.events
     kept = [
@@ -219,11 +219,9 @@ def trace_report(
     settings = {**prepared.settings, "backward": backward}
     if backward:
         settings["loss"] = loss.value
-    return Report(
-        command="trace",
-        model=prepared.model_info(),
-        settings=settings,
-        inputs=prepared.input_dicts(),
+    return prepared.report(
+        "trace",
+        settings,
         totals=totals,
         lists={"events": tuple(rows)},
         primary="events",

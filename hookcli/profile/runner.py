@@ -542,7 +542,7 @@ def build_report(
 ) -> Report:
     """The profile report: one row per module, sorted by ``plan.sort``."""
     from hookcli.profile import render as prender
-    from hookcli.report import Report, Row
+    from hookcli.report import Row
 
     settings = {
         **prepared.settings,
@@ -555,11 +555,9 @@ def build_report(
     if plan.backward:
         settings["loss"] = plan.loss.value
     if m is None or m.timings is None:
-        return Report(
-            command="profile",
-            model=prepared.model_info(),
-            settings=settings,
-            inputs=prepared.input_dicts(),
+        return prepared.report(
+            "profile",
+            settings,
             lists={"modules": ()},
             primary="modules",
             error=error.message if error else None,
@@ -579,11 +577,9 @@ def build_report(
     rows = tuple(Row.of(shown[k], {"depth": 0}) for k in order)
     totals = _totals(m, plan)
     checks = tuple(_checks(all_rows, plan.max_ms)) if error is None else ()
-    return Report(
-        command="profile",
-        model=prepared.model_info(),
-        settings=settings,
-        inputs=prepared.input_dicts(),
+    return prepared.report(
+        "profile",
+        settings,
         totals=totals,
         checks=checks,
         lists={"modules": rows},

@@ -1,8 +1,4 @@
-"""``hookcli stats``: the command's run, from the parsed options to the exit status.
-
-On one process it calls ``hookcli.stats.runner``, as ``hookcli.stats`` does; under
-torchrun it calls the same runner with a launch strategy from ``hookcli.distributed``.
-"""
+"""``hookcli stats``: the parsed options to ``hookcli.stats.runner`` and the exit status."""
 
 from __future__ import annotations
 
@@ -14,10 +10,7 @@ from hookcli.stats.runner import plan_stats, run_stats
 if TYPE_CHECKING:
     from typing import Unpack
 
-    from hookcli.commandargs import DesyncArgs, RunArgs
-
-    class StatsArgs(RunArgs, DesyncArgs):
-        pass
+    from hookcli.commandargs import RunDesyncArgs
 
 
 def cli_command(
@@ -29,7 +22,7 @@ def cli_command(
     fail_on: str | None,
     dead_threshold: float | None,
     depth: int | None,
-    **common: Unpack[StatsArgs],
+    **common: Unpack[RunDesyncArgs],
 ) -> int:
     """``hookcli stats``: plan, build, run on one process or on every rank, emit."""
     from hookcli.commandargs import command_options

@@ -149,11 +149,9 @@ def run_stats(prepared: Prepared, plan: StatsPlan, launch: Launch | None = None)
     if run_backward:
         settings["loss"] = plan.loss.value
     natural = loss_notes(loss_fn, run.loss, totals)
-    report = Report(
-        command="stats",
-        model=prepared.model_info(),
-        settings=settings,
-        inputs=prepared.input_dicts(),
+    report = prepared.report(
+        "stats",
+        settings,
         layers=rows,
         totals=totals,
         checks=results,
