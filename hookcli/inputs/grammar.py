@@ -752,27 +752,21 @@ def _from_example(
             value = _redraw_like(value, batch_size, g)
         return _move(value, dev, float_dtype)
 
-    if isinstance(example, Mapping):
-        try:
-            kwargs = {str(k): prep(v) for k, v in example.items()}
-        except (RuntimeError, MemoryError) as err:
-            if not is_oom(err):
-                raise
-            raise ResourceError(
-                f"out of memory preparing example_input_array: {first_line(err)}"
-            ) from err
-        infos = [i for k, v in kwargs.items() for i in _infos_of(k, v)]
-        return Inputs((), kwargs, tuple(infos), "example_input_array")
-    items = list(example) if isinstance(example, (tuple, list)) else [example]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = {}
     try:
-        args = tuple(prep(v) for v in items)
+        if isinstance(example, Mapping):
+            kwargs = {str(k): prep(v) for k, v in example.items()}
+        else:
+            items = list(example) if isinstance(example, (tuple, list)) else [example]
+            args = tuple(prep(v) for v in items)
     except (RuntimeError, MemoryError) as err:
         if not is_oom(err):
             raise
         raise ResourceError(
             f"out of memory preparing example_input_array: {first_line(err)}"
         ) from err
-    infos = []
+    infos = [i for k, v in kwargs.items() for i in _infos_of(k, v)]
     for pos, v in enumerate(args):
         infos.extend(_infos_of(names[pos] if pos < len(names) else f"input{pos}", v))
-    return Inputs(args, {}, tuple(infos), "example_input_array")
+    return Inputs(args, kwargs, tuple(infos), "example_input_array")
