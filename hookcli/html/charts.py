@@ -150,6 +150,13 @@ class Tip:
     series: str
 
 
+def mark_nonfinite(ax: Any, xs: Sequence[float], titles: Sequence[str]) -> None:
+    """NaN/Inf values as red crosses along the top of ``ax``, each with its hover title."""
+    top = ax.get_ylim()[1]
+    marks = ax.scatter(xs, [top] * len(xs), marker="X", color=RED, s=30, label="NaN/Inf")
+    tip(marks, titles, "NaN/Inf")
+
+
 def tip(artists: Any, titles: Sequence[str], series: str) -> None:
     """Give every mark of ``artists`` (a bar container or list of patches: one title
     each; a scatter, a line with markers or a mesh: one title per point or cell) its
@@ -444,17 +451,13 @@ def stats_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
                 tip(line, [f"{labels[i]}: {name} {value_text(v)}" for i, v in pts], name)
         a.set_yscale("log")
         if nonfinite:
-            ymax = a.get_ylim()[1]
-            bad = a.scatter(
-                nonfinite, [ymax] * len(nonfinite), marker="X", color=RED, s=30, label="NaN/Inf"
-            )
-            tip(
-                bad,
+            mark_nonfinite(
+                a,
+                nonfinite,
                 [
                     f"{labels[i]}: nan {rows[i].get('nan') or 0}, inf {rows[i].get('inf') or 0}"
                     for i in nonfinite
                 ],
-                "NaN/Inf",
             )
         a.set_title("output |max| and std (log scale)")
         a.grid(True, axis="y", alpha=0.3)
@@ -1042,18 +1045,14 @@ def watch_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
             if log and fin and all(v > 0 for _, v in fin):
                 log_axis(ax, [v for _, v in fin])
             if bad:
-                top = ax.get_ylim()[1]
-                marks = ax.scatter(
-                    bad, [top] * len(bad), marker="X", color=RED, s=30, label="NaN/Inf"
-                )
-                tip(
-                    marks,
+                mark_nonfinite(
+                    ax,
+                    bad,
                     [
                         f"step {x}: {key} {v}"
                         for x, v in pts
                         if v is not None and not math.isfinite(v)
                     ],
-                    "NaN/Inf",
                 )
                 ax.legend(loc="upper right")
             ax.set_ylabel("loss" if key == "loss" else "total grad norm")
