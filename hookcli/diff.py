@@ -15,7 +15,7 @@ import functools
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -75,17 +75,8 @@ class Difference:
     rel_diff: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "where": self.where,
-            "item": self.item,
-            "key": self.key,
-            "change": self.change,
-            "old": self.old,
-            "new": self.new,
-            "abs_diff": self.abs_diff,
-            "rel_diff": self.rel_diff,
-        }
+        """Every field, in order (the values as they are, not copied)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @property
     def label(self) -> str:
