@@ -311,8 +311,8 @@ def _packed_attention(flops: Formula, before: int, between: int) -> Formula:
 
     def count(*args: Any, **_: Any) -> int:
         q, k, v = args[before : before + 3]
-        given = args[before + 3 + between : before + 7 + between]
-        cu_q, cu_k, max_q, max_k = (*given, *(None, None, 0, 0)[len(given) :])
+        packing = list(args[before + 3 + between : before + 7 + between])
+        cu_q, cu_k, max_q, max_k = packing + [None, None, 0, 0][len(packing) :]
         return sum(flops(*s) for s in _packed_shapes(q, k, v, cu_q, cu_k, max_q, max_k, True))
 
     return count

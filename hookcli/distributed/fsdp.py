@@ -333,6 +333,8 @@ def _param_figures(
     import torch
     import torch.distributed as dist
 
+    from hookcli.modelinfo import param_fields
+
     params = [fp.sharded_param for _, fp in managed]
     shards = [p.to_local() for p in params]
     reduced: list[float | None] = [None] * len(params)
@@ -371,10 +373,7 @@ def _param_figures(
         norm, flags = local_host.get(name, (None, (False, False)))
         out.append(
             ParamShard(
-                name=name,
-                shape=tuple(p.shape),
-                dtype=str(p.dtype).removeprefix("torch."),
-                requires_grad=p.requires_grad,
+                **param_fields(name, p),
                 shard_numel=s.numel(),
                 shard_bytes=s.numel() * s.element_size(),
                 local_grad_norm=norm,
