@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from hookcli.errors import UsageError
+from hookcli.fmt import fmt_bytes
 from hookcli.report import SCHEMA, CheckResult, Report, Row
 
 SCHEMA_PREFIX = "hookcli.report/"
@@ -139,7 +140,7 @@ MAX_REPORT_BYTES = 256 << 20
 
 def _too_big(label: str) -> UsageError:
     return UsageError(
-        f"{label} is larger than {MAX_REPORT_BYTES >> 20} MiB: not a hookcli report "
+        f"{label} is larger than {fmt_bytes(MAX_REPORT_BYTES, binary=True)}: not a hookcli report "
         "(reports of the largest models are a few MiB)"
     )
 

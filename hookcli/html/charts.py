@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hookcli.errors import printable
+from hookcli.fmt import fmt_bytes
 
 MATPLOTLIB_NOTE = (
     "Charts need matplotlib, which is not installed: pip install 'hookcli[plot]' "
@@ -573,7 +574,7 @@ def cost_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]
                     seen.add(part)
                     left += mib
                 ax.annotate(
-                    f"{total / 2**20:,.2f} MiB",
+                    fmt_bytes(total, binary=True),
                     (left, y),
                     xytext=(4, 0),
                     textcoords="offset points",
@@ -592,8 +593,6 @@ def cost_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]
 
 def _mib(n: float) -> str:
     """Bytes as a hover text: the byte count and render's binary size."""
-    from hookcli.fmt import fmt_bytes
-
     return f"{fmt_bytes(n, binary=True)} ({int(n):,} bytes)"
 
 

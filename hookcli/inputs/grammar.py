@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import ResourceError, UsageError, first_line, is_oom
+from hookcli.fmt import fmt_bytes
 from hookcli.options import DTYPES, FLOAT_DTYPES
 
 if TYPE_CHECKING:
@@ -730,7 +731,7 @@ def _out_of_memory(
     size = numel * _ITEMSIZE.get(dtype, 1)
     shape = "x".join(str(d) for d in spec.dims)
     return ResourceError(
-        f"out of memory drawing input {shape} {dtype} ({size / 1e9:,.1f} GB on {dev}): "
+        f"out of memory drawing input {shape} {dtype} ({fmt_bytes(size, binary=True)} on {dev}): "
         f"{first_line(err)}"
     )
 
