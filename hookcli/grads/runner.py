@@ -12,22 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from hookcli.errors import UsageError
-from hookcli.options import (
-    HookKind,
-    Loss,
-    Mode,
-    Names,
-    depth_arg,
-    hook_kinds_arg,
-    loss_arg,
-    names_arg,
-)
+from hookcli.options import HookKind, Mode, depth_arg, hook_kinds_arg, loss_arg, names_arg
 
 if TYPE_CHECKING:
     from hookcli.distributed.strategy import Launch
     from hookcli.grads.checks import GradGates
     from hookcli.grads.probe import GradFindings
-    from hookcli.options import Hooks
+    from hookcli.options import Hooks, Loss, Names
     from hookcli.pipeline import Outcome, Prepared
     from hookcli.report import CheckResult, Row
     from hookcli.session import CallRecord

@@ -23,9 +23,7 @@ from hookcli.modelinfo import TensorIndex, depth_of
 from hookcli.options import (
     DEFAULT_LOSS,
     HookKind,
-    Loss,
     Mode,
-    Names,
     depth_arg,
     hook_kinds_arg,
     loss_arg,
@@ -39,7 +37,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from hookcli.distributed.strategy import Launch
-    from hookcli.options import Hooks
+    from hookcli.options import Hooks, Loss, Names
     from hookcli.pipeline import Outcome, Prepared
     from hookcli.session import CallRecord
 
