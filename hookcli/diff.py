@@ -15,11 +15,12 @@ import functools
 import json
 import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from hookcli.errors import UsageError
+from hookcli.fmt import fmt_bytes
 from hookcli.report import SCHEMA, CheckResult, Report, Row
 
 SCHEMA_PREFIX = "hookcli.report/"
@@ -75,17 +76,8 @@ class Difference:
     rel_diff: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "where": self.where,
-            "item": self.item,
-            "key": self.key,
-            "change": self.change,
-            "old": self.old,
-            "new": self.new,
-            "abs_diff": self.abs_diff,
-            "rel_diff": self.rel_diff,
-        }
+        """Every field, in order (the values as they are, not copied)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
 
     @property
     def label(self) -> str:
@@ -148,7 +140,7 @@ MAX_REPORT_BYTES = 256 << 20
 
 def _too_big(label: str) -> UsageError:
     return UsageError(
-        f"{label} is larger than {MAX_REPORT_BYTES >> 20} MiB: not a hookcli report "
+        f"{label} is larger than {fmt_bytes(MAX_REPORT_BYTES, binary=True)}: not a hookcli report "
         "(reports of the largest models are a few MiB)"
     )
 

@@ -180,10 +180,12 @@ def memory_limit() -> str | None:
         import resource
     except ImportError:  # not on this platform
         return None
+    from hookcli.fmt import fmt_bytes
+
     for which, flag in ((resource.RLIMIT_AS, "-v"), (resource.RLIMIT_DATA, "-d")):
         soft = resource.getrlimit(which)[0]
         if soft != resource.RLIM_INFINITY:
-            return f"a memory limit of {soft / 2**30:.2f} GiB (ulimit {flag} {soft >> 10})"
+            return f"a memory limit of {fmt_bytes(soft, binary=True)} (ulimit {flag} {soft >> 10})"
     return None
 
 

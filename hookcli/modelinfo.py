@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 from torch import nn
@@ -24,6 +24,13 @@ class ParamCounts(NamedTuple):
 def module_names(model: nn.Module) -> dict[int, str]:
     """id(module) -> its first qualified name in ``named_modules()``; root is ``""``."""
     return {id(m): name for name, m in model.named_modules()}
+
+
+def param_fields(name: str, p: torch.Tensor) -> dict[str, Any]:
+    """What a per-parameter record starts with: ``name``, ``shape``, ``dtype``,
+    ``requires_grad``."""
+    dtype = str(p.dtype).removeprefix("torch.")
+    return {"name": name, "shape": tuple(p.shape), "dtype": dtype, "requires_grad": p.requires_grad}
 
 
 def depth_of(name: str) -> int:

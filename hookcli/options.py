@@ -142,19 +142,28 @@ def depth_arg(depth: int | None) -> int | None:
     return depth
 
 
+def split_function_spec(spec: str, shown: str, prefix: str = "") -> tuple[str, str]:
+    """``FILE.py:fn`` / ``pkg.mod:fn`` -> (where, attr), nothing imported; malformed is
+    exit 2, the error led by ``shown`` (the option and its value)."""
+    from hookcli.errors import UsageError
+
+    where, sep, attr = spec.rpartition(":")
+    if not sep or not where or not attr:
+        raise UsageError(
+            f"{shown}: write {prefix}FILE.py:FUNCTION or {prefix}package.module:FUNCTION"
+        )
+    if not all(part.isidentifier() for part in attr.split(".")):
+        raise UsageError(f"{shown}: {attr!r} is not a Python name")
+    return where, attr
+
+
 def check_loss_fn(spec: str) -> tuple[str, str]:
     """``--loss fn:FILE.py:fn`` / ``fn:pkg.mod:fn`` -> (where, attr); malformed is exit 2.
 
     Nothing is imported here (that happens once the model is built)."""
     from hookcli.errors import UsageError
 
-    where, sep, attr = spec.rpartition(":")
-    if not sep or not where or not attr:
-        raise UsageError(
-            f"--loss fn:{spec}: write fn:FILE.py:FUNCTION or fn:package.module:FUNCTION"
-        )
-    if not all(part.isidentifier() for part in attr.split(".")):
-        raise UsageError(f"--loss fn:{spec}: {attr!r} is not a Python name")
+    where, attr = split_function_spec(spec, f"--loss fn:{spec}", "fn:")
     if (where.endswith(".py") or "/" in where) and not Path(where).is_file():
         raise UsageError(f"--loss fn:{spec}: no such file {where}")
     return where, attr

@@ -6,16 +6,18 @@ sets ``requires_grad=False`` on the names it matches.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import UsageError
 from hookcli.globs import name_matches
-from hookcli.options import Annotate, Format, Mode
+from hookcli.options import Mode
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from torch import nn
 
+    from hookcli.commandargs import BuildArgs
     from hookcli.pipeline import Prepared
     from hookcli.report import Report
 
@@ -68,7 +70,7 @@ def params_report(
     """The rows (a shared tensor's Numel counted at its first name), totals and table layout."""
     from hookcli.modelinfo import depth_of, is_lazy, numel
     from hookcli.render import fmt_bool, fmt_int, fmt_shape
-    from hookcli.report import Column, Report, Row
+    from hookcli.report import Column, Row
 
     entries = _entries(prepared.model)
     any_packed = any(packed for *_, packed in entries)
@@ -177,10 +179,9 @@ def params_report(
         table_totals.append(
             (f"Not shown (--depth {depth})", f"{fmt_int(hidden_numel)} in {hidden} names")
         )
-    return Report(
-        command="params",
-        model=prepared.model_info(),
-        settings=settings,
+    return prepared.report(  # no inputs: no forward
+        "params",
+        settings,
         totals=totals,
         lists={"params": tuple(rows)},
         primary="params",
@@ -253,33 +254,19 @@ def pruned_line(counts: dict[str, Any]) -> str:
 
 def cli_command(
     *,
-    model: str,
-    kwargs: list[str] | None,
-    weights: Path | None,
-    trust_pickle: bool,
     device: str,
     dtype: str | None,
     frozen: list[str] | None,
     depth: int | None,
-    format: Format,
-    output: Path | None,
-    baseline: Path | None,
-    update_baseline: bool,
-    rtol: float | None,
-    atol: float | None,
-    annotate: Annotate | None,
-    junit: Path | None,
-    seed: int,
-    debug: bool,
+    **common: Unpack[BuildArgs],
 ) -> int:
     """The params command's run (``hookcli params``): build, freeze, emit."""
-    from hookcli.cliopts import ci_options, model_options, output_options, run_options
+    from hookcli.cliopts import run_options
+    from hookcli.commandargs import model_part, output_part
     from hookcli.pipeline import emit, prepare
 
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(None, None, device, dtype, None, Mode.EVAL)
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    out = output_options(format, output, depth, debug, ci)
+    mopts, out = model_part(common), output_part(common, depth)
+    ropts = run_options(None, None, device, dtype, None, Mode.EVAL)  # no inputs: no forward
     prepared = prepare(mopts, ropts, need_inputs=False)
     frozen_names = freeze(prepared.model, list(frozen or ()))
     return emit(params_report(prepared, out.depth, list(frozen or ()), frozen_names), out)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -46,6 +46,19 @@ class Prepared:
 
     def input_dicts(self) -> tuple[dict[str, Any], ...]:
         return tuple(i.to_dict() for i in self.inputs.infos) if self.inputs else ()
+
+    def report(self, command: str, settings: Mapping[str, Any], **fields: Any) -> Report:
+        """``command``'s report on this model and its inputs (``fields``: the rest of
+        ``Report``'s: rows, totals, checks, notes, ...)."""
+        from hookcli.report import Report
+
+        return Report(
+            command=command,
+            model=self.model_info(),
+            settings=settings,
+            inputs=self.input_dicts(),
+            **fields,
+        )
 
 
 def build_model(opts: ModelOptions, device: torch.device | None = None) -> LoadedModel:
@@ -383,6 +396,16 @@ def emit(
     text = render(report, out.format, columns or report.columns, totals or report.table_totals)
     write_text(text, out)
     return conclude(report, out)
+
+
+def emit_outcome(
+    report: Report, error: BaseException | None, out: OutputOptions, columns: Sequence[Column] = ()
+) -> int:
+    """``emit`` the report (as far as the run got), then raise the run's ``error``."""
+    code = emit(report, out, columns)
+    if error is not None:
+        raise error
+    return code
 
 
 def conclude(report: Report, out: OutputOptions) -> int:

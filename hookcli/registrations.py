@@ -14,17 +14,16 @@ qualified name in the built model (None for a module that did not end up in it).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
-
-from hookcli.options import Annotate, Format
 
 if TYPE_CHECKING:
     from types import TracebackType
+    from typing import Unpack
 
     from torch import nn
     from torch.utils.hooks import RemovableHandle
 
+    from hookcli.commandargs import BuildArgs
     from hookcli.report import Report
     from hookcli.sources import LoadedModel
 
@@ -313,32 +312,17 @@ def registrations_report(
 
 def cli_command(
     *,
-    model: str,
-    kwargs: list[str] | None,
-    weights: Path | None,
-    trust_pickle: bool,
     device: str,
     depth: int | None,
-    format: Format,
-    output: Path | None,
-    baseline: Path | None,
-    update_baseline: bool,
-    rtol: float | None,
-    atol: float | None,
-    annotate: Annotate | None,
-    junit: Path | None,
-    seed: int,
-    debug: bool,
+    **common: Unpack[BuildArgs],
 ) -> int:
     """The registrations command's run (``hookcli registrations``): record the build, emit."""
-    from hookcli.cliopts import ci_options, model_options, output_options
+    from hookcli.commandargs import model_part, output_part
     from hookcli.inputs.grammar import resolve_device
     from hookcli.loading import is_torchvision_name
     from hookcli.pipeline import build_model, emit
 
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    out = output_options(format, output, depth, debug, ci)
+    mopts, out = model_part(common), output_part(common, depth)
     if is_torchvision_name(mopts.spec.strip()):
         # Import torchvision before the hooks go in: only the model's own build is recorded.
         import torchvision.models  # noqa: F401

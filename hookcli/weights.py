@@ -220,14 +220,7 @@ def _read_torch(path: Path, *, trust_pickle: bool, meta: bool) -> dict:
 
     kind = _sniff(path)
     if kind == "pickle":
-        obj = _read_plain_pickle(path, trust_pickle=trust_pickle)
-        state = _extract_state_dict(obj)
-        if state is None:
-            raise LoadError(
-                f"{path} holds a {type(obj).__name__}, not a state dict "
-                "(expected a dict of tensors, or one under 'state_dict', 'model' or "
-                "'model_state_dict')"
-            )
+        state = _state_dict_in(path, _read_plain_pickle(path, trust_pickle=trust_pickle))
         where = "meta" if meta else "cpu"
         return {k: v.to(where) if isinstance(v, torch.Tensor) else v for k, v in state.items()}
     where = "meta" if meta else "cpu"
@@ -248,6 +241,11 @@ def _read_torch(path: Path, *, trust_pickle: bool, meta: bool) -> dict:
     except Exception as err:
         what = "a zip archive" if kind == "zip" else "a torch.save file"
         raise _not_a_checkpoint(path, f"{what} torch.load cannot read ({first_line(err)})") from err
+    return dict(_state_dict_in(path, obj))
+
+
+def _state_dict_in(path: Path, obj: Any) -> Mapping[str, Any]:
+    """The state dict a checkpoint holds (``_extract_state_dict``), else exit 3."""
     state = _extract_state_dict(obj)
     if state is None:
         raise LoadError(
@@ -255,7 +253,7 @@ def _read_torch(path: Path, *, trust_pickle: bool, meta: bool) -> dict:
             "(expected a dict of tensors, or one under 'state_dict', 'model' or "
             "'model_state_dict')"
         )
-    return dict(state)
+    return state
 
 
 def checkpoint_configs(path: Path, *, trust_pickle: bool = False) -> list[tuple[str, dict]]:

@@ -247,13 +247,8 @@ class GroupChange:
         return abs(self.grad_norm - self.clean_grad_norm) > CHANGED_RTOL * scale
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "group": self.group,
-            "clean_grad_norm": self.clean_grad_norm,
-            "grad_norm": self.grad_norm,
-            "ratio": self.ratio,
-            "changed": self.changed,
-        }
+        """The fields, then ``ratio`` and ``changed``."""
+        return {**dataclasses.asdict(self), "ratio": self.ratio, "changed": self.changed}
 
 
 @dataclass(frozen=True)

@@ -8,21 +8,22 @@ matched modules and builds the report: one row per target, ranked by the metric.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hookcli.options import Annotate, Format, Loss, Mode
+from hookcli.options import Loss, Mode
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from hookcli.ablate.checks import Gate
     from hookcli.ablate.passes import AblationRun, Basis, Op, Outcome
+    from hookcli.commandargs import RunArgs
     from hookcli.pipeline import Prepared
     from hookcli.report import Column, Row
 
 
 def cli_command(
     *,
-    model: str,
     layer: list[str],
     op: str | None,
     grad_op: str | None,
@@ -31,31 +32,12 @@ def cli_command(
     metric: str | None,
     fail_on: list[str] | None,
     loss: str | Loss | None,
-    kwargs: list[str] | None,
-    weights: Path | None,
-    trust_pickle: bool,
-    input: list[str] | None,
-    input_file: Path | None,
-    inputs_from: str | None,
-    batch_size: int | None,
-    device: str,
-    dtype: str | None,
-    mode: Mode | None,
-    format: Format,
-    output: Path | None,
-    baseline: Path | None,
-    update_baseline: bool,
-    rtol: float | None,
-    atol: float | None,
-    annotate: Annotate | None,
-    junit: Path | None,
-    seed: int,
-    debug: bool,
+    **common: Unpack[RunArgs],
 ) -> int:
     """The ablate command's run (``hookcli ablate``): plan, build, locate, ablate, emit."""
     from hookcli.ablate.checks import metric_key, parse_gates
     from hookcli.ablate.passes import EFFECT_KEYS, METRICS, parse_grad_op, parse_op
-    from hookcli.cliopts import ci_options, model_options, output_options, run_options
+    from hookcli.commandargs import command_options
     from hookcli.errors import UsageError
     from hookcli.options import loss_arg
 
@@ -72,22 +54,10 @@ def cli_command(
             raise UsageError(f"{what} grad_rel_l2 needs --grad-op")
         if k in EFFECT_KEYS and the_op is None:
             raise UsageError(f"{what} {k} measures the output: add --op (only --grad-op is given)")
-    if device.strip().lower() == "meta":
+    if common["device"].strip().lower() == "meta":
         raise UsageError("ablate needs values: --device meta holds shapes only")
 
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(
-        input,
-        batch_size,
-        device,
-        dtype,
-        mode,
-        Mode.EVAL,
-        input_file=input_file,
-        inputs_from=inputs_from,
-    )
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    out = output_options(format, output, None, debug, ci)
+    mopts, ropts, out = command_options(common, Mode.EVAL, None)
 
     from hookcli.pipeline import prepare
 
@@ -149,7 +119,6 @@ def _run(
     from hookcli.globs import select_modules
     from hookcli.losses import loss_notes, make_loss
     from hookcli.pipeline import emit
-    from hookcli.report import Report
     from hookcli.scripted import refuse_scripted
 
     model = prepared.model
@@ -246,11 +215,9 @@ def _run(
     notes = [_op_line(op, grad_op, together, len(selected))]
     if grad_op is not None:
         notes += loss_notes(loss_fn, run.clean.loss, totals)
-    report = Report(
-        command="ablate",
-        model=prepared.model_info(),
-        settings=settings,
-        inputs=prepared.input_dicts(),
+    report = prepared.report(
+        "ablate",
+        settings,
         totals=totals,
         checks=checks,
         lists={"ablations": rows},

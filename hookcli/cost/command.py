@@ -1,31 +1,20 @@
-"""``hookcli cost``: the command's run, from the parsed options to the exit status.
-
-On one process it calls ``hookcli.cost.runner``, as ``hookcli.cost`` does; under
-torchrun it calls the same runner with a launch strategy from ``hookcli.distributed``.
-"""
+"""``hookcli cost``: the parsed options to ``hookcli.cost.runner`` and the exit status."""
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hookcli.cost.runner import over_memory, plan_cost, run_cost
-from hookcli.options import Annotate, Format, Mode
+from hookcli.options import Mode
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from hookcli.commandargs import RunFsdpArgs
 
 
 def cli_command(
     *,
-    model: str,
-    kwargs: list[str] | None,
-    weights: Path | None,
-    trust_pickle: bool,
-    input: list[str] | None,
-    input_file: Path | None,
-    inputs_from: str | None,
-    batch_size: int | None,
-    device: str,
-    dtype: str | None,
-    mode: Mode | None,
     backward: bool,
     loss: str | None,
     optimizer: Any,
@@ -38,25 +27,13 @@ def cli_command(
     max_flops: str | None,
     depth: int | None,
     global_hooks: bool,
-    format: Format,
-    output: Path | None,
-    baseline: Path | None,
-    update_baseline: bool,
-    rtol: float | None,
-    atol: float | None,
-    annotate: Annotate | None,
-    junit: Path | None,
-    seed: int,
-    debug: bool,
-    fsdp: bool,
-    shard: list[str] | None,
-    backend: str | None,
-    dist_timeout: float,
+    **common: Unpack[RunFsdpArgs],
 ) -> int:
     """``hookcli cost``: plan, build, measure on one process or on every rank, emit."""
-    from hookcli.cliopts import ci_options, model_options, output_options, run_options
-    from hookcli.errors import ResourceError, UsageError
-    from hookcli.pipeline import emit, prepare
+    from hookcli.commandargs import command_options
+    from hookcli.distributed.dispatch import launch_ranks
+    from hookcli.errors import ResourceError
+    from hookcli.pipeline import emit_outcome, prepare
 
     plan = plan_cost(
         backward,
@@ -72,20 +49,7 @@ def cli_command(
         fit,
         foreach,
     )
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(
-        input,
-        batch_size,
-        device,
-        dtype,
-        mode,
-        Mode.EVAL,
-        global_hooks,
-        input_file=input_file,
-        inputs_from=inputs_from,
-    )
-    out = output_options(format, output, depth, debug, ci)
+    mopts, ropts, out = command_options(common, Mode.EVAL, depth, global_hooks)
 
     def over(report: Any) -> None:
         """After the report is written: --max-memory's verdict (exit 3)."""
@@ -95,29 +59,21 @@ def cli_command(
 
     from hookcli.amp import meta_allowed
 
-    if fsdp or shard or backend is not None:
-        from hookcli.distributed.fsdp import Fsdp, launch_fsdp
-
-        if backend is not None and not fsdp:
-            raise UsageError("--backend needs --fsdp on cost (under torchrun or srun)")
-        with meta_allowed():  # --amp on meta: emulated, on every rank
-            return launch_fsdp(
-                lambda ctx: Fsdp(ctx, 0.0, tuple(shard or ())).run(
-                    mopts, ropts, out, lambda p, launch: run_cost(p, plan, launch), over, True
-                ),
-                fsdp=fsdp,
-                ddp=False,
-                device=device,
-                backend=backend,
-                timeout_s=dist_timeout,
-                kinds=(),
-                global_hooks=global_hooks,
-            )
-
-    with meta_allowed():  # --amp on meta: emulated (hookcli.memory.autocast)
+    with meta_allowed():  # --amp on meta: emulated (hookcli.memory.autocast), on every rank
+        code = launch_ranks(
+            lambda p, launch: run_cost(p, plan, launch),
+            mopts,
+            ropts,
+            out,
+            common,
+            kinds=(),
+            global_hooks=global_hooks,
+            after=over,
+            allow_meta=True,
+        )
+        if code is not None:
+            return code
         report, error = run_cost(prepare(mopts, ropts), plan)
-    code = emit(report, out)
-    if error is not None:
-        raise error
+    code = emit_outcome(report, error, out)
     over(report)
     return code

@@ -304,71 +304,26 @@ def _sdpa_backward(_g: Any, q: Any, k: Any, v: Any, *_: Any, **__: Any) -> int:
     return sdpa_backward_flops(_dims(q), _dims(k), _dims(v))
 
 
-def _flash_forward(
-    q: Any,
-    k: Any,
-    v: Any,
-    cu_q: Any = None,
-    cu_k: Any = None,
-    max_q: Any = 0,
-    max_k: Any = 0,
-    *_: Any,
-    **__: Any,
-) -> int:
-    """aten._flash_attention_forward: [B, S, H, D], or packed [T, H, D] with offsets."""
-    return sum(sdpa_flops(*s) for s in _packed_shapes(q, k, v, cu_q, cu_k, max_q, max_k, True))
+def _packed_attention(flops: Formula, before: int, between: int) -> Formula:
+    """The counter of a flash or efficient attention kernel: ``before`` arguments (the
+    backward's grad), q, k, v, ``between`` more (bias, out, lse), then the offsets of a
+    packed batch: cu_q, cu_k, max_q, max_k (absent: None, None, 0, 0)."""
+
+    def count(*args: Any, **_: Any) -> int:
+        q, k, v = args[before : before + 3]
+        packing = list(args[before + 3 + between : before + 7 + between])
+        cu_q, cu_k, max_q, max_k = packing + [None, None, 0, 0][len(packing) :]
+        return sum(flops(*s) for s in _packed_shapes(q, k, v, cu_q, cu_k, max_q, max_k, True))
+
+    return count
 
 
-def _flash_backward(
-    _g: Any,
-    q: Any,
-    k: Any,
-    v: Any,
-    _out: Any = None,
-    _lse: Any = None,
-    cu_q: Any = None,
-    cu_k: Any = None,
-    max_q: Any = 0,
-    max_k: Any = 0,
-    *_: Any,
-    **__: Any,
-) -> int:
-    shapes = _packed_shapes(q, k, v, cu_q, cu_k, max_q, max_k, True)
-    return sum(sdpa_backward_flops(*s) for s in shapes)
-
-
-def _efficient_forward(
-    q: Any,
-    k: Any,
-    v: Any,
-    _bias: Any = None,
-    cu_q: Any = None,
-    cu_k: Any = None,
-    max_q: Any = 0,
-    max_k: Any = 0,
-    *_: Any,
-    **__: Any,
-) -> int:
-    """aten._efficient_attention_forward: [B, S, H, D] (packed: [1, T, H, D], offsets given)."""
-    return sum(sdpa_flops(*s) for s in _packed_shapes(q, k, v, cu_q, cu_k, max_q, max_k, True))
-
-
-def _efficient_backward(
-    _g: Any,
-    q: Any,
-    k: Any,
-    v: Any,
-    _bias: Any = None,
-    _out: Any = None,
-    cu_q: Any = None,
-    cu_k: Any = None,
-    max_q: Any = 0,
-    max_k: Any = 0,
-    *_: Any,
-    **__: Any,
-) -> int:
-    shapes = _packed_shapes(q, k, v, cu_q, cu_k, max_q, max_k, True)
-    return sum(sdpa_backward_flops(*s) for s in shapes)
+# aten._flash_attention_forward: [B, S, H, D], or packed [T, H, D] with offsets
+_flash_forward = _packed_attention(sdpa_flops, 0, 0)
+_flash_backward = _packed_attention(sdpa_backward_flops, 1, 2)  # grad; out, logsumexp
+# aten._efficient_attention_forward: [B, S, H, D] (packed: [1, T, H, D], offsets given)
+_efficient_forward = _packed_attention(sdpa_flops, 0, 1)  # bias
+_efficient_backward = _packed_attention(sdpa_backward_flops, 1, 2)  # grad; bias, out
 
 
 def _native_mha(q: Any, k: Any, v: Any, embed_dim: int, num_heads: int, *_: Any, **__: Any) -> int:

@@ -7,6 +7,7 @@
     ddp.py      the ``Ddp`` strategy: the session through DistributedDataParallel
     fsdp.py     the ``Fsdp`` strategy: the shard plan, the session through FSDP2
                 (``fully_shard``), shard sizes, memory per rank
+    dispatch.py which launch a command's options ask for, checked: ``launch_ranks``
     ranks.py    pure functions merging the ranks' rows and checks on rank 0
     options.py  the Typer option types of ``--ddp``/``--fsdp`` (no torch import)
 

@@ -11,59 +11,37 @@ alone writes the report.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookcli.distributed.strategy import Ranks
-from hookcli.errors import HookcliError, RunError, UsageError, first_line
+from hookcli.distributed.strategy import Ranks, check_wrapped_options, forward_loss
+from hookcli.errors import HookcliError, UsageError
 from hookcli.options import HookKind
 
 if TYPE_CHECKING:
-    import torch
+    from typing import Unpack
+
     from torch import nn
 
     from hookcli.distributed.launch import DistContext
     from hookcli.distributed.ranks import Divergence
-    from hookcli.options import Mode
+    from hookcli.distributed.strategy import SessionHow
     from hookcli.pipeline import Prepared
     from hookcli.report import CheckResult
     from hookcli.session import CallRecord, Probe
-
-
-def launch_command(
-    body: Callable[[DistContext], int],
-    *,
-    ddp: bool,
-    device: str,
-    backend: str | None,
-    timeout_s: float,
-    kinds: Sequence[HookKind],
-    global_hooks: bool,
-    need_tensor: bool = True,
-) -> int:
-    """Check the --ddp options, then run ``body`` on this rank (``distributed.launch``)."""
-    from hookcli.distributed.launch import launch
-
-    if not ddp:
-        raise UsageError("--backend needs --ddp (under torchrun or srun)")
-    check_ddp_options(kinds, global_hooks, need_tensor=need_tensor)
-    return launch(body, device=device, backend=backend, timeout_s=timeout_s)
 
 
 def check_ddp_options(
     kinds: Sequence[HookKind],
     global_hooks: bool,
     *,
-    per_param: bool = False,
-    plot: object = None,
+    refused: Sequence[str] = (),
     need_tensor: bool = True,
 ) -> None:
-    """Options that do not combine with --ddp: exit 2 before any rank starts its group."""
-    if global_hooks:
-        raise UsageError("--global-hooks does not combine with --ddp (it would hook DDP itself)")
-    if per_param or plot is not None:
-        raise UsageError(f"{'--per-param' if per_param else '--plot'} does not combine with --ddp")
+    """Options that do not combine with --ddp (``check_wrapped_options``): exit 2 before
+    any rank starts its group."""
+    check_wrapped_options("--ddp", "DDP", global_hooks, refused)
     if need_tensor and HookKind.TENSOR not in kinds:
         raise UsageError(
             "--ddp reads each rank's gradients with tensor hooks: add tensor to --hooks"
@@ -97,12 +75,8 @@ def run_ddp_session(
     ctx: DistContext,
     prepared: Prepared,
     probes: Sequence[Probe],
-    *,
-    mode: Mode,
-    backward: bool,
-    loss_fn: Callable[[Any], torch.Tensor],
-    compare: bool,
     broadcast_buffers: bool = True,
+    **how: Unpack[SessionHow],
 ) -> DdpRun:
     """One forward (and backward) of DDP(model) with the probes' hooks on the model.
 
@@ -116,24 +90,14 @@ def run_ddp_session(
     from hookcli.session import HookSession
 
     model = prepared.model
-    assert prepared.inputs is not None
-    args, kwargs = prepared.inputs.args, dict(prepared.inputs.kwargs)
+    mode, backward = how["mode"], how["backward"]
     ddp = ctx.step(
         "wrapping the model in DistributedDataParallel",
         lambda: wrap_ddp(model, ctx, broadcast_buffers),
     )
     try:
         with HookSession(model, probes, mode=mode, backward=backward, call=ddp) as session:
-            error: HookcliError | None = None
-            loss: torch.Tensor | None = None
-            try:
-                output = session.forward(args, kwargs)
-                if session.backward_needed:
-                    loss = loss_fn(output)
-            except HookcliError as err:
-                error = err
-            except Exception as err:  # the loss: tell the others rather than leave them waiting
-                error = RunError(f"the loss could not be computed: {first_line(err)}")
+            loss, error = forward_loss(session, prepared, how["loss_fn"])
             ctx.sync("forward", error)
             loss_value: float | None = None
             if loss is not None:
@@ -157,7 +121,7 @@ def run_ddp_session(
                 reduced = {n: None for n, _ in params}
                 reduced.update({n: v for (n, _), v in zip(have, norms, strict=True)})
             found: list[Divergence] = []
-            if compare:
+            if how["compare"]:
                 if session.backward_needed:
                     grads = [(n, p.grad) for n, p in params if p.requires_grad]
                     found += ctx.compare(grads, "grad")
@@ -181,7 +145,9 @@ class Ddp(Ranks):
         super().__init__(ctx, desync_tol)
         self.broadcast_buffers = broadcast_buffers
 
-    def session(self, prepared: Prepared, probes: Sequence[Probe], **how: Any) -> DdpRun:
+    def session(
+        self, prepared: Prepared, probes: Sequence[Probe], **how: Unpack[SessionHow]
+    ) -> DdpRun:
         return run_ddp_session(
             self.ctx, prepared, probes, broadcast_buffers=self.broadcast_buffers, **how
         )

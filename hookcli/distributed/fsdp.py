@@ -34,17 +34,19 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from hookcli.distributed.strategy import DESYNC, Ranks
+from hookcli.distributed.strategy import DESYNC, Ranks, check_wrapped_options, forward_loss
 from hookcli.errors import HookcliError, RunError, UsageError, first_line
 from hookcli.options import HookKind
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     import torch
     from torch import nn
 
     from hookcli.distributed.launch import DistContext
     from hookcli.distributed.ranks import Divergence
-    from hookcli.options import Mode
+    from hookcli.distributed.strategy import SessionHow
     from hookcli.pipeline import Prepared
     from hookcli.report import Column, Row
     from hookcli.session import CallRecord, Probe
@@ -216,12 +218,8 @@ def run_fsdp_session(
     ctx: DistContext,
     prepared: Prepared,
     probes: Sequence[Probe],
-    *,
-    mode: Mode,
-    backward: bool,
-    loss_fn: Callable[[Any], torch.Tensor],
-    compare: bool,
     classes: Sequence[str] = (),
+    **how: Unpack[SessionHow],
 ) -> FsdpRun:
     """fully_shard, then one forward (and backward) with the probes' hooks on the model.
 
@@ -236,29 +234,20 @@ def run_fsdp_session(
     from hookcli.session import HookSession
 
     model = prepared.model
-    assert prepared.inputs is not None
-    args, kwargs = prepared.inputs.args, dict(prepared.inputs.kwargs)
     types = {n: type(m).__name__ for n, m in model.named_modules()}
     model_class = type(model).__name__
     units = ctx.step("sharding the model with fully_shard", lambda: wrap_fsdp(model, ctx, classes))
     managed = fsdp_params(model)
     handles: list[Any] = []
     local: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-    with HookSession(model, probes, mode=mode, backward=backward) as session:
-        error: HookcliError | None = None
-        loss: torch.Tensor | None = None
-        used: set[int] = set()
+    with HookSession(model, probes, mode=how["mode"], backward=how["backward"]) as session:
         # every rank must call the same units in the same order: checked before each call
         agreement = CallAgreement(ctx, [model.get_submodule(u) for u in units], units)
         try:
-            output = session.forward(args, kwargs)
-            if session.backward_needed:
-                loss = loss_fn(output)
-                used = _graph_leaves([loss])
-        except HookcliError as err:
-            error = _plain_types(err, types)
-        except Exception as err:
-            error = RunError(f"the loss could not be computed: {first_line(err)}")
+            loss, error = forward_loss(
+                session, prepared, how["loss_fn"], lambda err: _plain_types(err, types)
+            )
+            used = _graph_leaves([loss]) if loss is not None else set()
         finally:
             agreement.close()
         if agreement.settle(error):
@@ -312,7 +301,7 @@ def run_fsdp_session(
             ctx, model, managed, local, skipped is None and loss is not None
         )
         found: list[Divergence] = []
-        if compare:
+        if how["compare"]:
             found += ctx.compare(list(model.named_buffers()), "buffer")
             if total is not None:
                 mine = torch.tensor(total, dtype=torch.float64, device=ctx.device)
@@ -343,6 +332,8 @@ def _param_figures(
     """Every managed parameter's shard and gradient figures, and clip_grad_norm_'s total."""
     import torch
     import torch.distributed as dist
+
+    from hookcli.modelinfo import param_fields
 
     params = [fp.sharded_param for _, fp in managed]
     shards = [p.to_local() for p in params]
@@ -382,10 +373,7 @@ def _param_figures(
         norm, flags = local_host.get(name, (None, (False, False)))
         out.append(
             ParamShard(
-                name=name,
-                shape=tuple(p.shape),
-                dtype=str(p.dtype).removeprefix("torch."),
-                requires_grad=p.requires_grad,
+                **param_fields(name, p),
                 shard_numel=s.numel(),
                 shard_bytes=s.numel() * s.element_size(),
                 local_grad_norm=norm,
@@ -405,18 +393,14 @@ def check_fsdp_options(
     global_hooks: bool,
     *,
     ddp: bool = False,
-    per_param: bool = False,
-    plot: object = None,
+    refused: Sequence[str] = (),
     fail_on: Sequence[str] = (),
     bounds: bool = False,
 ) -> None:
     """Options that do not combine with --fsdp: exit 2 before any rank starts its group."""
     if ddp:
         raise UsageError("--fsdp and --ddp are two ways to wrap the model: choose one")
-    if global_hooks:
-        raise UsageError("--global-hooks does not combine with --fsdp (it would hook FSDP itself)")
-    if per_param or plot is not None:
-        raise UsageError(f"{'--per-param' if per_param else '--plot'} does not combine with --fsdp")
+    check_wrapped_options("--fsdp", "FSDP", global_hooks, refused)
     other = [n for n in fail_on if n not in FSDP_CHECKS]
     if other:
         raise UsageError(
@@ -425,27 +409,6 @@ def check_fsdp_options(
         )
     if bounds:
         raise UsageError("--max-grad-norm/--min-grad-norm do not combine with --fsdp yet")
-
-
-def launch_fsdp(
-    body: Callable[[DistContext], int],
-    *,
-    fsdp: bool,
-    ddp: bool,
-    device: str,
-    backend: str | None,
-    timeout_s: float,
-    kinds: Sequence[HookKind],
-    global_hooks: bool,
-) -> int:
-    """Check the --fsdp options, then run ``body`` on this rank (``distributed.launch``)."""
-    from hookcli.distributed.launch import launch
-
-    if not fsdp:
-        raise UsageError("--shard needs --fsdp (under torchrun or srun)")
-    check_fsdp_options(kinds, global_hooks, ddp=ddp)
-    check_fsdp_torch(device)
-    return launch(body, device=device, backend=backend, timeout_s=timeout_s, flag="--fsdp")
 
 
 def check_fsdp_torch(device: str) -> None:
@@ -524,7 +487,9 @@ class Fsdp(Ranks):
         super().__init__(ctx, desync_tol)
         self.classes = tuple(classes)
 
-    def session(self, prepared: Prepared, probes: Sequence[Probe], **how: Any) -> FsdpRun:
+    def session(
+        self, prepared: Prepared, probes: Sequence[Probe], **how: Unpack[SessionHow]
+    ) -> FsdpRun:
         return run_fsdp_session(self.ctx, prepared, probes, classes=self.classes, **how)
 
     def row_fix(self, run: FsdpRun) -> Callable[[Row], dict[str, Any]]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from hookcli.checks import layer_label
@@ -158,13 +158,8 @@ class Divergence:
     why: str = "values"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "kind": self.kind,
-            "name": self.name,
-            "rank": self.rank,
-            "max_abs_diff": self.max_abs_diff,
-            "relative": self.relative,
-        }
+        """Every field but ``why``, in order."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "why"}
 
 
 def desync_check(

@@ -14,22 +14,71 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 
-from hookcli.errors import UsageError
+from hookcli.errors import HookcliError, RunError, UsageError, first_line
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
+    import torch
+
     from hookcli.distributed.launch import DistContext
     from hookcli.distributed.ranks import Divergence, RankRows
-    from hookcli.options import ModelOptions, OutputOptions, RunOptions
+    from hookcli.options import Mode, ModelOptions, OutputOptions, RunOptions
     from hookcli.pipeline import Outcome, Prepared
     from hookcli.report import CheckResult, Column, Report, Row
-    from hookcli.session import CallRecord, Probe
+    from hookcli.session import CallRecord, HookSession, Probe
 
     Runner = Callable[[Prepared, "Launch"], Outcome | None]
 
 T = TypeVar("T")
 DESYNC = "desync"
+
+
+class SessionHow(TypedDict):
+    """How a launch's session runs (``Launch.session``): the module ``mode``, whether a
+    ``backward`` runs for the backward hooks, the ``loss_fn`` of the output, and whether
+    to ``compare`` the ranks' tensors against rank 0's."""
+
+    mode: Mode
+    backward: bool
+    loss_fn: Callable[[Any], torch.Tensor]
+    compare: bool
+
+
+def check_wrapped_options(
+    flag: str, wrapper: str, global_hooks: bool, refused: Sequence[str] = ()
+) -> None:
+    """Options that no launch wrapping the model takes (``flag``: ``--ddp``, ``--fsdp``):
+    --global-hooks, and the command's own ``refused`` ones that were given (``--plot``);
+    exit 2 before any rank starts its group."""
+    if global_hooks:
+        raise UsageError(
+            f"--global-hooks does not combine with {flag} (it would hook {wrapper} itself)"
+        )
+    if refused:
+        raise UsageError(f"{refused[0]} does not combine with {flag}")
+
+
+def forward_loss(
+    session: HookSession,
+    prepared: Prepared,
+    loss_fn: Callable[[Any], torch.Tensor],
+    fix: Callable[[HookcliError], HookcliError] = lambda err: err,
+) -> tuple[torch.Tensor | None, HookcliError | None]:
+    """One forward of the prepared inputs on a rank, then the loss where a backward is
+    needed; an error is returned (``fix`` rewrites hookcli's own), not raised, so that
+    the rank can tell the others rather than leave them waiting."""
+    assert prepared.inputs is not None
+    args, kwargs = prepared.inputs.args, dict(prepared.inputs.kwargs)
+    try:
+        output = session.forward(args, kwargs)
+        return (loss_fn(output) if session.backward_needed else None), None
+    except HookcliError as err:
+        return None, fix(err)
+    except Exception as err:  # the loss
+        return None, RunError(f"the loss could not be computed: {first_line(err)}")
 
 
 @dataclass(frozen=True)
@@ -70,11 +119,11 @@ class Launch:
 
         return lambda output: reduce_output(output, loss)
 
-    def session(self, prepared: Prepared, probes: Sequence[Probe], **how: Any) -> Any:
-        """One forward (and backward) with the probes' hooks on the model as launched.
-
-        ``how``: ``mode``, ``backward``, ``loss_fn`` and ``compare`` (check the ranks'
-        tensors against rank 0's). The run has ``records``, ``loss``, ``error``,
+    def session(
+        self, prepared: Prepared, probes: Sequence[Probe], **how: Unpack[SessionHow]
+    ) -> Any:
+        """One forward (and backward) with the probes' hooks on the model as launched
+        (``how``: ``SessionHow``). The run has ``records``, ``loss``, ``error``,
         ``divergences`` and ``skipped`` (why a backward did not run).
         """
         raise NotImplementedError
@@ -130,12 +179,9 @@ class Launch:
 
     def finish(self, report: Report, error: Any, out: OutputOptions) -> int:
         """Write the report (rank 0), then raise the run's error: the exit status."""
-        from hookcli.pipeline import emit
+        from hookcli.pipeline import emit_outcome
 
-        code = emit(report, out)
-        if error is not None:
-            raise error
-        return code
+        return emit_outcome(report, error, out)
 
 
 class Local(Launch):
@@ -150,11 +196,20 @@ class Local(Launch):
 
         return make_loss(loss, inputs)
 
-    def session(self, prepared: Prepared, probes: Sequence[Probe], **how: Any) -> LocalRun:
+    def session(
+        self, prepared: Prepared, probes: Sequence[Probe], **how: Unpack[SessionHow]
+    ) -> LocalRun:
         from hookcli.pipeline import run_session
 
-        how.pop("compare", None)  # one process: nothing to compare with
-        outcome = run_session(prepared, probes, global_hooks=self.global_hooks, **how)
+        # one process: nothing to compare with
+        outcome = run_session(
+            prepared,
+            probes,
+            global_hooks=self.global_hooks,
+            mode=how["mode"],
+            backward=how["backward"],
+            loss_fn=how["loss_fn"],
+        )
         return LocalRun(outcome.records, outcome.loss, outcome.error)
 
 

@@ -12,11 +12,14 @@ from typing import TYPE_CHECKING, Any
 
 from hookcli.atomic import atomic_write, check_target
 from hookcli.errors import UsageError
-from hookcli.options import Annotate, Format, Mode
+from hookcli.options import Mode
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     import torch
 
+    from hookcli.commandargs import RunArgs
     from hookcli.errors import RunError
     from hookcli.features.probe import FeatureProbe
     from hookcli.pipeline import Prepared
@@ -25,39 +28,19 @@ if TYPE_CHECKING:
 
 def cli_command(
     *,
-    model: str,
     layer: list[str],
     out: Path | None,
     png: Path | None,
     channels: int,
-    kwargs: list[str] | None,
-    weights: Path | None,
-    trust_pickle: bool,
-    input: list[str] | None,
-    input_file: Path | None,
-    inputs_from: str | None,
-    batch_size: int | None,
-    device: str,
-    dtype: str | None,
-    mode: Mode | None,
-    format: Format,
-    output: Path | None,
-    baseline: Path | None,
-    update_baseline: bool,
-    rtol: float | None,
-    atol: float | None,
-    annotate: Annotate | None,
-    junit: Path | None,
-    seed: int,
-    debug: bool,
+    **common: Unpack[RunArgs],
 ) -> int:
     """The features command's run (``hookcli features``): select, run, save, emit."""
-    from hookcli.cliopts import ci_options, model_options, output_options, run_options
+    from hookcli.commandargs import command_options
     from hookcli.layers import layer_rows, shape_columns
     from hookcli.options import HookKind
-    from hookcli.pipeline import emit, prepare, progress
+    from hookcli.pipeline import emit_outcome, prepare, progress
     from hookcli.render import fmt_bytes, fmt_int, fmt_text
-    from hookcli.report import Column, Report
+    from hookcli.report import Column
 
     if out is not None:
         _check_out(out)
@@ -67,24 +50,7 @@ def cli_command(
         from hookcli.plot import require_matplotlib
 
         require_matplotlib()
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(
-        input,
-        batch_size,
-        device,
-        dtype,
-        mode,
-        Mode.EVAL,
-        input_file=input_file,
-        inputs_from=inputs_from,
-    )
-    outopts = output_options(
-        format,
-        output,
-        None,
-        debug,
-        ci_options(baseline, update_baseline, annotate, junit, rtol, atol),
-    )
+    mopts, ropts, outopts = command_options(common, Mode.EVAL, None)
 
     from hookcli.features.probe import FeatureProbe
     from hookcli.globs import select_modules
@@ -133,11 +99,9 @@ def cli_command(
     else:
         notes.append("nothing saved: the model raised")
 
-    report = Report(
-        command="features",
-        model=prepared.model_info(),
-        settings=prepared.settings,
-        inputs=prepared.input_dicts(),
+    report = prepared.report(
+        "features",
+        prepared.settings,
         layers=rows,
         totals={
             "matched": [name for name, _ in selected],
@@ -154,10 +118,7 @@ def cli_command(
         Column("keys", "Saved as", fmt_text),
         Column("bytes", "Bytes", fmt_int, "right"),
     ]
-    code = emit(report, outopts, columns)
-    if error is not None:
-        raise error
-    return code
+    return emit_outcome(report, error, outopts, columns)
 
 
 SUFFIXES = (".pt", ".npz", ".safetensors")

@@ -1,31 +1,22 @@
-"""``hookcli grads``: the command's run, from the parsed options to the exit status.
-
-On one process it calls ``hookcli.grads.runner``, as ``hookcli.grads`` does; under
-torchrun it calls the same runner with a launch strategy from ``hookcli.distributed``.
-"""
+"""``hookcli grads``: the parsed options to ``hookcli.grads.runner`` and the exit status."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hookcli.errors import UsageError
 from hookcli.grads.runner import plan_grads, run_grads
-from hookcli.options import Annotate, Format, Mode
+from hookcli.options import Format, Mode
+
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from hookcli.commandargs import RunDesyncArgs
 
 
 def cli_command(
     *,
-    model: str,
-    kwargs: list[str] | None,
-    weights: Path | None,
-    trust_pickle: bool,
-    input: list[str] | None,
-    input_file: Path | None,
-    inputs_from: str | None,
-    batch_size: int | None,
-    device: str,
-    dtype: str | None,
-    mode: Mode | None,
     loss: str | None,
     depth: int | None,
     hooks: str | None,
@@ -35,30 +26,21 @@ def cli_command(
     max_grad_norm: float | None,
     min_grad_norm: float | None,
     plot: Path | None,
-    format: Format,
-    output: Path | None,
-    baseline: Path | None,
-    update_baseline: bool,
-    rtol: float | None,
-    atol: float | None,
-    annotate: Annotate | None,
-    junit: Path | None,
-    seed: int,
-    debug: bool,
-    ddp: bool,
-    backend: str | None,
-    desync_tol: float,
-    dist_timeout: float,
-    broadcast_buffers: bool,
-    fsdp: bool,
-    shard: list[str] | None,
+    **common: Unpack[RunDesyncArgs],
 ) -> int:
     """``hookcli grads``: plan, build, run on one process or on every rank, emit."""
     import dataclasses
 
-    from hookcli.cliopts import ci_options, model_options, output_options, run_options
+    from hookcli.commandargs import command_options
     from hookcli.pipeline import prepare
 
+    device, ddp, backend, shard = (
+        common["device"],
+        common["ddp"],
+        common["backend"],
+        common["shard"],
+    )
+    desync_tol, broadcast_buffers = common["desync_tol"], common["broadcast_buffers"]
     plan = plan_grads(
         hooks,
         loss,
@@ -70,24 +52,13 @@ def cli_command(
         depth,
         global_hooks,
         device=device,
-        ddp=ddp or fsdp,
+        ddp=ddp or common["fsdp"],
     )
-    plan = dataclasses.replace(plan, wide=format in (Format.CSV, Format.MARKDOWN))
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(
-        input,
-        batch_size,
-        device,
-        dtype,
-        mode,
-        Mode.TRAIN,
-        global_hooks,
-        input_file=input_file,
-        inputs_from=inputs_from,
-    )
-    out = output_options(format, output, depth, debug, ci)
-    if fsdp:
+    plan = dataclasses.replace(plan, wide=common["format"] in (Format.CSV, Format.MARKDOWN))
+    mopts, ropts, out = command_options(common, Mode.TRAIN, depth, global_hooks)
+    # what no wrapped launch takes, the first one given named in the error
+    refused = ["--per-param"] if per_param else ["--plot"] if plot is not None else []
+    if common["fsdp"]:
         from hookcli.distributed.fsdp import Fsdp, check_fsdp_options, check_fsdp_torch
         from hookcli.distributed.launch import launch
 
@@ -95,8 +66,7 @@ def cli_command(
             plan.kinds,
             global_hooks,
             ddp=ddp,
-            per_param=per_param,
-            plot=plot,
+            refused=refused,
             fail_on=plan.gates.fail_on,
             bounds=max_grad_norm is not None or min_grad_norm is not None,
         )
@@ -107,7 +77,7 @@ def cli_command(
             ),
             device=device,
             backend=backend,
-            timeout_s=dist_timeout,
+            timeout_s=common["dist_timeout"],
             flag="--fsdp",
         )
     if shard:
@@ -120,19 +90,19 @@ def cli_command(
         from hookcli.distributed.ddp import Ddp, check_ddp_options
         from hookcli.distributed.launch import launch
 
-        check_ddp_options(plan.kinds, global_hooks, per_param=per_param, plot=plot)
+        check_ddp_options(plan.kinds, global_hooks, refused=refused)
         return launch(
             lambda ctx: Ddp(ctx, desync_tol, broadcast_buffers).run(
                 mopts, ropts, out, lambda p, on: run_grads(p, plan, on)
             ),
             device=device,
             backend=backend,
-            timeout_s=dist_timeout,
+            timeout_s=common["dist_timeout"],
         )
 
     from hookcli.warnsummary import summarised_warnings
 
-    with summarised_warnings(debug) as warned:
+    with summarised_warnings(common["debug"]) as warned:
         report, error = run_grads(prepare(mopts, ropts), plan)
         warned.keep = error is None  # on failure the error is the one line to read
     if out.format is Format.TABLE and "params" in report.lists:

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hookcli.modelinfo import param_fields
 from hookcli.norms import blocked_norm
 from hookcli.options import HookKind
 from hookcli.render import fmt_float, fmt_text
@@ -493,10 +494,7 @@ class GradProbe(Probe):
             norm_slot, inf_slot = grad_slots[i]
             params.append(
                 ParamGrad(
-                    name=name,
-                    shape=tuple(p.shape),
-                    dtype=str(p.dtype).removeprefix("torch."),
-                    requires_grad=p.requires_grad,
+                    **param_fields(name, p),
                     grad_norm=val(norm_slot),
                     weight_norm=val(weight_slots[i]),
                     unused=complete and p.requires_grad and p.grad is None,

@@ -12,23 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, overload
 
 from hookcli.errors import UsageError
-from hookcli.options import (
-    HookKind,
-    Loss,
-    Mode,
-    Names,
-    depth_arg,
-    hook_kinds_arg,
-    loss_arg,
-    names_arg,
-)
-from hookcli.report import Report
+from hookcli.options import HookKind, Mode, depth_arg, hook_kinds_arg, loss_arg, names_arg
 
 if TYPE_CHECKING:
     from hookcli.distributed.strategy import Launch
     from hookcli.grads.checks import GradGates
     from hookcli.grads.probe import GradFindings
-    from hookcli.options import Hooks
+    from hookcli.options import Hooks, Loss, Names
     from hookcli.pipeline import Outcome, Prepared
     from hookcli.report import CheckResult, Row
     from hookcli.session import CallRecord
@@ -184,11 +174,9 @@ def run_grads(prepared: Prepared, plan: GradsPlan, launch: Launch | None = None)
     lists: dict[str, tuple[Row, ...]] = {}
     if plan.per_param:
         lists["params"] = _param_rows(findings)
-    report = Report(
-        command="grads",
-        model=prepared.model_info(),
-        settings=settings,
-        inputs=prepared.input_dicts(),
+    report = prepared.report(
+        "grads",
+        settings,
         layers=rows,
         totals=model_totals,
         checks=checks,

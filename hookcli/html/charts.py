@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hookcli.errors import printable
+from hookcli.fmt import fmt_bytes
 
 MATPLOTLIB_NOTE = (
     "Charts need matplotlib, which is not installed: pip install 'hookcli[plot]' "
@@ -148,6 +149,13 @@ class Tip:
     gid: str
     titles: tuple[str, ...]
     series: str
+
+
+def mark_nonfinite(ax: Any, xs: Sequence[float], titles: Sequence[str]) -> None:
+    """NaN/Inf values as red crosses along the top of ``ax``, each with its hover title."""
+    top = ax.get_ylim()[1]
+    marks = ax.scatter(xs, [top] * len(xs), marker="X", color=RED, s=30, label="NaN/Inf")
+    tip(marks, titles, "NaN/Inf")
 
 
 def tip(artists: Any, titles: Sequence[str], series: str) -> None:
@@ -444,17 +452,13 @@ def stats_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
                 tip(line, [f"{labels[i]}: {name} {value_text(v)}" for i, v in pts], name)
         a.set_yscale("log")
         if nonfinite:
-            ymax = a.get_ylim()[1]
-            bad = a.scatter(
-                nonfinite, [ymax] * len(nonfinite), marker="X", color=RED, s=30, label="NaN/Inf"
-            )
-            tip(
-                bad,
+            mark_nonfinite(
+                a,
+                nonfinite,
                 [
                     f"{labels[i]}: nan {rows[i].get('nan') or 0}, inf {rows[i].get('inf') or 0}"
                     for i in nonfinite
                 ],
-                "NaN/Inf",
             )
         a.set_title("output |max| and std (log scale)")
         a.grid(True, axis="y", alpha=0.3)
@@ -570,7 +574,7 @@ def cost_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]
                     seen.add(part)
                     left += mib
                 ax.annotate(
-                    f"{total / 2**20:,.2f} MiB",
+                    fmt_bytes(total, binary=True),
                     (left, y),
                     xytext=(4, 0),
                     textcoords="offset points",
@@ -589,8 +593,6 @@ def cost_charts(data: Report, companions: Mapping[str, Report]) -> list[Section]
 
 def _mib(n: float) -> str:
     """Bytes as a hover text: the byte count and render's binary size."""
-    from hookcli.fmt import fmt_bytes
-
     return f"{fmt_bytes(n, binary=True)} ({int(n):,} bytes)"
 
 
@@ -1042,18 +1044,14 @@ def watch_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
             if log and fin and all(v > 0 for _, v in fin):
                 log_axis(ax, [v for _, v in fin])
             if bad:
-                top = ax.get_ylim()[1]
-                marks = ax.scatter(
-                    bad, [top] * len(bad), marker="X", color=RED, s=30, label="NaN/Inf"
-                )
-                tip(
-                    marks,
+                mark_nonfinite(
+                    ax,
+                    bad,
                     [
                         f"step {x}: {key} {v}"
                         for x, v in pts
                         if v is not None and not math.isfinite(v)
                     ],
-                    "NaN/Inf",
                 )
                 ax.legend(loc="upper right")
             ax.set_ylabel("loss" if key == "loss" else "total grad norm")

@@ -28,11 +28,13 @@ from __future__ import annotations
 import dataclasses
 import stat
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import LoadError, ResourceError, UsageError, first_line, is_oom
+from hookcli.options import split_function_spec
 
 if TYPE_CHECKING:
     import torch
@@ -151,36 +153,34 @@ def _read_numpy(path: Path, suffix: str) -> Any:
             raise UsageError(f"--input-file {path}: {name}: {first_line(err)}") from None
 
     _check_numpy_sizes(path, suffix)
-    try:
+    with _numpy_errors(path, "not a NumPy file: "):
         loaded = np.load(path, allow_pickle=False)
-    except ValueError as err:
-        if "pickle" in str(err).lower():
-            raise UsageError(
-                f"--input-file {path}: holds pickled Python objects, which hookcli does not "
-                "unpickle; save numeric arrays, or use --inputs-from FILE.py:fn"
-            ) from None
-        raise UsageError(f"--input-file {path}: not a NumPy file: {first_line(err)}") from None
-    except (OSError, EOFError) as err:
-        raise UsageError(f"--input-file {path}: not a NumPy file: {first_line(err)}") from None
     if suffix == ".npy":
         if not isinstance(loaded, np.ndarray):
             raise UsageError(f"--input-file {path}: a .npy file holding no array")
         return tensor(loaded, "the array")
     if not hasattr(loaded, "files"):
         raise UsageError(f"--input-file {path}: not an .npz archive (np.savez)")
+    with _numpy_errors(path), loaded:  # OSError, EOFError: a truncated or corrupt member
+        arrays = {name: tensor(loaded[name], repr(name)) for name in loaded.files}
+    return _mapping(arrays, path)
+
+
+@contextmanager
+def _numpy_errors(path: Path, what: str = "") -> Iterator[None]:
+    """NumPy's errors reading ``path`` as one line (exit 2): pickled objects refused, another
+    ValueError after ``what``, a file NumPy cannot read as "not a NumPy file"."""
     try:
-        with loaded:
-            arrays = {name: tensor(loaded[name], repr(name)) for name in loaded.files}
+        yield
     except ValueError as err:
         if "pickle" in str(err).lower():
             raise UsageError(
                 f"--input-file {path}: holds pickled Python objects, which hookcli does not "
                 "unpickle; save numeric arrays, or use --inputs-from FILE.py:fn"
             ) from None
-        raise UsageError(f"--input-file {path}: {first_line(err)}") from None
-    except (OSError, EOFError) as err:  # a truncated or corrupt member
+        raise UsageError(f"--input-file {path}: {what}{first_line(err)}") from None
+    except (OSError, EOFError) as err:
         raise UsageError(f"--input-file {path}: not a NumPy file: {first_line(err)}") from None
-    return _mapping(arrays, path)
 
 
 def _read_header_3_0(fp: Any, npformat: Any) -> tuple[tuple[int, ...], Any]:
@@ -305,13 +305,7 @@ def _nest(flat: dict[str, Any], path: Path) -> dict[str, Any]:
 
 def check_inputs_from(spec: str) -> tuple[str, str]:
     """``FILE.py:fn`` / ``pkg.mod:fn`` -> (where, attr); malformed is exit 2."""
-    where, sep, attr = spec.rpartition(":")
-    if not sep or not where or not attr:
-        raise UsageError(
-            f"--inputs-from {spec!r}: write FILE.py:FUNCTION or package.module:FUNCTION"
-        )
-    if not all(part.isidentifier() for part in attr.split(".")):
-        raise UsageError(f"--inputs-from {spec!r}: {attr!r} is not a Python name")
+    where, attr = split_function_spec(spec, f"--inputs-from {spec!r}")
     if where.endswith(".py") or "/" in where:
         path = Path(where)
         if not path.is_file():

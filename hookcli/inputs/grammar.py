@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import ResourceError, UsageError, first_line, is_oom
+from hookcli.fmt import fmt_bytes
 from hookcli.options import DTYPES, FLOAT_DTYPES
 
 if TYPE_CHECKING:
@@ -730,7 +731,7 @@ def _out_of_memory(
     size = numel * _ITEMSIZE.get(dtype, 1)
     shape = "x".join(str(d) for d in spec.dims)
     return ResourceError(
-        f"out of memory drawing input {shape} {dtype} ({size / 1e9:,.1f} GB on {dev}): "
+        f"out of memory drawing input {shape} {dtype} ({fmt_bytes(size, binary=True)} on {dev}): "
         f"{first_line(err)}"
     )
 
@@ -752,27 +753,21 @@ def _from_example(
             value = _redraw_like(value, batch_size, g)
         return _move(value, dev, float_dtype)
 
-    if isinstance(example, Mapping):
-        try:
-            kwargs = {str(k): prep(v) for k, v in example.items()}
-        except (RuntimeError, MemoryError) as err:
-            if not is_oom(err):
-                raise
-            raise ResourceError(
-                f"out of memory preparing example_input_array: {first_line(err)}"
-            ) from err
-        infos = [i for k, v in kwargs.items() for i in _infos_of(k, v)]
-        return Inputs((), kwargs, tuple(infos), "example_input_array")
-    items = list(example) if isinstance(example, (tuple, list)) else [example]
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = {}
     try:
-        args = tuple(prep(v) for v in items)
+        if isinstance(example, Mapping):
+            kwargs = {str(k): prep(v) for k, v in example.items()}
+        else:
+            items = list(example) if isinstance(example, (tuple, list)) else [example]
+            args = tuple(prep(v) for v in items)
     except (RuntimeError, MemoryError) as err:
         if not is_oom(err):
             raise
         raise ResourceError(
             f"out of memory preparing example_input_array: {first_line(err)}"
         ) from err
-    infos = []
+    infos = [i for k, v in kwargs.items() for i in _infos_of(k, v)]
     for pos, v in enumerate(args):
         infos.extend(_infos_of(names[pos] if pos < len(names) else f"input{pos}", v))
-    return Inputs(args, {}, tuple(infos), "example_input_array")
+    return Inputs(args, kwargs, tuple(infos), "example_input_array")

@@ -23,9 +23,7 @@ from hookcli.modelinfo import TensorIndex, depth_of
 from hookcli.options import (
     DEFAULT_LOSS,
     HookKind,
-    Loss,
     Mode,
-    Names,
     depth_arg,
     hook_kinds_arg,
     loss_arg,
@@ -39,7 +37,7 @@ if TYPE_CHECKING:
     from torch import nn
 
     from hookcli.distributed.strategy import Launch
-    from hookcli.options import Hooks
+    from hookcli.options import Hooks, Loss, Names
     from hookcli.pipeline import Outcome, Prepared
     from hookcli.session import CallRecord
 
@@ -114,11 +112,9 @@ def run_inspect(
         ran=run.error is None,
         global_hooks=plan.global_hooks,
     )
-    report = Report(
-        command="inspect",
-        model=prepared.model_info(),
-        settings=settings,
-        inputs=prepared.input_dicts(),
+    report = prepared.report(
+        "inspect",
+        settings,
         layers=rows,
         totals=model_totals,
         error=run.error.message if run.error else None,
@@ -438,7 +434,6 @@ MULT_ADDS_NEED_FORWARD = "--columns mult_adds counts the ops of a forward: drop 
 def tree_report(prepared: Prepared, depth: int | None, names: Sequence[str] = ()) -> Report:
     """``inspect --no-forward``: the module tree with parameters and buffers, nothing run."""
     from hookcli.errors import UsageError
-    from hookcli.report import Report
 
     if "mult_adds" in names:
         raise UsageError(MULT_ADDS_NEED_FORWARD)
@@ -459,10 +454,9 @@ def tree_report(prepared: Prepared, depth: int | None, names: Sequence[str] = ()
         shown = sum(r.display["shown_params"] for r in rows)
         if shown != model_totals["params"]:  # cannot happen: the cut rows hold their subtrees
             table_totals.append(("Not shown", fmt_int(model_totals["params"] - shown)))
-    return Report(
-        command="inspect",
-        model=prepared.model_info(),
-        settings=settings,
+    return prepared.report(  # no inputs: no forward
+        "inspect",
+        settings,
         layers=rows,
         totals=model_totals,
         notes=tuple(notes),

@@ -11,17 +11,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
 
-from hookcli.options import Annotate, Format, Mode
+from hookcli.options import Mode
 from hookcli.session import Probe
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from torch import nn
 
+    from hookcli.commandargs import RunArgs
     from hookcli.pipeline import Prepared, RunOutcome
     from hookcli.report import Report
     from hookcli.session import HookSession
@@ -197,7 +199,7 @@ def buffers_report(
     """The buffer rows (owners at depth <= ``depth``), totals and table layout."""
     from hookcli.modelinfo import depth_of
     from hookcli.render import fmt_bool, fmt_int, fmt_shape
-    from hookcli.report import Column, Report, Row
+    from hookcli.report import Column, Row
 
     rows = []
     for b in probe.buffers:
@@ -257,11 +259,9 @@ def buffers_report(
         ),
         ("Size", f"{fmt_int(elements)} elements, {fmt_int(nbytes)} bytes"),
     ]
-    return Report(
-        command="buffers",
-        model=prepared.model_info(),
-        settings={**prepared.settings, "steps": steps},
-        inputs=prepared.input_dicts(),
+    return prepared.report(
+        "buffers",
+        {**prepared.settings, "steps": steps},
         totals=totals,
         lists={"buffers": tuple(rows)},
         primary="buffers",
@@ -283,52 +283,18 @@ def buffers_report(
 
 def cli_command(
     *,
-    model: str,
-    kwargs: list[str] | None,
-    weights: Path | None,
-    trust_pickle: bool,
-    input: list[str] | None,
-    input_file: Path | None,
-    inputs_from: str | None,
-    batch_size: int | None,
-    device: str,
-    dtype: str | None,
-    mode: Mode | None,
     steps: int,
     depth: int | None,
-    format: Format,
-    output: Path | None,
-    baseline: Path | None,
-    update_baseline: bool,
-    rtol: float | None,
-    atol: float | None,
-    annotate: Annotate | None,
-    junit: Path | None,
-    seed: int,
-    debug: bool,
+    **common: Unpack[RunArgs],
 ) -> int:
     """The buffers command's run (``hookcli buffers``): build, run N steps, emit."""
-    from hookcli.cliopts import ci_options, model_options, output_options, run_options
-    from hookcli.pipeline import emit, prepare, run_session
+    from hookcli.commandargs import command_options
+    from hookcli.pipeline import emit_outcome, prepare, run_session
 
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(
-        input,
-        batch_size,
-        device,
-        dtype,
-        mode,
-        Mode.TRAIN,
-        input_file=input_file,
-        inputs_from=inputs_from,
-    )
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    out = output_options(format, output, depth, debug, ci)
+    mopts, ropts, out = command_options(common, Mode.TRAIN, depth)
 
     prepared = prepare(mopts, ropts)
     probe = BufferProbe()
     outcome = run_session(prepared, [probe], mode=ropts.mode, steps=steps)
-    code = emit(buffers_report(prepared, probe, outcome, steps=steps, depth=out.depth), out)
-    if outcome.error is not None:
-        raise outcome.error
-    return code
+    report = buffers_report(prepared, probe, outcome, steps=steps, depth=out.depth)
+    return emit_outcome(report, outcome.error, out)

@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hookcli.options import DEFAULT_LOSS, Annotate, Format, Loss, LossKind, Mode
+from hookcli.options import DEFAULT_LOSS, Loss, LossKind, Mode
 from hookcli.session import Frame, Probe
 from hookcli.structures import shapes_of
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from torch import nn
 
+    from hookcli.commandargs import RunArgs
     from hookcli.pipeline import Prepared, RunOutcome
     from hookcli.report import Report
     from hookcli.session import HookSession
@@ -149,7 +151,7 @@ def trace_report(
 
     from hookcli.losses import loss_words
     from hookcli.render import fmt_float, fmt_shapes
-    from hookcli.report import Column, Report, Row, shapes_list
+    from hookcli.report import Column, Row, shapes_list
 
     events = probe.events
     kept = [
@@ -217,11 +219,9 @@ def trace_report(
     settings = {**prepared.settings, "backward": backward}
     if backward:
         settings["loss"] = loss.value
-    return Report(
-        command="trace",
-        model=prepared.model_info(),
-        settings=settings,
-        inputs=prepared.input_dicts(),
+    return prepared.report(
+        "trace",
+        settings,
         totals=totals,
         lists={"events": tuple(rows)},
         primary="events",
@@ -243,59 +243,26 @@ def trace_report(
 
 def cli_command(
     *,
-    model: str,
-    kwargs: list[str] | None,
-    weights: Path | None,
-    trust_pickle: bool,
-    input: list[str] | None,
-    input_file: Path | None,
-    inputs_from: str | None,
-    batch_size: int | None,
-    device: str,
-    dtype: str | None,
-    mode: Mode | None,
     depth: int | None,
     backward: bool,
     loss: str | None,
     limit: int | None,
     filter: str | None,
-    format: Format,
-    output: Path | None,
-    baseline: Path | None,
-    update_baseline: bool,
-    rtol: float | None,
-    atol: float | None,
-    annotate: Annotate | None,
-    junit: Path | None,
-    seed: int,
-    debug: bool,
+    **common: Unpack[RunArgs],
 ) -> int:
     """The trace command's run (``hookcli trace``): build, run, emit the events."""
     import warnings
 
-    from hookcli.cliopts import ci_options, model_options, output_options, run_options
+    from hookcli.commandargs import command_options
     from hookcli.losses import make_loss
     from hookcli.options import loss_arg
-    from hookcli.pipeline import emit, prepare, run_session
+    from hookcli.pipeline import emit_outcome, prepare, run_session
     from hookcli.warnsummary import summarised_warnings
 
     the_loss = loss_arg(loss)
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(
-        input,
-        batch_size,
-        device,
-        dtype,
-        mode,
-        Mode.EVAL,
-        True,
-        input_file=input_file,
-        inputs_from=inputs_from,
-    )
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    out = output_options(format, output, depth, debug, ci)
+    mopts, ropts, out = command_options(common, Mode.EVAL, depth, global_hooks=True)
 
-    with summarised_warnings(debug) as warned:
+    with summarised_warnings(common["debug"]) as warned:
         prepared = prepare(mopts, ropts)
         probe = TraceProbe()
         with warnings.catch_warnings():
@@ -322,7 +289,4 @@ def cli_command(
         backward=backward,
         loss=the_loss,
     )
-    code = emit(report, out)
-    if outcome.error is not None:
-        raise outcome.error
-    return code
+    return emit_outcome(report, outcome.error, out)

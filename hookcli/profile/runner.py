@@ -25,13 +25,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hookcli.errors import RunError, UsageError
-from hookcli.options import Annotate, Format, Loss, Mode, loss_arg
+from hookcli.options import Loss, Mode, loss_arg
 from hookcli.profile.figures import CallTree, Spread, Timings, overhead, spread
 from hookcli.profile.plan import Measured, ProfilePlan, SortKey
 
 if TYPE_CHECKING:
+    from typing import Unpack
+
     from torch import nn
 
+    from hookcli.commandargs import RunArgs
     from hookcli.cost.probe import CostProbe
     from hookcli.pipeline import Prepared
     from hookcli.profile.clocks import Clock
@@ -539,7 +542,7 @@ def build_report(
 ) -> Report:
     """The profile report: one row per module, sorted by ``plan.sort``."""
     from hookcli.profile import render as prender
-    from hookcli.report import Report, Row
+    from hookcli.report import Row
 
     settings = {
         **prepared.settings,
@@ -552,11 +555,9 @@ def build_report(
     if plan.backward:
         settings["loss"] = plan.loss.value
     if m is None or m.timings is None:
-        return Report(
-            command="profile",
-            model=prepared.model_info(),
-            settings=settings,
-            inputs=prepared.input_dicts(),
+        return prepared.report(
+            "profile",
+            settings,
             lists={"modules": ()},
             primary="modules",
             error=error.message if error else None,
@@ -576,11 +577,9 @@ def build_report(
     rows = tuple(Row.of(shown[k], {"depth": 0}) for k in order)
     totals = _totals(m, plan)
     checks = tuple(_checks(all_rows, plan.max_ms)) if error is None else ()
-    return Report(
-        command="profile",
-        model=prepared.model_info(),
-        settings=settings,
-        inputs=prepared.input_dicts(),
+    return prepared.report(
+        "profile",
+        settings,
         totals=totals,
         checks=checks,
         lists={"modules": rows},
@@ -664,17 +663,6 @@ def _title(prepared: Prepared) -> str:
 
 def cli_command(
     *,
-    model: str,
-    kwargs: list[str] | None,
-    weights: Path | None,
-    trust_pickle: bool,
-    input: list[str] | None,
-    input_file: Path | None,
-    inputs_from: str | None,
-    batch_size: int | None,
-    device: str,
-    dtype: str | None,
-    mode: Mode | None,
     backward: bool,
     loss: str | None,
     warmup: int,
@@ -685,44 +673,19 @@ def cli_command(
     trace_out: Path | None,
     plot: Path | None,
     max_ms: list[str] | None,
-    format: Format,
-    output: Path | None,
-    baseline: Path | None,
-    update_baseline: bool,
-    rtol: float | None,
-    atol: float | None,
-    annotate: Annotate | None,
-    junit: Path | None,
-    seed: int,
-    debug: bool,
+    **common: Unpack[RunArgs],
 ) -> int:
     """The profile command's run (``hookcli profile``): plan, build, time, emit."""
     import sys
 
-    from hookcli.cliopts import ci_options, model_options, output_options, run_options
-    from hookcli.pipeline import emit, prepare
+    from hookcli.commandargs import command_options
+    from hookcli.pipeline import emit_outcome, prepare
 
     plan = plan_profile(
         backward, warmup, repeat, sort, max_ms, sync, depth, trace_out, plot,
         progress=sys.stderr.isatty(), loss=loss,
     )  # fmt: skip
-    if device == "meta":  # before the model is built (parse_device took every other spelling)
+    if common["device"] == "meta":  # before the model is built (parse_device took the rest)
         raise UsageError(META_REFUSED)
-    ci = ci_options(baseline, update_baseline, annotate, junit, rtol, atol)
-    mopts = model_options(model, kwargs, weights, trust_pickle, seed)
-    ropts = run_options(
-        input,
-        batch_size,
-        device,
-        dtype,
-        mode,
-        Mode.EVAL,
-        input_file=input_file,
-        inputs_from=inputs_from,
-    )
-    out = output_options(format, output, depth, debug, ci)
-    report, error = run_profile(prepare(mopts, ropts), plan)
-    code = emit(report, out)
-    if error is not None:
-        raise error
-    return code
+    mopts, ropts, out = command_options(common, Mode.EVAL, depth)
+    return emit_outcome(*run_profile(prepare(mopts, ropts), plan), out)

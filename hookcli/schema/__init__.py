@@ -60,22 +60,21 @@ def validate(report: Any) -> None:
     Needs the ``jsonschema`` package (``pip install jsonschema``); it is not a
     dependency of hookcli itself.
     """
-    try:
-        import jsonschema
-    except ImportError as err:
-        raise ImportError(
-            "hookcli.schema.validate needs the jsonschema package: pip install jsonschema"
-        ) from err
-    jsonschema.Draft202012Validator(load()).validate(report)
+    _validator("validate", load()).validate(report)
 
 
 def validate_steps(record: Any) -> None:
     """Raise ``jsonschema.ValidationError`` unless ``record`` (one parsed line of a steps
     file) is valid. Needs the ``jsonschema`` package."""
+    _validator("validate_steps", load_steps()).validate(record)
+
+
+def _validator(caller: str, schema: dict[str, Any]) -> Any:
+    """jsonschema's validator of ``schema``; ImportError naming ``caller`` without it."""
     try:
         import jsonschema
     except ImportError as err:
         raise ImportError(
-            "hookcli.schema.validate_steps needs the jsonschema package: pip install jsonschema"
+            f"hookcli.schema.{caller} needs the jsonschema package: pip install jsonschema"
         ) from err
-    jsonschema.Draft202012Validator(load_steps()).validate(record)
+    return jsonschema.Draft202012Validator(schema)

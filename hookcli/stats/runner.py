@@ -11,21 +11,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, overload
 
 from hookcli.errors import UsageError
-from hookcli.options import (
-    HookKind,
-    Loss,
-    Mode,
-    Names,
-    depth_arg,
-    hook_kinds_arg,
-    loss_arg,
-    names_arg,
-)
+from hookcli.options import HookKind, Mode, depth_arg, hook_kinds_arg, loss_arg, names_arg
 from hookcli.report import Report
 
 if TYPE_CHECKING:
     from hookcli.distributed.strategy import Launch
-    from hookcli.options import Hooks
+    from hookcli.options import Hooks, Loss, Names
     from hookcli.pipeline import Outcome, Prepared
     from hookcli.report import CheckResult, Row
 
@@ -149,11 +140,9 @@ def run_stats(prepared: Prepared, plan: StatsPlan, launch: Launch | None = None)
     if run_backward:
         settings["loss"] = plan.loss.value
     natural = loss_notes(loss_fn, run.loss, totals)
-    report = Report(
-        command="stats",
-        model=prepared.model_info(),
-        settings=settings,
-        inputs=prepared.input_dicts(),
+    report = prepared.report(
+        "stats",
+        settings,
         layers=rows,
         totals=totals,
         checks=results,
