@@ -272,7 +272,7 @@ def _main(torch: Any) -> None:
         return
     gib = 2**30
     for label, t, peak, ti in cuda_training_peaks():
-        est, live = t["train_step_bytes"], t["train_peak_bytes"]
+        est, live = t["memory_parts"]["train_step_bytes"], t["memory_parts"]["train_peak_bytes"]
         extra = "" if ti is None else f", torchinfo estimate {ti / gib:.2f} GiB"
         print(
             f"{label}: measured Adam-step peak {peak / gib:.2f} GiB; hookcli train step "

@@ -103,7 +103,7 @@ def test_kv_cache_is_its_own_line_not_activations(dtype: str | None) -> None:
     assert tb["peak_activation_bytes"] == t["peak_activation_bytes"]
     assert tb["saved_bytes"] == t["saved_bytes"]
     for tot in (t, tb):
-        assert tot["inference_bytes"] == (
+        assert tot["memory_parts"]["inference_bytes"] == (
             tot["param_bytes"] + tot["buffer_bytes"] + tot["attribute_bytes"]
             + tot["peak_activation_bytes"]
         )  # fmt: skip
