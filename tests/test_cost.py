@@ -493,7 +493,7 @@ def test_max_memory_7b_on_meta_in_gib():
         "0",
     )
     assert res.exit_code == 5, res.stderr  # 25 GiB of float32 weights alone
-    assert "train total" in res.stderr
+    assert "train peak" in res.stderr
 
 
 def test_max_flops_is_a_check():

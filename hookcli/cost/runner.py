@@ -883,6 +883,7 @@ def _table_columns(kinds: Any, backward: bool) -> list[Column]:
 _KIND_WORDS = {
     "params": "params",
     "buffers": "buffers",
+    "attributes": "attribute tensors",
     "inputs": "inputs",
     "grads": "grads",
     "optimizer_state": "{opt} state",
