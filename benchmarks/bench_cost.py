@@ -12,7 +12,13 @@
    counts read, and against a bare ``torch.inference_mode()`` forward and a plain
    forward with autograd on (shown beside it); interleaved rounds, medians of the
    per-round ratios, one thread. Target: cost / FlopCounterMode <= 1.00 at both batches.
-3. Where CUDA exists: the training-step estimate against
+3. The default ``cost`` (its two memory figures, the tracked training step's peak and
+   the inference peak, included) on resnet18, batch 2 at 64x64, on the CPU: the public
+   call ``hookcli.cost(model, x)`` against the counting pass alone (what ``cost`` ran by
+   default before the figures were the tracked peaks: one forward, the rows, the sums of
+   parts) and against ``FlopCounterMode`` around a plain forward; interleaved rounds,
+   one thread. No target: the figures say what the two memory figures cost.
+4. Where CUDA exists: the training-step estimate against
    ``torch.cuda.max_memory_allocated`` of real Adam steps, for resnet50 and a
    GPT-2-small-shaped decoder; torchinfo's "Estimated Total Size" beside it when
    torchinfo is importable. Target: within 10%.
@@ -131,6 +137,38 @@ def resnet50_cpu(batch: int, repeats: int = 9) -> dict[str, dict[str, Any]]:
 
     runs = {"bare": bare, "bare_grad": bare_grad, "cost": cost, "flopcounter": flopcounter}
     return interleave(runs, rounds(repeats))
+
+
+def default_cost(repeats: int = 5) -> dict[str, dict[str, Any]]:
+    """The default ``cost`` against its counting pass alone and FlopCounterMode."""
+    import torch
+
+    import hookcli
+    from hookcli.cost.runner import build_report, measure, plan_cost
+    from hookcli.options import Mode, ModelOptions, RunOptions
+    from hookcli.pipeline import prepare
+
+    prepared = prepare(ModelOptions("resnet18"), RunOptions(inputs=("2x3x64x64",)))
+    model, x = prepared.model, prepared.inputs.args[0]
+    model.eval()
+    plan = plan_cost()
+
+    def counting() -> None:  # the forward that counts, the rows, the report: no step
+        probe, records, error = measure(prepared, mode=Mode.EVAL)
+        build_report(prepared, probe, records, error, plan)
+
+    def cost() -> None:  # the public call: the counting pass and the two tracked peaks
+        hookcli.cost(model, x)
+
+    def flopcounter() -> None:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            model(x)
+        counter.get_flop_counts()
+
+    del torch
+    return interleave({"bare": counting, "cost": cost, "flopcounter": flopcounter}, rounds(repeats))
 
 
 def cuda_training_peaks() -> list[tuple[str, dict[str, int], int, int | None]]:
@@ -267,12 +305,31 @@ def _main(torch: Any) -> None:
             c["ratio"],
             what=f"hookcli.cost(resnet50, x) b{batch} vs a bare inference forward",
         )
+    t = default_cost()
+    c, k, f = t["cost"], t["bare"], t["flopcounter"]
+    print(
+        f"default cost, resnet18 b2 64x64 cpu (1 thread, torch {torch.__version__}), in "
+        f"process: cost {c['wall']:.3f} s; the counting pass alone {k['wall']:.3f} s "
+        f"(cost/it {c['ratio']:.2f}); FlopCounterMode {f['wall']:.3f} s "
+        f"(cost/it {c['vs']['flopcounter']:.2f})",
+        flush=True,
+    )
+    record(
+        "cost_default_vs_counting",
+        c["ratio"],
+        what="default cost (both tracked peaks), resnet18 b2, vs its counting pass alone",
+    )
+    record(
+        "cost_default_vs_flopcounter",
+        c["vs"]["flopcounter"],
+        what="default cost (both tracked peaks), resnet18 b2, vs FlopCounterMode",
+    )
     if not torch.cuda.is_available():
         print("CUDA training-step comparison: skipped (no CUDA device)")
         return
     gib = 2**30
     for label, t, peak, ti in cuda_training_peaks():
-        est, live = t["train_step_bytes"], t["train_peak_bytes"]
+        est, live = t["memory_parts"]["train_step_bytes"], t["memory_parts"]["train_peak_bytes"]
         extra = "" if ti is None else f", torchinfo estimate {ti / gib:.2f} GiB"
         print(
             f"{label}: measured Adam-step peak {peak / gib:.2f} GiB; hookcli train step "

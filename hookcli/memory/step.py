@@ -157,6 +157,15 @@ def _foreach_used(opt: torch.optim.Optimizer | None) -> bool | None:
     return bool(_default_to_fused_or_foreach(params, False, False)[1])
 
 
+def _attribute_tensors(model: nn.Module) -> dict[str, list[torch.Tensor]]:
+    """``{"attributes": tensors}``: what the model keeps in plain attributes (a KV cache),
+    alive before the step and after, held as their own kind; empty when there are none."""
+    from hookcli.cost.probe import attribute_tensors
+
+    found = [t for _, _, t in attribute_tensors(model)]
+    return {"attributes": found} if found else {}
+
+
 def track_step(
     model: nn.Module,
     args: tuple[Any, ...],
@@ -196,7 +205,8 @@ def track_step(
         else:
             stepped = params
         opt = make_optimizer(optimizer, stepped, foreach)
-        tracker = LiveBytes(FSDP_KINDS if sharded is not None else ())
+        attrs = _attribute_tensors(model)
+        tracker = LiveBytes((*(FSDP_KINDS if sharded is not None else ()), *attrs.keys()))
 
         def run(tracked: bool) -> None:
             with checkpointing(model, checkpoint, recompute_context), run_context():
@@ -237,6 +247,7 @@ def track_step(
             tracker.ignore(model.parameters())
         tracker.hold(model.parameters() if sharded is None else sharded.shard_params, "params")
         tracker.hold(model.buffers(), "buffers")
+        tracker.hold(attrs.get("attributes", ()), "attributes")
         tracker.hold((p.grad for p in stepped), "grads")
         if opt is not None:
             for state in opt.state.values():
@@ -282,7 +293,8 @@ def track_inference(
     """The peak of one eval, no_grad forward whose output is dropped at once; ``fsdp``:
     on one rank under FSDP2, each unit all-gathered for its forward."""
     mode = model.training
-    tracker = LiveBytes(FSDP_KINDS if fsdp is not None else ())
+    attrs = _attribute_tensors(model)
+    tracker = LiveBytes((*(FSDP_KINDS if fsdp is not None else ()), *attrs.keys()))
     with contextlib.ExitStack() as stack:
         if fsdp is not None:
             from hookcli.memory.fsdp import FsdpMemory
@@ -296,6 +308,7 @@ def track_inference(
             tracker.hold(model.parameters(), "params")
             stack.enter_context(_module_stack(model, tracker))
         tracker.hold(model.buffers(), "buffers")
+        tracker.hold(attrs.get("attributes", ()), "attributes")
         tracker.hold(_inputs(args, kwargs), "inputs")
         model.eval()
         try:
