@@ -13,11 +13,13 @@
    forward with autograd on (shown beside it); interleaved rounds, medians of the
    per-round ratios, one thread. Target: cost / FlopCounterMode <= 1.00 at both batches.
 3. The default ``cost`` (its two memory figures, the tracked training step's peak and
-   the inference peak, included) on resnet18, batch 2 at 64x64, on the CPU: the public
-   call ``hookcli.cost(model, x)`` against the counting pass alone (what ``cost`` ran by
-   default before the figures were the tracked peaks: one forward, the rows, the sums of
-   parts) and against ``FlopCounterMode`` around a plain forward; interleaved rounds,
-   one thread. No target: the figures say what the two memory figures cost.
+   the inference peak, included) on resnet18 b2 at 64x64, resnet50 b8 and a small
+   GPT-2-style transformers model, on the CPU: the public call ``hookcli.cost(model, x)``
+   against what ``cost`` ran by default before the figures were the tracked peaks (the
+   counting pass: one forward, the rows, the report), against ``FlopCounterMode`` around
+   a plain forward, and against one plain Adam training step (what the training figure
+   runs, untracked); interleaved rounds, one thread, the CPU named. No target: the
+   figures say what the two memory figures cost.
 4. Where CUDA exists: the training-step estimate against
    ``torch.cuda.max_memory_allocated`` of real Adam steps, for resnet50 and a
    GPT-2-small-shaped decoder; torchinfo's "Estimated Total Size" beside it when
@@ -41,6 +43,7 @@ if TYPE_CHECKING:
 
 from benchmarks.common import (  # noqa: E402
     benchmark,
+    cpu_model,
     interleave,
     record,
     rounds,
@@ -139,21 +142,44 @@ def resnet50_cpu(batch: int, repeats: int = 9) -> dict[str, dict[str, Any]]:
     return interleave(runs, rounds(repeats))
 
 
-def default_cost(repeats: int = 5) -> dict[str, dict[str, Any]]:
-    """The default ``cost`` against its counting pass alone and FlopCounterMode."""
+DEFAULT_CASES = {
+    "resnet18 b2 3x64x64": ("resnet18", "2x3x64x64"),
+    "resnet50 b8 3x224x224": ("resnet50", "8x3x224x224"),
+    "GPT-2-style (transformers, 4 x 256) b2 128 tokens": ("gpt", "int64:2x128:0..8192"),
+}
+
+
+def _small_gpt() -> Any:
+    """transformers' GPT2LMHeadModel, random weights, 4 layers of width 256 (no download)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=8192, n_positions=256, n_embd=256, n_layer=4, n_head=4)
+    return GPT2LMHeadModel(config)
+
+
+def default_cost(case: str, repeats: int = 5) -> dict[str, dict[str, Any]]:
+    """The default ``cost`` of ``case`` (``DEFAULT_CASES``) against what ``cost`` ran by
+    default before its figures were the tracked peaks (the counting pass, the rows and
+    the report: ``bare``), FlopCounterMode around a plain forward, and one plain training
+    step (forward, the sum of the output as the loss, backward, Adam with its state made)."""
     import torch
 
     import hookcli
     from hookcli.cost.runner import build_report, measure, plan_cost
     from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare
+    from hookcli.sources import LoadedModel
 
-    prepared = prepare(ModelOptions("resnet18"), RunOptions(inputs=("2x3x64x64",)))
+    name, spec = DEFAULT_CASES[case]
+    if smoke():
+        name, spec = ("resnet18", "1x3x32x32") if name != "gpt" else (name, "int64:1x16:0..8192")
+    loaded = LoadedModel(_small_gpt(), "gpt") if name == "gpt" else None
+    prepared = prepare(ModelOptions(name), RunOptions(inputs=(spec,)), loaded=loaded)
     model, x = prepared.model, prepared.inputs.args[0]
     model.eval()
     plan = plan_cost()
 
-    def counting() -> None:  # the forward that counts, the rows, the report: no step
+    def counting() -> None:  # the default before: the forward that counts, the report
         probe, records, error = measure(prepared, mode=Mode.EVAL)
         build_report(prepared, probe, records, error, plan)
 
@@ -167,8 +193,19 @@ def default_cost(repeats: int = 5) -> dict[str, dict[str, Any]]:
             model(x)
         counter.get_flop_counts()
 
-    del torch
-    return interleave({"bare": counting, "cost": cost, "flopcounter": flopcounter}, rounds(repeats))
+    opt = torch.optim.Adam(model.parameters(), lr=0.0)
+
+    def train_step() -> None:  # what the training figure measures, with nothing around it
+        model.train()
+        out = model(x)
+        out = out.logits if hasattr(out, "logits") else out
+        out.float().sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        model.eval()
+
+    runs = {"bare": counting, "cost": cost, "flopcounter": flopcounter, "train_step": train_step}
+    return interleave(runs, rounds(repeats))
 
 
 def cuda_training_peaks() -> list[tuple[str, dict[str, int], int, int | None]]:
@@ -305,25 +342,28 @@ def _main(torch: Any) -> None:
             c["ratio"],
             what=f"hookcli.cost(resnet50, x) b{batch} vs a bare inference forward",
         )
-    t = default_cost()
-    c, k, f = t["cost"], t["bare"], t["flopcounter"]
-    print(
-        f"default cost, resnet18 b2 64x64 cpu (1 thread, torch {torch.__version__}), in "
-        f"process: cost {c['wall']:.3f} s; the counting pass alone {k['wall']:.3f} s "
-        f"(cost/it {c['ratio']:.2f}); FlopCounterMode {f['wall']:.3f} s "
-        f"(cost/it {c['vs']['flopcounter']:.2f})",
-        flush=True,
-    )
-    record(
-        "cost_default_vs_counting",
-        c["ratio"],
-        what="default cost (both tracked peaks), resnet18 b2, vs its counting pass alone",
-    )
-    record(
-        "cost_default_vs_flopcounter",
-        c["vs"]["flopcounter"],
-        what="default cost (both tracked peaks), resnet18 b2, vs FlopCounterMode",
-    )
+    for case in DEFAULT_CASES:
+        t = default_cost(case, 3 if "resnet50" in case else 5)
+        c, k, f, s = t["cost"], t["bare"], t["flopcounter"], t["train_step"]
+        print(
+            f"default cost, {case}, cpu ({cpu_model()}, 1 thread, torch {torch.__version__}), in "
+            f"process: cost {c['wall']:.3f} s; the default before (counting pass and "
+            f"report) {k['wall']:.3f} s, cost/it {c['ratio']:.2f}; FlopCounterMode "
+            f"{f['wall']:.3f} s, cost/it {c['vs']['flopcounter']:.2f}; a plain Adam "
+            f"training step {s['wall']:.3f} s, cost/it {c['vs']['train_step']:.2f}",
+            flush=True,
+        )
+        key = case.split()[0].lower().replace("-", "").replace("(", "")
+        record(
+            f"cost_default_vs_before_{key}",
+            c["ratio"],
+            what=f"default cost (both tracked peaks), {case}, vs the default before",
+        )
+        record(
+            f"cost_default_vs_flopcounter_{key}",
+            c["vs"]["flopcounter"],
+            what=f"default cost (both tracked peaks), {case}, vs FlopCounterMode",
+        )
     if not torch.cuda.is_available():
         print("CUDA training-step comparison: skipped (no CUDA device)")
         return
