@@ -5,13 +5,14 @@
    ``hookcli.cost(model, ids)`` against ``hookcli.inspect(model, ids)``, in process
    (the build, shared by both, excluded), and the two commands as whole processes
    (both with ``HOOKCLI_FULL_EXIT=1``). Target <= 2.
-2. resnet50 on the CPU, batch 1 and 8: the public call ``hookcli.cost(model, x)``
-   (its one measured forward, with grad enabled, the rows, the totals, the Report)
-   against torch's own FLOP counter, ``torch.utils.flop_counter.FlopCounterMode``
-   around a plain ``model(x)`` (autograd on, as in cost's pass) with its per-module
-   counts read, and against a bare ``torch.inference_mode()`` forward and a plain
-   forward with autograd on (shown beside it); interleaved rounds, medians of the
-   per-round ratios, one thread. Target: cost / FlopCounterMode <= 1.00 at both batches.
+2. resnet50 on the CPU, batch 1 and 8: ``cost``'s counting pass (its one measured
+   forward, with grad enabled, the rows, the totals, the Report; the default ``cost``
+   adds the tracked step, timed in 3) against torch's own FLOP counter,
+   ``torch.utils.flop_counter.FlopCounterMode`` around a plain ``model(x)`` (autograd
+   on, as in cost's pass) with its per-module counts read, and against a bare
+   ``torch.inference_mode()`` forward and a plain forward with autograd on (shown beside
+   it); interleaved rounds, medians of the per-round ratios, one thread. Target: the
+   counting pass / FlopCounterMode <= 1.00 at both batches.
 3. The default ``cost`` (its two memory figures, the tracked training step's peak and
    the inference peak, included) on resnet18 b2 at 64x64, resnet50 b8 and a small
    GPT-2-style transformers model, on the CPU: the public call ``hookcli.cost(model, x)``
@@ -112,8 +113,8 @@ def whole_process(repeats: int = 3) -> dict[str, dict[str, Any]]:
 def resnet50_cpu(batch: int, repeats: int = 9) -> dict[str, dict[str, Any]]:
     import torch
 
-    import hookcli
-    from hookcli.options import ModelOptions, RunOptions
+    from hookcli.cost.runner import build_report, measure, plan_cost
+    from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare
 
     name, size = ("resnet18", 64) if smoke() else ("resnet50", 224)
@@ -128,8 +129,11 @@ def resnet50_cpu(batch: int, repeats: int = 9) -> dict[str, dict[str, Any]]:
     def bare_grad() -> None:
         model(x)  # a plain call: autograd records the graph, as cost's pass must
 
-    def cost() -> None:  # the public call, report included
-        hookcli.cost(model, x)
+    plan = plan_cost()
+
+    def cost() -> None:  # the counting pass and its report (no tracked step)
+        probe, records, error = measure(prepared, mode=Mode.EVAL)
+        build_report(prepared, probe, records, error, plan)
 
     def flopcounter() -> None:  # torch's own counter: FLOPs per module, no memory figures
         from torch.utils.flop_counter import FlopCounterMode
@@ -172,7 +176,7 @@ def default_cost(case: str, repeats: int = 5) -> dict[str, dict[str, Any]]:
 
     name, spec = DEFAULT_CASES[case]
     if smoke():
-        name, spec = ("resnet18", "1x3x32x32") if name != "gpt" else (name, "int64:1x16:0..8192")
+        name, spec = ("resnet18", "2x3x32x32") if name != "gpt" else (name, "int64:1x16:0..8192")
     loaded = LoadedModel(_small_gpt(), "gpt") if name == "gpt" else None
     prepared = prepare(ModelOptions(name), RunOptions(inputs=(spec,)), loaded=loaded)
     model, x = prepared.model, prepared.inputs.args[0]
@@ -328,19 +332,19 @@ def _main(torch: Any) -> None:
         t = resnet50_cpu(batch)
         b, c, g, f = t["bare"], t["cost"], t["bare_grad"], t["flopcounter"]
         print(
-            f"hookcli.cost(resnet50, x) b{batch} cpu (1 thread), in process: FlopCounterMode "
+            f"cost's counting pass, resnet50 b{batch} cpu (1 thread), in process: FlopCounterMode "
             f"{f['wall']:.3f} s, cost {c['wall']:.3f} s; bare inference forward "
             f"{b['wall']:.3f} s, cost/bare {c['ratio']:.3f}; a plain forward with autograd "
             f"on {g['wall']:.3f} s ({g['ratio']:.2f}x), cost against it {c['vs']['bare_grad']:.2f}",
             flush=True,
         )
-        label = f"hookcli.cost(resnet50, x) b{batch} vs FlopCounterMode around a plain forward"
+        label = f"cost's counting pass, resnet50 b{batch}, vs FlopCounterMode (a plain forward)"
         print(target_line(label, c["vs"]["flopcounter"], f"cost_vs_flopcounter_b{batch}"))
         record(f"cost_vs_flopcounter_b{batch}", c["vs"]["flopcounter"], what=label)
         record(
             f"cost_b{batch}",
             c["ratio"],
-            what=f"hookcli.cost(resnet50, x) b{batch} vs a bare inference forward",
+            what=f"cost's counting pass, resnet50 b{batch}, vs a bare inference forward",
         )
     for case in DEFAULT_CASES:
         t = default_cost(case, 3 if "resnet50" in case else 5)
