@@ -27,9 +27,28 @@ def _convnet() -> nn.Module:
     return torchvision.models.resnet18(num_classes=10)
 
 
+def _densenet() -> nn.Module:
+    """densenet121: its inference peak is where the old sum of parts was furthest off."""
+    import torchvision
+
+    return torchvision.models.densenet121(num_classes=10)
+
+
+def _gpt2() -> nn.Module:
+    """transformers' GPT2LMHeadModel from a small config (no download): the LM head and
+    its vocabulary projection in the step."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=1000, n_positions=64, n_embd=64, n_layer=2, n_head=4)
+    config.use_cache = False
+    return GPT2LMHeadModel(config)
+
+
 CASES = {
     "resnet18": (_convnet, lambda: torch.randn(2, 3, 32, 32)),
+    "densenet121": (_densenet, lambda: torch.randn(2, 3, 64, 64)),
     "llama-style decoder": (memory_models.llama, lambda: memory_models.tokens(2)),
+    "transformers GPT2LMHeadModel": (_gpt2, lambda: torch.randint(0, 1000, (2, 32))),
 }
 
 

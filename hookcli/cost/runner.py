@@ -267,6 +267,9 @@ def step_memory(prepared: Prepared, plan: CostPlan, fsdp: FsdpPlan | None = None
         return stack
 
     loss_fn = make_loss(plan.loss, prepared.inputs)
+    # no look at the output for a note on the loss (the counting pass's, with --backward):
+    # its work (a float64 copy of the output) is no part of the step the tracker measures
+    loss_fn._looked = True
 
     def step(m: nn.Module, a: tuple[Any, ...], k: dict[str, Any], meta: bool = on_meta) -> Any:
         return track_step(
