@@ -5,14 +5,23 @@
    ``hookcli.cost(model, ids)`` against ``hookcli.inspect(model, ids)``, in process
    (the build, shared by both, excluded), and the two commands as whole processes
    (both with ``HOOKCLI_FULL_EXIT=1``). Target <= 2.
-2. resnet50 on the CPU, batch 1 and 8: the public call ``hookcli.cost(model, x)``
-   (its one measured forward, with grad enabled, the rows, the totals, the Report)
-   against torch's own FLOP counter, ``torch.utils.flop_counter.FlopCounterMode``
-   around a plain ``model(x)`` (autograd on, as in cost's pass) with its per-module
-   counts read, and against a bare ``torch.inference_mode()`` forward and a plain
-   forward with autograd on (shown beside it); interleaved rounds, medians of the
-   per-round ratios, one thread. Target: cost / FlopCounterMode <= 1.00 at both batches.
-3. Where CUDA exists: the training-step estimate against
+2. resnet50 on the CPU, batch 1 and 8: ``cost``'s counting pass (its one measured
+   forward, with grad enabled, the rows, the totals, the Report; the default ``cost``
+   adds the tracked step, timed in 3) against torch's own FLOP counter,
+   ``torch.utils.flop_counter.FlopCounterMode`` around a plain ``model(x)`` (autograd
+   on, as in cost's pass) with its per-module counts read, and against a bare
+   ``torch.inference_mode()`` forward and a plain forward with autograd on (shown beside
+   it); interleaved rounds, medians of the per-round ratios, one thread. Target: the
+   counting pass / FlopCounterMode <= 1.00 at both batches.
+3. The default ``cost`` (its two memory figures, the tracked training step's peak and
+   the inference peak, included) on resnet18 b2 at 64x64, resnet50 b8 and a small
+   GPT-2-style transformers model, on the CPU: the public call ``hookcli.cost(model, x)``
+   against what ``cost`` ran by default before the figures were the tracked peaks (the
+   counting pass: one forward, the rows, the report), against ``FlopCounterMode`` around
+   a plain forward, and against one plain Adam training step (what the training figure
+   runs, untracked); interleaved rounds, one thread, the CPU named. No target: the
+   figures say what the two memory figures cost.
+4. Where CUDA exists: the training-step estimate against
    ``torch.cuda.max_memory_allocated`` of real Adam steps, for resnet50 and a
    GPT-2-small-shaped decoder; torchinfo's "Estimated Total Size" beside it when
    torchinfo is importable. Target: within 10%.
@@ -35,6 +44,7 @@ if TYPE_CHECKING:
 
 from benchmarks.common import (  # noqa: E402
     benchmark,
+    cpu_model,
     interleave,
     record,
     rounds,
@@ -103,8 +113,8 @@ def whole_process(repeats: int = 3) -> dict[str, dict[str, Any]]:
 def resnet50_cpu(batch: int, repeats: int = 9) -> dict[str, dict[str, Any]]:
     import torch
 
-    import hookcli
-    from hookcli.options import ModelOptions, RunOptions
+    from hookcli.cost.runner import build_report, measure, plan_cost
+    from hookcli.options import Mode, ModelOptions, RunOptions
     from hookcli.pipeline import prepare
 
     name, size = ("resnet18", 64) if smoke() else ("resnet50", 224)
@@ -119,8 +129,11 @@ def resnet50_cpu(batch: int, repeats: int = 9) -> dict[str, dict[str, Any]]:
     def bare_grad() -> None:
         model(x)  # a plain call: autograd records the graph, as cost's pass must
 
-    def cost() -> None:  # the public call, report included
-        hookcli.cost(model, x)
+    plan = plan_cost()
+
+    def cost() -> None:  # the counting pass and its report (no tracked step)
+        probe, records, error = measure(prepared, mode=Mode.EVAL)
+        build_report(prepared, probe, records, error, plan)
 
     def flopcounter() -> None:  # torch's own counter: FLOPs per module, no memory figures
         from torch.utils.flop_counter import FlopCounterMode
@@ -130,6 +143,72 @@ def resnet50_cpu(batch: int, repeats: int = 9) -> dict[str, dict[str, Any]]:
         counter.get_flop_counts()
 
     runs = {"bare": bare, "bare_grad": bare_grad, "cost": cost, "flopcounter": flopcounter}
+    return interleave(runs, rounds(repeats))
+
+
+DEFAULT_CASES = {
+    "resnet18 b2 3x64x64": ("resnet18", "2x3x64x64"),
+    "resnet50 b8 3x224x224": ("resnet50", "8x3x224x224"),
+    "GPT-2-style (transformers, 4 x 256) b2 128 tokens": ("gpt", "int64:2x128:0..8192"),
+}
+
+
+def _small_gpt() -> Any:
+    """transformers' GPT2LMHeadModel, random weights, 4 layers of width 256 (no download)."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(vocab_size=8192, n_positions=256, n_embd=256, n_layer=4, n_head=4)
+    return GPT2LMHeadModel(config)
+
+
+def default_cost(case: str, repeats: int = 5) -> dict[str, dict[str, Any]]:
+    """The default ``cost`` of ``case`` (``DEFAULT_CASES``) against what ``cost`` ran by
+    default before its figures were the tracked peaks (the counting pass, the rows and
+    the report: ``bare``), FlopCounterMode around a plain forward, and one plain training
+    step (forward, the sum of the output as the loss, backward, Adam with its state made)."""
+    import torch
+
+    import hookcli
+    from hookcli.cost.runner import build_report, measure, plan_cost
+    from hookcli.options import Mode, ModelOptions, RunOptions
+    from hookcli.pipeline import prepare
+    from hookcli.sources import LoadedModel
+
+    name, spec = DEFAULT_CASES[case]
+    if smoke():
+        name, spec = ("resnet18", "2x3x32x32") if name != "gpt" else (name, "int64:1x16:0..8192")
+    loaded = LoadedModel(_small_gpt(), "gpt") if name == "gpt" else None
+    prepared = prepare(ModelOptions(name), RunOptions(inputs=(spec,)), loaded=loaded)
+    model, x = prepared.model, prepared.inputs.args[0]
+    model.eval()
+    plan = plan_cost()
+
+    def counting() -> None:  # the default before: the forward that counts, the report
+        probe, records, error = measure(prepared, mode=Mode.EVAL)
+        build_report(prepared, probe, records, error, plan)
+
+    def cost() -> None:  # the public call: the counting pass and the two tracked peaks
+        hookcli.cost(model, x)
+
+    def flopcounter() -> None:
+        from torch.utils.flop_counter import FlopCounterMode
+
+        with FlopCounterMode(display=False) as counter:
+            model(x)
+        counter.get_flop_counts()
+
+    opt = torch.optim.Adam(model.parameters(), lr=0.0)
+
+    def train_step() -> None:  # what the training figure measures, with nothing around it
+        model.train()
+        out = model(x)
+        out = out.logits if hasattr(out, "logits") else out
+        out.float().sum().backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        model.eval()
+
+    runs = {"bare": counting, "cost": cost, "flopcounter": flopcounter, "train_step": train_step}
     return interleave(runs, rounds(repeats))
 
 
@@ -253,26 +332,48 @@ def _main(torch: Any) -> None:
         t = resnet50_cpu(batch)
         b, c, g, f = t["bare"], t["cost"], t["bare_grad"], t["flopcounter"]
         print(
-            f"hookcli.cost(resnet50, x) b{batch} cpu (1 thread), in process: FlopCounterMode "
+            f"cost's counting pass, resnet50 b{batch} cpu (1 thread), in process: FlopCounterMode "
             f"{f['wall']:.3f} s, cost {c['wall']:.3f} s; bare inference forward "
             f"{b['wall']:.3f} s, cost/bare {c['ratio']:.3f}; a plain forward with autograd "
             f"on {g['wall']:.3f} s ({g['ratio']:.2f}x), cost against it {c['vs']['bare_grad']:.2f}",
             flush=True,
         )
-        label = f"hookcli.cost(resnet50, x) b{batch} vs FlopCounterMode around a plain forward"
+        label = f"cost's counting pass, resnet50 b{batch}, vs FlopCounterMode (a plain forward)"
         print(target_line(label, c["vs"]["flopcounter"], f"cost_vs_flopcounter_b{batch}"))
         record(f"cost_vs_flopcounter_b{batch}", c["vs"]["flopcounter"], what=label)
         record(
             f"cost_b{batch}",
             c["ratio"],
-            what=f"hookcli.cost(resnet50, x) b{batch} vs a bare inference forward",
+            what=f"cost's counting pass, resnet50 b{batch}, vs a bare inference forward",
+        )
+    for case in DEFAULT_CASES:
+        t = default_cost(case, 3 if "resnet50" in case else 5)
+        c, k, f, s = t["cost"], t["bare"], t["flopcounter"], t["train_step"]
+        print(
+            f"default cost, {case}, cpu ({cpu_model()}, 1 thread, torch {torch.__version__}), in "
+            f"process: cost {c['wall']:.3f} s; the default before (counting pass and "
+            f"report) {k['wall']:.3f} s, cost/it {c['ratio']:.2f}; FlopCounterMode "
+            f"{f['wall']:.3f} s, cost/it {c['vs']['flopcounter']:.2f}; a plain Adam "
+            f"training step {s['wall']:.3f} s, cost/it {c['vs']['train_step']:.2f}",
+            flush=True,
+        )
+        key = case.split()[0].lower().replace("-", "").replace("(", "")
+        record(
+            f"cost_default_vs_before_{key}",
+            c["ratio"],
+            what=f"default cost (both tracked peaks), {case}, vs the default before",
+        )
+        record(
+            f"cost_default_vs_flopcounter_{key}",
+            c["vs"]["flopcounter"],
+            what=f"default cost (both tracked peaks), {case}, vs FlopCounterMode",
         )
     if not torch.cuda.is_available():
         print("CUDA training-step comparison: skipped (no CUDA device)")
         return
     gib = 2**30
     for label, t, peak, ti in cuda_training_peaks():
-        est, live = t["train_step_bytes"], t["train_peak_bytes"]
+        est, live = t["memory_parts"]["train_step_bytes"], t["memory_parts"]["train_peak_bytes"]
         extra = "" if ti is None else f", torchinfo estimate {ti / gib:.2f} GiB"
         print(
             f"{label}: measured Adam-step peak {peak / gib:.2f} GiB; hookcli train step "

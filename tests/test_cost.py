@@ -387,7 +387,10 @@ def test_training_step_total(optimizer, copies):
     t = report["totals"]
     assert t["param_bytes"] == params and t["grad_bytes"] == params
     assert t["optimizer_state_bytes"] == copies * params
-    assert t["train_step_bytes"] == params + buffers + params + copies * params + t["saved_bytes"]
+    assert (
+        t["memory_parts"]["train_step_bytes"]
+        == params + buffers + params + copies * params + t["saved_bytes"]
+    )
     assert report["settings"]["optimizer"] == optimizer
 
 
@@ -406,7 +409,10 @@ def test_inference_peak_closed_form(device):
     # input x alive throughout; fc1's output is alive while act writes its own
     assert t["peak_activation_bytes"] == 4 * batch * (4 + 8 + 8)
     assert t["input_bytes"] == 4 * batch * 4
-    assert t["inference_bytes"] == t["param_bytes"] + t["buffer_bytes"] + 4 * batch * 20
+    assert (
+        t["memory_parts"]["inference_bytes"]
+        == t["param_bytes"] + t["buffer_bytes"] + 4 * batch * 20
+    )
 
 
 def test_inference_peak_frees_like_inference():
@@ -460,14 +466,14 @@ def test_never_called_container_sums_its_calls():
 # -- gates and errors -----------------------------------------------------------------
 def test_max_memory_exit_5_over_and_0_under():
     report = invoke_json("cost", f"{CM}:Chain")
-    train = report["totals"]["train_step_bytes"]
+    train = report["totals"]["step_peak_bytes"]
     over = invoke("cost", f"{CM}:Chain", "--max-memory", f"{train - 1}")
     assert over.exit_code == 5
     assert over.stderr.count("\n") == 1 and "max-memory" in over.stderr
     assert "Traceback" not in over.stderr
     assert "FAIL  max-memory" in over.stdout  # the report is still printed
     assert invoke("cost", f"{CM}:Chain", "--max-memory", f"{train}").exit_code == 0
-    infer = report["totals"]["inference_bytes"]
+    infer = report["totals"]["inference_peak_bytes"]
     args = ("cost", f"{CM}:Chain", "--memory-for", "inference", "--max-memory")
     assert invoke(*args, f"{infer - 1}").exit_code == 5
     assert invoke(*args, f"{infer}").exit_code == 0
@@ -487,7 +493,7 @@ def test_max_memory_7b_on_meta_in_gib():
         "0",
     )
     assert res.exit_code == 5, res.stderr  # 25 GiB of float32 weights alone
-    assert "train total" in res.stderr
+    assert "train peak" in res.stderr
 
 
 def test_max_flops_is_a_check():
@@ -598,9 +604,11 @@ def test_7b_decoder_on_meta_closed_form():
 def test_table_shows_binary_units_and_json_exact_integers():
     res = invoke("cost", "resnet18", "--device", "meta", "-d", "0")
     assert res.exit_code == 0
-    assert "MiB" in res.stdout and "Training step:" in res.stdout and "Inference:" in res.stdout
+    assert (
+        "MiB" in res.stdout and "Training peak:" in res.stdout and "Inference peak:" in res.stdout
+    )
     report = invoke_json("cost", "resnet18", "--device", "meta", "-d", "0")
-    for key in ("train_step_bytes", "inference_bytes", "saved_bytes", "flops", "macs"):
+    for key in ("step_peak_bytes", "inference_peak_bytes", "saved_bytes", "flops", "macs"):
         assert isinstance(report["totals"][key], int)
 
 
@@ -681,16 +689,20 @@ def test_training_peak_with_backward_bounds():
     # The bounds come from plain torch, not from the report's other figures. At the end
     # of backward every grad is alive; at its start every saved tensor (counted by hand).
     _, saved = hand_saved(model, (x,), train=True)
-    assert t["train_peak_activation_bytes"] >= max(params, saved)
+    assert t["memory_parts"]["train_peak_activation_bytes"] >= max(params, saved)
     # And never more than the input plus every storage an op of the forward and the
     # backward created, all kept alive (a dispatch log of the same step).
     created = created_bytes(model, (x,), train=True)
-    assert t["train_peak_activation_bytes"] <= x.numel() * x.element_size() + created
-    copies = {"adam": 2, "adamw": 2, "sgd-momentum": 1}.get(report["settings"]["optimizer"], 0)
-    assert t["train_peak_bytes"] == (
-        params + buffers + copies * params + t["train_peak_activation_bytes"]
+    assert (
+        t["memory_parts"]["train_peak_activation_bytes"] <= x.numel() * x.element_size() + created
     )
-    assert "train_peak_bytes" not in invoke_json("cost", "sample_models.basic:BNMLP")["totals"]
+    copies = {"adam": 2, "adamw": 2, "sgd-momentum": 1}.get(report["settings"]["optimizer"], 0)
+    parts = t["memory_parts"]
+    assert parts["train_peak_bytes"] == (
+        params + buffers + copies * params + parts["train_peak_activation_bytes"]
+    )
+    parts = invoke_json("cost", "sample_models.basic:BNMLP")["totals"]["memory_parts"]
+    assert "train_peak_bytes" not in parts
 
 
 def test_attention_flops_are_counted_on_cpu_and_meta(monkeypatch):

@@ -50,9 +50,12 @@ def test_the_api_returns_the_clis_report() -> None:
 
 def test_each_step_option_turns_backward_on() -> None:
     model, x = _meta_decoder()
-    assert "step_peak_bytes" not in hookcli.cost(model, x).totals
+    plain = hookcli.cost(model, x)
+    assert not plain.settings["backward"] and "backward_flops" not in plain.totals
+    assert plain.totals["step_peak_bytes"] > 0  # the training figure needs no --backward
     for kw in ({"zero_grad": "none"}, {"foreach": True}, {"checkpoint": "Block"}):
-        assert "step_peak_bytes" in hookcli.cost(model, x, optimizer="sgd", **kw).totals, kw
+        report = hookcli.cost(model, x, optimizer="sgd", **kw)
+        assert report.settings["backward"] and report.totals["backward_flops"] > 0, kw
 
 
 @pytest.mark.parametrize(
@@ -63,7 +66,7 @@ def test_each_step_option_turns_backward_on() -> None:
         ({"amp": "fp8"}, "--amp must be one of bf16, fp16"),
         ({"checkpoint": "not a class"}, "module class name"),
         ({"fit": "lots"}, "fit"),
-        ({"fit": 2048}, "--fit searches batch sizes on meta"),
+        ({"fit": -1}, "fit must be a whole number"),
     ],
 )
 def test_bad_step_options_are_usage_errors(kw: dict[str, Any], needle: str) -> None:

@@ -18,13 +18,13 @@ FIX = "tests.fixtures.real_models"
 def test_a_forward_that_cannot_train_has_no_training_total(name: str, decorator: str) -> None:
     report = invoke_json("cost", f"{FIX}:{name}", "-i", "3x4")
     totals = report["totals"]
-    assert totals["train_step_bytes"] is None
+    assert totals["step_peak_bytes"] is None
     assert f"{name}.forward (tests/fixtures/real_models.py:" in totals["cannot_train"]
     assert decorator in totals["cannot_train"]
-    assert totals["inference_bytes"] > 0  # inference is still what it is
+    assert totals["inference_peak_bytes"] > 0  # inference is still what it is
     table = invoke("cost", f"{FIX}:{name}", "-i", "3x4")
     assert table.exit_code == 0, table.stderr
-    line = next(ln for ln in table.stdout.splitlines() if ln.startswith("Training step:"))
+    line = next(ln for ln in table.stdout.splitlines() if ln.startswith("Training peak:"))
     assert "cannot train" in line and decorator in line and " = params" not in line
     gated = invoke("cost", f"{FIX}:{name}", "-i", "3x4", "--max-memory", "1GiB")
     assert gated.exit_code == 5, gated.stderr  # the max-memory check's exit status
@@ -34,4 +34,4 @@ def test_a_forward_that_cannot_train_has_no_training_total(name: str, decorator:
 def test_a_forward_that_can_train_keeps_its_training_total() -> None:
     totals = invoke_json("cost", f"{FIX}:InnerInferenceMode", "-i", "3x4")["totals"]
     # only a child is decorated: the root trains (its head), so the total stands
-    assert totals["train_step_bytes"] > 0 and "cannot_train" not in totals
+    assert totals["step_peak_bytes"] > 0 and "cannot_train" not in totals

@@ -92,6 +92,7 @@ def test_training_step_estimate_within_10_percent(label, build, shape, vocab):
         x = torch.randint(0, vocab, shape, device="cuda")
         spec = "int64:" + "x".join(map(str, shape)) + f":0..{vocab}"
     est = _estimate(build, spec)
+    est = {**est, **est["memory_parts"]}  # the sums of parts, each against its measure
     train, fwd_bwd, inference = _measured(build, x)
     figures = (
         f"{label}: train_step {est['train_step_bytes']} vs Adam step {train}; train_peak "

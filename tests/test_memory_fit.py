@@ -52,7 +52,9 @@ def test_rebatched_inputs() -> None:
     assert batch_of([args, kwargs]) == 4
     a, k = rebatched(args, 4, 9), rebatched(kwargs, 4, 9)
     assert a[0].shape == (9, 3) and a[0].is_meta and a[1][0].dtype == torch.bool
-    assert a[1][1] == 3 and k["table"] is table and k["m"].shape == (9,)
+    assert a[1][1] == 3 and k["m"].shape == (9,)
+    assert k["table"].is_meta and k["table"].shape == table.shape  # on meta, as it was
+    assert rebatched(k, 9, 9)["table"] is k["table"]
 
 
 DECODER = [
@@ -94,10 +96,14 @@ def test_fit_equals_a_real_search_on_a_small_decoder() -> None:
     assert abs(t["fit_next_peak_bytes"] - measured[6]) <= 0.05 * measured[6]
 
 
-def test_fit_needs_meta() -> None:
-    res = run_hookcli("cost", *DECODER, "-i", "int64:1x64:0..512", "--fit", "1GiB")
-    assert res.returncode == 2 and "--device meta" in res.stderr
-    assert "Traceback" not in res.stderr
+def test_fit_needs_no_meta() -> None:
+    """On the CPU, --fit searches on a meta copy of the model and says so on stderr."""
+    args = ("cost", *DECODER, "-i", "int64:1x64:0..512", "--optimizer", "sgd", "--fit", "64MiB")
+    on_cpu = run_json(*args)["totals"]
+    on_meta = run_json(*args, "--device", "meta")["totals"]
+    assert on_cpu["fit_batch"] == on_meta["fit_batch"] > 0
+    res = run_hookcli(*args)
+    assert res.returncode == 0 and "--fit searches batch sizes on meta" in res.stderr
 
 
 def test_fit_line_in_the_table() -> None:

@@ -122,7 +122,7 @@ def test_a_fractional_limit_gives_the_verdict_of_the_exact_value() -> None:
     """The train total T is a whole number of bytes: T <= T + 0.5 holds, T <= T - 0.5 does
     not, whatever whole number the limit is stored as (round() to even got it wrong)."""
     model, x = nn.Linear(4, 4), torch.randn(2, 4)
-    total = hookcli.cost(model, x).totals["train_step_bytes"]
+    total = hookcli.cost(model, x).totals["step_peak_bytes"]
     assert isinstance(total, int) and total > 1
     for offset, holds in ((Fraction(1, 2), True), (Fraction(-1, 2), False)):
         kib = (total + offset) / 1024  # a finite binary fraction: exact in decimal too

@@ -1,4 +1,4 @@
-"""``hookcli cost MODEL``: FLOPs, MACs and memory per layer; training and inference totals."""
+"""``hookcli cost MODEL``: FLOPs, MACs and memory per layer; training and inference peaks."""
 
 from typing import Annotated
 
@@ -58,7 +58,7 @@ FitOpt = Annotated[
         "--fit",
         metavar="SIZE",
         help="The largest batch size whose training-step peak fits in SIZE (80GiB), "
-        "searched on meta. Turns --backward on.",
+        "searched on meta whatever --device says. Turns --backward on.",
         show_default=False,
     ),
 ]
@@ -67,8 +67,8 @@ MaxMemoryOpt = Annotated[
     typer.Option(
         "--max-memory",
         metavar="SIZE",
-        help="Exit 5 when the memory total chosen by --memory-for is above SIZE (24GiB, "
-        "512MiB, 500MB; K/M/G/T and KiB/MiB/GiB/TiB are powers of 1024, kB/MB/GB/TB of 1000).",
+        help="Exit 5 when the memory peak chosen by --memory-for is above SIZE (24GiB, "
+        "512MiB, 500MB; K/M/G/T/P/E and KiB..EiB are powers of 1024, kB..EB of 1000).",
         show_default=False,
     ),
 ]
@@ -76,7 +76,7 @@ MemoryForOpt = Annotated[
     MemoryTotal,
     typer.Option(
         "--memory-for",
-        help="The total --max-memory checks: a training step or inference.",
+        help="The peak --max-memory checks: a training step's or inference's.",
     ),
 ]
 MaxFlopsOpt = Annotated[
@@ -102,5 +102,5 @@ MaxFlopsOpt = Annotated[
     (*dist.FSDP, dist.BACKEND, dist.DIST_TIMEOUT),
 )
 def command() -> None:
-    """Per-layer FLOPs, MACs, param/output/saved-for-backward bytes; training and inference
-    memory totals; ops without a FLOP formula listed. Works on --device meta."""
+    """Per-layer FLOPs, MACs, param/output/saved-for-backward bytes; the training-step and
+    inference memory peaks; ops without a FLOP formula listed. Works on --device meta."""

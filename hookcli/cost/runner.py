@@ -108,8 +108,9 @@ class CostPlan:
 
     @property
     def step(self) -> bool:
-        """Whether one steady-state training step runs under the live-bytes tracker."""
-        return self.backward
+        """Whether one steady-state training step runs under the live-bytes tracker: always
+        (the training and inference figures are its peaks)."""
+        return True
 
 
 def plan_cost(
@@ -142,7 +143,7 @@ def plan_cost(
         raise UsageError(f"--checkpoint takes a module class name, got {checkpoint!r}")
     limit = parse_size(max_memory) if isinstance(max_memory, str) else max_memory
     flops = parse_count(max_flops) if isinstance(max_flops, str) else max_flops
-    fit_bytes = parse_size(fit) if isinstance(fit, str) else fit
+    fit_bytes = parse_size(fit, "--fit") if isinstance(fit, str) else fit
     if fit_bytes is not None and fit_bytes <= 0:
         raise UsageError("--fit needs a size above 0")
     backward = backward or any(v is not None for v in (zero_grad, checkpoint, fit, foreach))
@@ -224,7 +225,8 @@ def measure(
 
 def step_memory(prepared: Prepared, plan: CostPlan, fsdp: FsdpPlan | None = None) -> dict[str, Any]:
     """The live-bytes tracker's peaks: one steady-state training step, one inference
-    forward (``hookcli.memory``), as totals; ``step_peak_error`` where the step failed.
+    forward (``hookcli.memory``), as totals; ``step_peak_error`` (``inference_peak_error``)
+    where one failed. A forward that cannot train gets no step (``cannot_train``).
     ``fsdp``: the step as one rank runs it under FSDP2 (``hookcli.memory.fsdp``)."""
     from hookcli import amp
     from hookcli.errors import HookcliError, UsageError, first_line
@@ -244,16 +246,15 @@ def step_memory(prepared: Prepared, plan: CostPlan, fsdp: FsdpPlan | None = None
             )
     args, kwargs = prepared.inputs.args, dict(prepared.inputs.kwargs)
     on_meta = prepared.settings.get("device") == "meta"
-    if plan.fit is not None and not on_meta:
-        raise UsageError("--fit searches batch sizes on meta: add --device meta")
+    cannot = _cannot_train(model)
 
-    def run_context() -> contextlib.AbstractContextManager[Any]:
+    def run_context(meta: bool = on_meta) -> contextlib.AbstractContextManager[Any]:
         from hookcli.cost.probe import _FusedAttentionOnMeta
         from hookcli.metavalues import MetaValues
 
         attributes.reset()  # each step's forward starts from the KV cache as found
         stack = contextlib.ExitStack()
-        if on_meta:  # the CPU's attention kernel, as the measured pass counts it, and
+        if meta:  # the CPU's attention kernel, as the measured pass counts it, and
             # values where the model reads some (a packed-sequence check in train mode)
             stack.enter_context(_FusedAttentionOnMeta())
             stack.enter_context(MetaValues())
@@ -266,55 +267,112 @@ def step_memory(prepared: Prepared, plan: CostPlan, fsdp: FsdpPlan | None = None
         return stack
 
     loss_fn = make_loss(plan.loss, prepared.inputs)
+    # no look at the output for a note on the loss (the counting pass's, with --backward):
+    # its work (a float64 copy of the output) is no part of the step the tracker measures
+    loss_fn._looked = True
 
-    def step(a: tuple[Any, ...], k: dict[str, Any]) -> Any:
+    def step(m: nn.Module, a: tuple[Any, ...], k: dict[str, Any], meta: bool = on_meta) -> Any:
         return track_step(
-            model,
+            m,
             a,
             k,
             loss_fn,
             optimizer=plan.optimizer.value,
             foreach=plan.foreach,
             forward_context=amp.autocast,
-            run_context=run_context,
+            run_context=lambda: run_context(meta),
             zero_grad=plan.zero_grad.value,
             checkpoint=plan.checkpoint,
             recompute_context=amp.recompute,
             fsdp=fsdp,
         )
 
-    _progress("one steady-state training step under the live-bytes tracker")
+    out: dict[str, Any] = {}
     # every module's own mode and the plain tensor attributes as found, whatever the step did
     with training_flags(model), kept_attributes(model) as attributes:
+        if cannot is not None:
+            out["step_peak_bytes"] = None  # no training figure: the forward cannot train
+        else:
+            _progress("one steady-state training step under the live-bytes tracker")
+            try:
+                found = step(model, args, kwargs)
+            except HookcliError:
+                raise
+            except Exception as err:  # the model's own failure in train mode: said, not fatal
+                out["step_peak_error"] = first_line(err)
+            else:
+                peak = found.train
+                out.update(
+                    step_peak_bytes=peak.bytes,
+                    step_peak_phase=peak.phase,
+                    step_peak_module=peak.module,
+                    step_peak_op=peak.op,
+                    step_peak_by_kind=peak.as_dict()["by_kind"],
+                    step_optimizer_foreach=found.foreach,
+                    step_checkpointed_modules=found.checkpointed,
+                )
+        _progress("one inference forward under the live-bytes tracker")
         try:
-            found = step(args, kwargs)
             inference = track_inference(model, args, kwargs, forward_context, fsdp)
-            fit = _fit(plan.fit, step, args, kwargs) if plan.fit is not None else {}
         except HookcliError:
             raise
-        except Exception as err:  # the model's own failure in train mode: said, not fatal
-            return {"step_peak_error": first_line(err)}
-    peak = found.train
-    return {
-        "step_peak_bytes": peak.bytes,
-        "step_peak_phase": peak.phase,
-        "step_peak_module": peak.module,
-        "step_peak_op": peak.op,
-        "step_peak_by_kind": peak.as_dict()["by_kind"],
-        "step_optimizer_foreach": found.foreach,
-        "step_checkpointed_modules": found.checkpointed,
-        "inference_peak_bytes": inference.bytes,
-        "inference_peak_module": inference.module,
-        "inference_peak_by_kind": inference.as_dict()["by_kind"],
-        **({"step_peak_fsdp": {"rank": fsdp.rank, "world_size": fsdp.world}} if fsdp else {}),
-        **fit,
-    }
+        except Exception as err:
+            out["inference_peak_error"] = first_line(err)
+        else:
+            out.update(
+                inference_peak_bytes=inference.bytes,
+                inference_peak_module=inference.module,
+                inference_peak_by_kind=inference.as_dict()["by_kind"],
+            )
+        if fsdp:
+            out["step_peak_fsdp"] = {"rank": fsdp.rank, "world_size": fsdp.world}
+        if plan.fit is not None and "step_peak_bytes" in out:
+            if on_meta:
+                out.update(_fit(plan.fit, lambda a, k: step(model, a, k), args, kwargs))
+            else:
+                meta = _meta_copy(model, prepared.settings.get("device"))
+                out.update(_fit(plan.fit, lambda a, k: step(meta, a, k, True), args, kwargs))
+    return out
+
+
+def _meta_copy(model: nn.Module, device: Any) -> nn.Module:
+    """A copy of ``model`` on meta for ``--fit``'s search (said on stderr): its parameters,
+    buffers and tensor attributes made there empty, never copied on ``device``."""
+    import copy
+    import itertools
+
+    import torch
+    from torch import nn
+
+    from hookcli.errors import UsageError, first_line
+
+    print(
+        f"hookcli cost: --fit searches batch sizes on meta, on a copy of the model "
+        f"(the other figures are measured on {device})",
+        file=sys.stderr,
+    )
+    memo: dict[int, Any] = {}
+    for t in itertools.chain(model.parameters(), model.buffers()):
+        empty = torch.empty_like(t, device="meta")
+        memo[id(t)] = nn.Parameter(empty, t.requires_grad) if isinstance(t, nn.Parameter) else empty
+    try:
+        copied = copy.deepcopy(model, memo)
+    except Exception as err:  # an attribute deepcopy cannot copy (a lock, a handle)
+        raise UsageError(
+            f"--fit: the model cannot be copied to meta ({first_line(err)}); "
+            "build it there with --device meta"
+        ) from None
+    for m in copied.modules():
+        for name, value in list(vars(m).items()):
+            if isinstance(value, torch.Tensor) and not value.is_meta:
+                object.__setattr__(m, name, torch.empty_like(value, device="meta"))
+    return copied
 
 
 def _fit(limit: int, step: Callable[..., Any], args: Any, kwargs: dict[str, Any]) -> dict[str, Any]:
     """--fit: the largest batch whose tracked step peak fits in ``limit`` (on meta)."""
     from hookcli.errors import UsageError
-    from hookcli.memory.fit import batch_of, largest_fitting, rebatched
+    from hookcli.memory.fit import MAX_BATCH, batch_of, largest_fitting, rebatched
 
     batch = batch_of([args, kwargs])
     if batch is None:
@@ -331,6 +389,8 @@ def _fit(limit: int, step: Callable[..., Any], args: Any, kwargs: dict[str, Any]
         "fit_peak_bytes": found.peak,
         "fit_next_peak_bytes": found.next_peak,
         "fit_evaluations": found.evaluations,
+        "fit_search_bound": MAX_BATCH,
+        "fit_at_bound": found.batch == MAX_BATCH,
     }
 
 
@@ -346,7 +406,7 @@ def memory_totals(model: nn.Module, probe: CostProbe, optimizer: Optimizer) -> d
     peak = probe.ledger.peak_bytes
     # tensors in plain module attributes (a KV cache): held by the model, not activations
     held = t["param_bytes"] + t["buffer_bytes"] + probe.attribute_bytes()
-    out = {
+    out: dict[str, Any] = {
         "param_bytes": t["param_bytes"],
         "buffer_bytes": t["buffer_bytes"],
         "attribute_bytes": probe.attribute_bytes(),
@@ -360,6 +420,10 @@ def memory_totals(model: nn.Module, probe: CostProbe, optimizer: Optimizer) -> d
         "saved_bytes": saved,
         "input_bytes": probe.input_bytes,
         "peak_activation_bytes": peak,
+    }
+    # sums of the parts above (the page's memory breakdown draws them): not the figures,
+    # which are the tracked peaks (step_peak_bytes, inference_peak_bytes)
+    parts = {
         "train_step_bytes": held + grad_bytes + state + saved,
         "inference_bytes": held + peak,
     }
@@ -367,8 +431,9 @@ def memory_totals(model: nn.Module, probe: CostProbe, optimizer: Optimizer) -> d
         # measured over the second forward and the backward: activations, saved
         # tensors, activation gradients and parameter grads alive at once
         live = probe.train_ledger.peak_bytes
-        out["train_peak_activation_bytes"] = live
-        out["train_peak_bytes"] = held + state + live
+        parts["train_peak_activation_bytes"] = live
+        parts["train_peak_bytes"] = held + state + live
+    out["memory_parts"] = parts
     return out
 
 
@@ -568,14 +633,16 @@ def _checks(totals: dict[str, Any], plan: CostPlan) -> tuple[CheckResult, ...]:
             )
         )
     if limit is not None:
-        key = "train_step_bytes" if memory_for is MemoryTotal.TRAIN else "inference_bytes"
-        if memory_for is MemoryTotal.TRAIN and "step_peak_bytes" in totals:
-            key = "step_peak_bytes"  # the tracked step's peak, where it ran
-        value = totals[key]
-        if value is None:  # a forward that cannot train has no training total
+        train = memory_for is MemoryTotal.TRAIN
+        key = "step_peak_bytes" if train else "inference_peak_bytes"
+        value = totals.get(key)
+        if value is None:  # a forward that cannot train, or a figure not measured
+            error = totals.get("step_peak_error" if train else "inference_peak_error")
             why = (
-                f"no training total: {totals.get('cannot_train')}, so it cannot train; "
-                "check the inference total with --memory-for inference"
+                f"no {memory_for.value} peak: not measured ({error})"
+                if error is not None or not train
+                else f"no training peak: {totals.get('cannot_train')}, so it cannot train; "
+                "check the inference peak with --memory-for inference"
             )
             out.append(CheckResult("max-memory", False, why))
             return tuple(out)
@@ -584,7 +651,7 @@ def _checks(totals: dict[str, Any], plan: CostPlan) -> tuple[CheckResult, ...]:
             CheckResult(
                 "max-memory",
                 ok,
-                f"{memory_for.value} total {_size(value)} ({value:,} bytes) "
+                f"{memory_for.value} peak {_size(value)} ({value:,} bytes) "
                 f"{'<=' if ok else '>'} {_size(limit)} ({limit:,} bytes)",
             )
         )
@@ -625,7 +692,8 @@ def build_report(
     totals.update(peaks or {})
     cannot = None if probe.backward_ran else _cannot_train(model)
     if cannot is not None:  # no training figure for a forward that cannot train
-        totals["train_step_bytes"] = None
+        totals["memory_parts"]["train_step_bytes"] = None
+        totals["step_peak_bytes"] = None
         totals["cannot_train"] = cannot
     totals["uncounted_op_count"] = len(probe.uncounted)
     checks = () if error is not None else _checks(totals, plan)
@@ -823,6 +891,7 @@ def _table_columns(kinds: Any, backward: bool) -> list[Column]:
 _KIND_WORDS = {
     "params": "params",
     "buffers": "buffers",
+    "attributes": "attribute tensors",
     "inputs": "inputs",
     "grads": "grads",
     "optimizer_state": "{opt} state",
@@ -840,36 +909,52 @@ def _kinds(by_kind: dict[str, int], optimizer: Optimizer) -> str:
 
 
 def _peak_lines(t: dict[str, Any], optimizer: Optimizer, plan: CostPlan) -> list[tuple[str, str]]:
-    if "step_peak_error" in t:
-        return [("Step peak", f"not measured: {t['step_peak_error']}")]
-    if "step_peak_bytes" not in t:
-        return []
-    where = t["step_peak_module"] or "(outside any module)"
-    foreach = t["step_optimizer_foreach"]
-    how = (
-        f"{optimizer.value} ({'foreach' if foreach else 'for-loop'})"
-        if foreach is not None
-        else "no optimizer"
-    )
-    extra = f", --checkpoint {plan.checkpoint} x{t['step_checkpointed_modules']}"
+    """The two memory figures: the tracked training step's peak and inference's."""
     fsdp = t.get("step_peak_fsdp")
-    label = f"Step peak, rank {fsdp['rank']} of {fsdp['world_size']}" if fsdp else "Step peak"
-    return [
-        (
-            label,
-            f"{_size(t['step_peak_bytes'])} in {t['step_peak_phase']} at {where} "
-            f"({t['step_peak_op']}); one steady-state step: {how}, "
-            f"zero_grad {plan.zero_grad.value}{extra if plan.checkpoint else ''}",
-        ),
-        ("  alive at it", _kinds(t["step_peak_by_kind"], optimizer)),
-        (
-            "Inference peak",
-            f"{_size(t['inference_peak_bytes'])} at "
-            f"{t['inference_peak_module'] or '(outside any module)'}: "
-            f"{_kinds(t['inference_peak_by_kind'], optimizer)}",
-        ),
-        *_fit_lines(t),
-    ]
+    label = (
+        f"Training peak, rank {fsdp['rank']} of {fsdp['world_size']}" if fsdp else "Training peak"
+    )
+    out: list[tuple[str, str]] = []
+    if "step_peak_error" in t:
+        out.append((label, f"not measured: {t['step_peak_error']}"))
+    elif t.get("step_peak_bytes") is None:
+        why = f"none: {t.get('cannot_train')}, so it cannot train (no output carries a gradient)"
+        out.append((label, why))
+    else:
+        where = t["step_peak_module"] or "(outside any module)"
+        foreach = t["step_optimizer_foreach"]
+        how = (
+            f"{optimizer.value} ({'foreach' if foreach else 'for-loop'})"
+            if foreach is not None
+            else "no optimizer"
+        )
+        extra = f", --checkpoint {plan.checkpoint} x{t['step_checkpointed_modules']}"
+        out.append(
+            (
+                label,
+                f"{_size(t['step_peak_bytes'])} in {t['step_peak_phase']} at {where} "
+                f"({t['step_peak_op']}); one steady-state step: {how}, "
+                f"zero_grad {plan.zero_grad.value}{extra if plan.checkpoint else ''}",
+            )
+        )
+        out.append(("  alive at it", _kinds(t["step_peak_by_kind"], optimizer)))
+    if "inference_peak_error" in t:
+        out.append(("Inference peak", f"not measured: {t['inference_peak_error']}"))
+    elif "inference_peak_bytes" in t:
+        out.append(
+            (
+                "Inference peak",
+                f"{_size(t['inference_peak_bytes'])} at "
+                f"{t['inference_peak_module'] or '(outside any module)'} (one no_grad forward)",
+            )
+        )
+        out.append(("  alive at it", _kinds(t["inference_peak_by_kind"], optimizer)))
+    return [*out, *_fit_lines(t)]
+
+
+def _exact(n: int) -> str:
+    """A size with its bytes: two peaks a batch apart differ in print."""
+    return f"{_size(n)}, {n:,} bytes"
 
 
 def _fit_lines(t: dict[str, Any]) -> list[tuple[str, str]]:
@@ -878,15 +963,25 @@ def _fit_lines(t: dict[str, Any]) -> list[tuple[str, str]]:
     limit, batch = _size(t["fit_limit_bytes"]), t["fit_batch"]
     if "step_peak_fsdp" in t:
         limit += " per rank"
+    label = f"Fits in {limit}"
     nxt = t["fit_next_peak_bytes"]
-    after = f"; batch {batch + 1} peaks at {_size(nxt)}" if nxt is not None else ""
     if batch == 0:
-        return [("Fits in " + limit, f"no batch: batch 1 peaks at {_size(nxt)}")]
+        return [(label, f"no batch: batch 1 peaks at {_exact(nxt)}")]
+    tracked = f"{t['fit_evaluations']} steps tracked on meta"
+    if t.get("fit_at_bound"):
+        return [
+            (
+                label,
+                f"batch {batch} or more: the search stops at its bound, batch {batch} "
+                f"(2**{batch.bit_length() - 1}), which peaks at {_exact(t['fit_peak_bytes'])} "
+                f"({tracked})",
+            )
+        ]
     return [
         (
-            "Fits in " + limit,
-            f"batch {batch} (peak {_size(t['fit_peak_bytes'])}){after} "
-            f"({t['fit_evaluations']} steps tracked on meta)",
+            label,
+            f"batch {batch} (peak {_exact(t['fit_peak_bytes'])}); batch {batch + 1} peaks "
+            f"at {_exact(nxt)} ({tracked})",
         )
     ]
 
@@ -911,38 +1006,7 @@ def _table_totals(
     out.append(("Params", f"{fmt_int(t['params'])} ({_size(t['param_bytes'])})"))
     out.append(("Buffers", _size(t["buffer_bytes"])))
     attrs = _attribute_note(probe)
-    held = "params + buffers"
     if attrs is not None:
         out.append(("Attribute tensors", attrs))
-        held = "params + buffers + attribute tensors"
-    state = t["optimizer_state_bytes"]
-    if t["train_step_bytes"] is None:
-        why = f"none: {t.get('cannot_train')}, so it cannot train (no output carries a gradient)"
-        out.append(("Training step", why))
-    else:
-        out.append(
-            (
-                "Training step",
-                f"{_size(t['train_step_bytes'])} = {held} + grads "
-                f"{_size(t['grad_bytes'])} + {optimizer.value} state {_size(state)} "
-                f"+ saved activations {_size(t['saved_bytes'])}",
-            )
-        )
-    if "train_peak_bytes" in t:
-        out.append(
-            (
-                "Training peak",
-                f"{_size(t['train_peak_bytes'])} = {held} + {optimizer.value} state "
-                f"+ peak live tensors in forward and backward (activations, saved, grads) "
-                f"{_size(t['train_peak_activation_bytes'])}",
-            )
-        )
-    out.append(
-        (
-            "Inference",
-            f"{_size(t['inference_bytes'])} = {held} + peak live activations "
-            f"{_size(t['peak_activation_bytes'])}",
-        )
-    )
     out.extend(_peak_lines(t, optimizer, plan))
     return out

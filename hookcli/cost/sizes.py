@@ -27,16 +27,19 @@ _UNITS = {
     "gb": 10**9,
     "tb": 10**12,
     "pb": 10**15,
+    "eb": 10**18,
     "kib": 2**10,
     "mib": 2**20,
     "gib": 2**30,
     "tib": 2**40,
     "pib": 2**50,
+    "eib": 2**60,
     "k": 2**10,
     "m": 2**20,
     "g": 2**30,
     "t": 2**40,
     "p": 2**50,
+    "e": 2**60,
 }
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+]?\d+))?\s*([a-zA-Z]*)\s*$")
 _COUNT = re.compile(r"^(\d+(?:\.\d*)?|\.\d+)(?:[eE]([+]?\d+))?\s*([a-zA-Z]?)$")
@@ -78,7 +81,7 @@ def _whole(
 
 
 def _top_text(kind: str, top: int) -> str:
-    return "8 EiB (2**63 - 1 bytes)" if kind == "bytes" else f"1e{len(str(top)) - 1} FLOPs"
+    return "8 EiB - 1 byte (2**63 - 1 bytes)" if kind == "bytes" else f"1e{len(str(top)) - 1} FLOPs"
 
 
 def _shown(text: str) -> str:
@@ -87,14 +90,15 @@ def _shown(text: str) -> str:
 
 
 def parse_size(text: str, option: str = "--max-memory") -> int:
-    """``24GiB`` -> 25769803776 bytes: kB/MB/GB/TB are powers of 1000, KiB.. or K/M/G/T of 1024."""
+    """``24GiB`` -> 25769803776 bytes: kB/MB/GB/TB/PB/EB are powers of 1000, KiB.. or
+    K/M/G/T/P/E of 1024. ``option`` names the option in the errors (``--fit``...)."""
     m = _SIZE.match(text) if len(text) <= _LONGEST else None
     unit = m.group(3).lower() if m else ""
     if m is None or unit not in _UNITS:
         raise UsageError(
             f"{option} {_shown(text)}: expected a size like 24GiB, 512MiB, 500MB or 1073741824 "
-            "(units B, kB, MB, GB, TB powers of 1000; KiB, MiB, GiB, TiB or K, M, G, T "
-            "powers of 1024)"
+            "(units B, kB, MB, GB, TB, PB, EB powers of 1000; KiB, MiB, GiB, TiB, PiB, EiB "
+            "or K, M, G, T, P, E powers of 1024)"
         )
     return _whole(m.group(1), m.group(2), _UNITS[unit], text, option, "bytes", MAX_SIZE)
 

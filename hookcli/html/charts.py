@@ -600,6 +600,7 @@ def memory_breakdown(t: Mapping[str, Any]) -> list[tuple[str, list[tuple[str, fl
     """(bar, [(part, bytes)], total) for the training step and inference, as cost's table
     adds them up; an ``other`` part where the parts fall short of the total."""
     out = []
+    t = {**t, **(t.get("memory_parts") or {})}  # cost keeps its sums of parts there
     specs = (
         (
             "training step",

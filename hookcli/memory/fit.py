@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-MAX_BATCH = 1 << 24
+MAX_BATCH = 1 << 24  # the search's bound: an answer of MAX_BATCH says "this or more"
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,8 @@ def largest_fitting(peak_at: Callable[[int], int], limit: int) -> Fit:
 
 def rebatched(values: Any, batch: int, new: int) -> Any:
     """``values`` (args or kwargs, nested) with every tensor whose first dim is ``batch``
-    made again on meta with ``new`` there (values do not matter on meta)."""
+    made again on meta with ``new`` there (values do not matter on meta); other tensors
+    not on meta made there with their shape."""
     import torch
 
     if isinstance(values, torch.Tensor):
@@ -90,6 +91,8 @@ def rebatched(values: Any, batch: int, new: int) -> Any:
                 (new, *values.shape[1:]), dtype=values.dtype, device="meta"
             ).requires_grad_(values.requires_grad)
             return out
+        if not values.is_meta:  # the model searched on a meta copy of a CPU/CUDA one
+            return torch.empty_like(values, device="meta").requires_grad_(values.requires_grad)
         return values
     if isinstance(values, tuple):
         return tuple(rebatched(v, batch, new) for v in values)

@@ -1,12 +1,14 @@
 """One steady-state training step (and one inference forward) under the live-bytes tracker.
 
-``track_step`` runs a first step untracked, so the optimizer's state exists, then the
-measured one: forward (in ``forward_context()``: autocast; ``torch.utils.checkpoint``
-around every module of the class ``checkpoint``), the loss, backward (all of it in
-``run_context()``: on meta, the attention kernel the CPU picks, which
-checkpointing's recomputation in backward must also see), ``optimizer.step()``,
-``zero_grad``. The model is left as it was found: parameters and buffers are copied
-before and put back after, gradients and the train/eval mode too.
+``track_step`` makes the optimizer's state as a first step leaves it, without running
+one (``_first_state``; the step is measured again without the state of a parameter the
+loss does not reach), or under FSDP runs a first step untracked; then the measured one:
+forward (in ``forward_context()``: autocast; ``torch.utils.checkpoint`` around every
+module of the class ``checkpoint``), the loss, backward (all of it in ``run_context()``:
+on meta, the attention kernel the CPU picks, which checkpointing's recomputation in
+backward must also see), ``optimizer.step()``, ``zero_grad``. The model is left as it was
+found: parameters and buffers are copied before and put back after, gradients and the
+train/eval mode too.
 """
 
 from __future__ import annotations
@@ -157,6 +159,51 @@ def _foreach_used(opt: torch.optim.Optimizer | None) -> bool | None:
     return bool(_default_to_fused_or_foreach(params, False, False)[1])
 
 
+def _attribute_tensors(model: nn.Module) -> dict[str, list[torch.Tensor]]:
+    """``{"attributes": tensors}``: what the model keeps in plain attributes (a KV cache),
+    alive before the step and after, held as their own kind; empty when there are none."""
+    from hookcli.cost.probe import attribute_tensors
+
+    found = [t for _, _, t in attribute_tensors(model)]
+    return {"attributes": found} if found else {}
+
+
+def _first_state(
+    opt: torch.optim.Optimizer | None,
+    name: str,
+    stepped: list[nn.Parameter],
+    set_to_none: bool,
+) -> None:
+    """The optimizer's state and the grads as a first training step leaves them (for the
+    parameters that step gives a grad; ``track_step`` takes back what others get), without
+    its forward and backward. Adam's, AdamW's and SGD's momentum are made as torch makes
+    them at their first step (zeros like the parameter, Adam's ``step`` count on the CPU);
+    another optimizer's by its own step on a zero grad. Parameters it moves (weight
+    decay) are put back by ``_kept``."""
+    group = opt.defaults if opt is not None else {}
+    simple = name in ("none", "sgd", "sgd-momentum") or (
+        name in ("adam", "adamw")
+        and not any(group.get(k) for k in ("amsgrad", "fused", "capturable", "differentiable"))
+    )
+    with torch.no_grad():
+        for p in stepped:
+            p.grad = None if simple and set_to_none else torch.zeros_like(p)
+        if opt is None or not simple:
+            if opt is not None:
+                opt.step()
+                opt.zero_grad(set_to_none=set_to_none)
+            return
+        from torch.optim.optimizer import _get_scalar_dtype
+
+        for p in stepped:
+            zeros = functools.partial(torch.zeros_like, p, memory_format=torch.preserve_format)
+            if name == "sgd-momentum":
+                opt.state[p] = {"momentum_buffer": zeros()}
+            elif name in ("adam", "adamw"):
+                step = torch.tensor(1.0, dtype=_get_scalar_dtype(), device="cpu")
+                opt.state[p] = {"step": step, "exp_avg": zeros(), "exp_avg_sq": zeros()}
+
+
 def track_step(
     model: nn.Module,
     args: tuple[Any, ...],
@@ -196,7 +243,9 @@ def track_step(
         else:
             stepped = params
         opt = make_optimizer(optimizer, stepped, foreach)
-        tracker = LiveBytes(FSDP_KINDS if sharded is not None else ())
+        attrs = _attribute_tensors(model)
+        extra = (*(FSDP_KINDS if sharded is not None else ()), *attrs.keys())
+        tracker = LiveBytes(extra)
 
         def run(tracked: bool) -> None:
             with checkpointing(model, checkpoint, recompute_context), run_context():
@@ -232,43 +281,66 @@ def track_step(
                     elif p.grad is not None:
                         p.grad.zero_()
 
-        run(tracked=False)  # the optimizer's state, as after the first step
-        if sharded is not None:  # the model's own: FsdpMemory makes what a rank holds
-            tracker.ignore(model.parameters())
-        tracker.hold(model.parameters() if sharded is None else sharded.shard_params, "params")
-        tracker.hold(model.buffers(), "buffers")
-        tracker.hold((p.grad for p in stepped), "grads")
-        if opt is not None:
-            for state in opt.state.values():
-                tracker.hold(state.values(), "optimizer_state")
-        tracker.hold(_inputs(args, kwargs), "inputs")
-        for p in model.parameters() if sharded is None else sharded.shard_params:
-            tracker.param_names[p.untyped_storage()._cdata] = names.get(id(p), "")
+        def measured() -> set[int]:
+            """One tracked step (a fresh tracker); the ids of the parameters it gave a grad."""
+            nonlocal tracker
+            tracker = LiveBytes(extra)
+            if sharded is not None:  # the model's own: FsdpMemory makes what a rank holds
+                tracker.ignore(model.parameters())
+            tracker.hold(model.parameters() if sharded is None else sharded.shard_params, "params")
+            tracker.hold(model.buffers(), "buffers")
+            tracker.hold(attrs.get("attributes", ()), "attributes")
+            tracker.hold((p.grad for p in stepped), "grads")
+            if opt is not None:
+                for state in opt.state.values():
+                    tracker.hold(state.values(), "optimizer_state")
+            tracker.hold(_inputs(args, kwargs), "inputs")
+            for p in model.parameters() if sharded is None else sharded.shard_params:
+                tracker.param_names[p.untyped_storage()._cdata] = names.get(id(p), "")
+            got: set[int] = set()
+
+            def accumulated(p: torch.Tensor) -> None:
+                got.add(id(p))
+                tracker.mark(p.grad, "grads")
+
+            hooks = [p.register_post_accumulate_grad_hook(accumulated) for p in params]
+
+            def pack(t: torch.Tensor) -> torch.Tensor:
+                if tracker.phase == "forward":
+                    tracker.mark(t, "saved")
+                return t
+
+            try:
+                saving = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
+                with contextlib.ExitStack() as stack:
+                    stack.enter_context(_module_stack(model, tracker))
+                    if sharded is not None:
+                        stack.enter_context(sharded.installed(tracker, set_to_none))
+                    stack.enter_context(tracker)
+                    stack.enter_context(saving)
+                    run(tracked=True)
+            finally:
+                tracker.close()
+                for h in hooks:
+                    h.remove()
+            return got
+
         with checkpointing(model, checkpoint) as wrapped:
             pass  # counted only
-        hooks = [
-            p.register_post_accumulate_grad_hook(lambda p: tracker.mark(p.grad, "grads"))
-            for p in params
-        ]
-
-        def pack(t: torch.Tensor) -> torch.Tensor:
-            if tracker.phase == "forward":
-                tracker.mark(t, "saved")
-            return t
-
-        try:
-            saving = torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t)
-            with contextlib.ExitStack() as stack:
-                stack.enter_context(_module_stack(model, tracker))
-                if sharded is not None:
-                    stack.enter_context(sharded.installed(tracker, set_to_none))
-                stack.enter_context(tracker)
-                stack.enter_context(saving)
-                run(tracked=True)
-        finally:
-            tracker.close()
-            for h in hooks:
-                h.remove()
+        if sharded is not None:
+            run(tracked=False)  # the optimizer's state, as after the first step
+            measured()
+        else:
+            # the state a first step leaves, made without running one; then the measured step
+            _first_state(opt, optimizer, stepped, set_to_none)
+            got = measured()
+            unused = [p for p in stepped if id(p) not in got]
+            if unused:  # the loss does not reach them: a first step leaves them no grad
+                for p in unused:  # and no state, so the step is measured again without
+                    p.grad = None
+                    if opt is not None:
+                        opt.state.pop(p, None)
+                measured()
     return StepPeaks(tracker.peak, optimizer, _foreach_used(opt), wrapped)
 
 
@@ -282,7 +354,8 @@ def track_inference(
     """The peak of one eval, no_grad forward whose output is dropped at once; ``fsdp``:
     on one rank under FSDP2, each unit all-gathered for its forward."""
     mode = model.training
-    tracker = LiveBytes(FSDP_KINDS if fsdp is not None else ())
+    attrs = _attribute_tensors(model)
+    tracker = LiveBytes((*(FSDP_KINDS if fsdp is not None else ()), *attrs.keys()))
     with contextlib.ExitStack() as stack:
         if fsdp is not None:
             from hookcli.memory.fsdp import FsdpMemory
@@ -296,6 +369,7 @@ def track_inference(
             tracker.hold(model.parameters(), "params")
             stack.enter_context(_module_stack(model, tracker))
         tracker.hold(model.buffers(), "buffers")
+        tracker.hold(attrs.get("attributes", ()), "attributes")
         tracker.hold(_inputs(args, kwargs), "inputs")
         model.eval()
         try:

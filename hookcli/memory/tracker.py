@@ -111,7 +111,8 @@ def next_sequence_nr() -> int:
     """The sequence number the next autograd node will get (one throwaway node)."""
     from torch.utils._python_dispatch import _disable_current_modes
 
-    with _disable_current_modes(), torch.enable_grad():
+    # grad on, inference mode off: a forward under @torch.inference_mode() has spans too
+    with _disable_current_modes(), torch.inference_mode(False), torch.enable_grad():
         node = torch.zeros((), requires_grad=True).view(()).grad_fn
     assert node is not None
     return int(node._sequence_nr()) + 1
