@@ -369,16 +369,11 @@ def run_options(
     One source of inputs at most: ``-i``, ``--input-file`` or ``--inputs-from`` (exit 2).
     """
     from hookcli.errors import UsageError
+    from hookcli.validate import given_flags
 
-    given = [
-        name
-        for name, value in (
-            ("--input", inputs),
-            ("--input-file", input_file),
-            ("--inputs-from", inputs_from),
-        )
-        if value
-    ]
+    given = given_flags(
+        ("--input", inputs), ("--input-file", input_file), ("--inputs-from", inputs_from)
+    )
     if len(given) > 1:
         raise UsageError(f"{' and '.join(given)} both give the inputs: pass one of them")
     if batch_size is not None and (input_file is not None or inputs_from):
@@ -437,21 +432,9 @@ def ci_options(
 
 def parse_fail_on(text: str | None, allowed: tuple[str, ...]) -> tuple[str, ...]:
     """``nan,unused`` -> ('nan', 'unused'); an unknown name is exit 2."""
-    from hookcli.errors import UsageError
+    from hookcli.validate import comma_names
 
-    if not text:
-        return ()
-    names = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if part not in allowed:
-            raise UsageError(
-                f"unknown check {part!r} in --fail-on; choose from {','.join(allowed)}"
-            )
-        if part not in names:
-            names.append(part)
-    return tuple(names)
+    return comma_names(text, allowed, "check", "--fail-on")
 
 
 __all__ = [
