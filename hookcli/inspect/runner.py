@@ -381,11 +381,10 @@ def tree_rows(model: nn.Module, depth: int | None = None) -> tuple[tuple[Row, ..
     return tuple(rows), lazy
 
 
+# --no-forward: the run's columns without shapes, and the buffers
 TREE_COLUMNS = [
-    Column("name", "Layer"),
-    Column("type", "Type"),
-    Column("shown_params", "Params", fmt_int, "right"),
-    Column("shown_trainable", "Trainable", fmt_int, "right"),
+    *shape_columns(()),
+    *PARAM_COLUMNS,
     Column("shown_buffers", "Buffers", fmt_int, "right"),
 ]
 
