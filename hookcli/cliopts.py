@@ -42,6 +42,26 @@ def threshold(flag: str, help: str, **settings: Any) -> Any:
     return option(float | None, flag, metavar="X", min=0.0, help=help, **settings)
 
 
+def backward(help: str) -> Any:
+    """``--backward``: a command that also runs backward says here what it adds."""
+    return option(bool, "--backward", help=help)
+
+
+def checks(help: str) -> Any:
+    """``--fail-on CHECKS``: the comma-separated checks that fail the run (``parse_fail_on``)."""
+    return option(str | None, "--fail-on", metavar="CHECKS", help=help)
+
+
+def plot(help: str) -> Any:
+    """``--plot FILE.png``: a chart saved with matplotlib."""
+    return option(Path | None, "--plot", metavar="FILE.png", help=help)
+
+
+def patterns(flag: str, help: str, kind: Any = list[str] | None) -> Any:
+    """``FLAG PATTERN``: a glob or a module name (repeatable where ``kind`` is a list)."""
+    return option(kind, flag, metavar="PATTERN", help=help)
+
+
 MODEL_HELP = (
     "A torchvision name (resnet18), pkg.module:attr, pkg.module.attr or path/to/file.py:attr "
     "(attr: an nn.Module class, a factory, or an instance), hf:NAME[:HEAD] (a transformers "
@@ -209,12 +229,7 @@ LossOpt = option(
     "output:1, output:aux.loss), fn:FILE.py:FUNCTION (your function of the output and "
     "the inputs).",
 )
-FailOnOpt = option(
-    str | None,
-    "--fail-on",
-    metavar="CHECKS",
-    help="Comma-separated checks that fail the run (exit 1).",
-)
+FailOnOpt = checks("Comma-separated checks that fail the run (exit 1).")
 
 
 BaselineOpt = option(
@@ -369,16 +384,11 @@ def run_options(
     One source of inputs at most: ``-i``, ``--input-file`` or ``--inputs-from`` (exit 2).
     """
     from hookcli.errors import UsageError
+    from hookcli.validate import given_flags
 
-    given = [
-        name
-        for name, value in (
-            ("--input", inputs),
-            ("--input-file", input_file),
-            ("--inputs-from", inputs_from),
-        )
-        if value
-    ]
+    given = given_flags(
+        ("--input", inputs), ("--input-file", input_file), ("--inputs-from", inputs_from)
+    )
     if len(given) > 1:
         raise UsageError(f"{' and '.join(given)} both give the inputs: pass one of them")
     if batch_size is not None and (input_file is not None or inputs_from):
@@ -437,21 +447,9 @@ def ci_options(
 
 def parse_fail_on(text: str | None, allowed: tuple[str, ...]) -> tuple[str, ...]:
     """``nan,unused`` -> ('nan', 'unused'); an unknown name is exit 2."""
-    from hookcli.errors import UsageError
+    from hookcli.validate import comma_names
 
-    if not text:
-        return ()
-    names = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if part not in allowed:
-            raise UsageError(
-                f"unknown check {part!r} in --fail-on; choose from {','.join(allowed)}"
-            )
-        if part not in names:
-            names.append(part)
-    return tuple(names)
+    return comma_names(text, allowed, "check", "--fail-on")
 
 
 __all__ = [
@@ -514,12 +512,16 @@ __all__ = [
     "TrustPickleOpt",
     "UpdateBaselineOpt",
     "WeightsOpt",
+    "backward",
+    "checks",
     "ci_options",
     "forwards",
     "model_options",
     "option",
     "output_options",
     "parse_fail_on",
+    "patterns",
+    "plot",
     "run_options",
     "threshold",
 ]

@@ -137,3 +137,23 @@ __all__ = [
     "check_strings",
     "choice",
 ]
+
+
+def comma_names(text: str | None, allowed: Sequence[str], what: str, flag: str) -> tuple[str, ...]:
+    """``a,b,a`` -> ('a', 'b'): the names of a comma list, each once, in the order given;
+    one not in ``allowed`` is ``unknown WHAT 'x' in FLAG; choose from ...`` (exit 2)."""
+    names: list[str] = []
+    for part in (p.strip() for p in (text or "").split(",")):
+        if not part:
+            continue
+        if part not in allowed:
+            raise UsageError(f"unknown {what} {part!r} in {flag}; choose from {','.join(allowed)}")
+        if part not in names:
+            names.append(part)
+    return tuple(names)
+
+
+def given_flags(*options: tuple[str, Any]) -> list[str]:
+    """The flags of the options given (a true value), in the order named:
+    ``given_flags(("--input", inputs), ("--input-file", None))`` -> ``["--input"]``."""
+    return [flag for flag, value in options if value]

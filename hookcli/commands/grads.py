@@ -1,6 +1,5 @@
 """``hookcli grads MODEL``: per-layer gradient flow from backward and tensor hooks; CI gates."""
 
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -24,25 +23,11 @@ MaxGradNormOpt = opts.threshold(
 MinGradNormOpt = opts.threshold(
     "--min-grad-norm", "Fail (exit 1) when a layer's grad_norm is below X."
 )
-PlotOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--plot",
-        metavar="FILE.png",
-        help="Save a gradient-flow chart (needs matplotlib: pip install 'hookcli[plot]').",
-        show_default=False,
-    ),
-]
-GradsFailOnOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--fail-on",
-        metavar="CHECKS",
-        help="Comma-separated checks that fail the run (exit 1): nan, inf, unused, zero-grad, "
-        "dead; with --ddp also desync.",
-        show_default=False,
-    ),
-]
+PlotOpt = opts.plot("Save a gradient-flow chart (needs matplotlib: pip install 'hookcli[plot]').")
+GradsFailOnOpt = opts.checks(
+    "Comma-separated checks that fail the run (exit 1): nan, inf, unused, zero-grad, "
+    "dead; with --ddp also desync."
+)
 
 
 @opts.forwards(

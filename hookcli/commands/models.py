@@ -8,15 +8,11 @@ from hookcli import cliopts as opts
 
 NAME = "models"
 
-FilterOpt = Annotated[
+FilterOpt = opts.patterns(
+    "--filter",
+    "Keep names matching a glob, matched whole: resnet*, *llama*, 'timm:vit_*'.",
     str | None,
-    typer.Option(
-        "--filter",
-        metavar="PATTERN",
-        help="Keep names matching a glob, matched whole: resnet*, *llama*, 'timm:vit_*'.",
-        show_default=False,
-    ),
-]
+)
 
 
 SourceOpt = Annotated[

@@ -1,23 +1,14 @@
 """``hookcli params MODEL``: every parameter, its tied names, trainable and frozen totals."""
 
-from typing import Annotated
-
-import typer
-
 from hookcli import cliopts as opts
 
 NAME = "params"
 
-FrozenOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--frozen",
-        metavar="PATTERN",
-        help="Set requires_grad=False first on parameters whose qualified name matches a glob "
-        "(backbone.*, *.bias) or lies under a module name (layer1). Repeatable.",
-        show_default=False,
-    ),
-]
+FrozenOpt = opts.patterns(
+    "--frozen",
+    "Set requires_grad=False first on parameters whose qualified name matches a glob "
+    "(backbone.*, *.bias) or lies under a module name (layer1). Repeatable.",
+)
 
 
 @opts.forwards(

@@ -10,14 +10,9 @@ from hookcli.profile.plan import SortKey
 
 NAME = "profile"
 
-BackwardOpt = Annotated[
-    bool,
-    typer.Option(
-        "--backward",
-        help="Also time backward (loss from --loss) per module, from full "
-        "backward-pre and backward hooks.",
-    ),
-]
+BackwardOpt = opts.backward(
+    "Also time backward (loss from --loss) per module, from full backward-pre and backward hooks."
+)
 WarmupOpt = Annotated[
     int, typer.Option("--warmup", min=0, metavar="N", help="Untimed passes first.")
 ]
@@ -43,15 +38,7 @@ TraceOutOpt = Annotated[
         show_default=False,
     ),
 ]
-PlotOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--plot",
-        metavar="FILE.png",
-        help="A bar chart of the 20 modules with the most self time (needs matplotlib).",
-        show_default=False,
-    ),
-]
+PlotOpt = opts.plot("A bar chart of the 20 modules with the most self time (needs matplotlib).")
 MaxMsOpt = Annotated[
     list[str] | None,
     typer.Option(

@@ -9,24 +9,14 @@ from hookcli.distributed import options as dist
 
 NAME = "stats"
 
-BackwardOpt = Annotated[
-    bool,
-    typer.Option(
-        "--backward",
-        help="Also run backward (loss from --loss) and add the statistics of grad_output.",
-    ),
-]
-FailOnOpt = Annotated[
-    str | None,
-    typer.Option(
-        "--fail-on",
-        metavar="CHECKS",
-        help="Comma-separated checks that fail the run (exit 1): nan, inf (in any module "
-        "output, or gradient with backward kinds), dead (a module whose outputs are all zero); "
-        "with --ddp also desync.",
-        show_default=False,
-    ),
-]
+BackwardOpt = opts.backward(
+    "Also run backward (loss from --loss) and add the statistics of grad_output."
+)
+FailOnOpt = opts.checks(
+    "Comma-separated checks that fail the run (exit 1): nan, inf (in any module "
+    "output, or gradient with backward kinds), dead (a module whose outputs are all zero); "
+    "with --ddp also desync."
+)
 DeadThresholdOpt = Annotated[
     float | None,
     typer.Option(

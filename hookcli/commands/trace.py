@@ -8,14 +8,10 @@ from hookcli import cliopts as opts
 
 NAME = "trace"
 
-BackwardOpt = Annotated[
-    bool,
-    typer.Option(
-        "--backward",
-        help="Also run backward (loss from --loss) and trace the global "
-        "full backward-pre and backward hooks.",
-    ),
-]
+BackwardOpt = opts.backward(
+    "Also run backward (loss from --loss) and trace the global "
+    "full backward-pre and backward hooks."
+)
 LimitOpt = Annotated[
     int | None,
     typer.Option(
@@ -27,17 +23,13 @@ LimitOpt = Annotated[
         show_default=False,
     ),
 ]
-FilterOpt = Annotated[
+FilterOpt = opts.patterns(
+    "--filter",
+    "Keep events of matching modules: a glob on the qualified name or the class "
+    "name (layer1.*, *conv*, BatchNorm2d), a module name with its submodules (layer1), "
+    "or (root).",
     str | None,
-    typer.Option(
-        "--filter",
-        metavar="PATTERN",
-        help="Keep events of matching modules: a glob on the qualified name or the class "
-        "name (layer1.*, *conv*, BatchNorm2d), a module name with its submodules (layer1), "
-        "or (root).",
-        show_default=False,
-    ),
-]
+)
 
 
 @opts.forwards(

@@ -31,9 +31,8 @@ def cli_command(
 ) -> int:
     """``hookcli cost``: plan, build, measure on one process or on every rank, emit."""
     from hookcli.commandargs import command_options
-    from hookcli.distributed.dispatch import launch_ranks
+    from hookcli.distributed.dispatch import on_ranks_or_here
     from hookcli.errors import ResourceError
-    from hookcli.pipeline import emit_outcome, prepare
 
     plan = plan_cost(
         backward,
@@ -49,7 +48,7 @@ def cli_command(
         fit,
         foreach,
     )
-    mopts, ropts, out = command_options(common, Mode.EVAL, depth, global_hooks)
+    options = command_options(common, Mode.EVAL, depth, global_hooks)
 
     def over(report: Any) -> None:
         """After the report is written: --max-memory's verdict (exit 3)."""
@@ -60,20 +59,13 @@ def cli_command(
     from hookcli.amp import meta_allowed
 
     with meta_allowed():  # --amp on meta: emulated (hookcli.memory.autocast), on every rank
-        code = launch_ranks(
-            lambda p, launch: run_cost(p, plan, launch),
-            mopts,
-            ropts,
-            out,
+        return on_ranks_or_here(
+            run_cost,
+            plan,
+            options,
             common,
             kinds=(),
             global_hooks=global_hooks,
             after=over,
             allow_meta=True,
         )
-        if code is not None:
-            return code
-        report, error = run_cost(prepare(mopts, ropts), plan)
-    code = emit_outcome(report, error, out)
-    over(report)
-    return code

@@ -428,18 +428,10 @@ def sparse_matmul_flops(a: Any, b: Any) -> int:
 # matrix products -> the positions of their two operands; a call with a sparse operand is
 # counted by ``sparse_matmul_flops`` and listed as a sparse op
 _SPARSE_OPERANDS: dict[str, tuple[int, int]] = {
-    "mm": (0, 1),
-    "bmm": (0, 1),
-    "mv": (0, 1),
-    "_sparse_mm": (0, 1),
-    "smm": (0, 1),
-    "hspmm": (0, 1),
+    **dict.fromkeys(("mm", "bmm", "mv", "_sparse_mm", "smm", "hspmm"), (0, 1)),
     "_sparse_sparse_matmul": (0, 1),
-    "addmm": (1, 2),
-    "_addmm_activation": (1, 2),
-    "_sparse_addmm": (1, 2),
-    "sspaddmm": (1, 2),
-    "addmv": (1, 2),
+    # the add- forms: the input to add first, then the two operands
+    **dict.fromkeys(("addmm", "_addmm_activation", "_sparse_addmm", "sspaddmm", "addmv"), (1, 2)),
 }
 SPARSE_OPERANDS: dict[Any, tuple[int, int]] = {
     getattr(aten, n): pos for n, pos in _SPARSE_OPERANDS.items() if hasattr(aten, n)

@@ -25,11 +25,11 @@ def cli_command(
 ) -> int:
     """``hookcli inspect``: plan, build, run on one process or on every rank, emit."""
     from hookcli.commandargs import command_options
-    from hookcli.distributed.dispatch import launch_ranks
-    from hookcli.pipeline import emit, emit_outcome, prepare
+    from hookcli.distributed.dispatch import on_ranks_or_here
+    from hookcli.pipeline import emit, prepare
 
     plan = plan_inspect(hooks, depth, global_hooks, columns, loss)
-    mopts, ropts, out = command_options(
+    mopts, ropts, out = options = command_options(
         common, Mode.EVAL, depth, global_hooks, offer_no_forward=True
     )
     distributed = common["ddp"] or common["fsdp"] or bool(common["shard"])
@@ -41,15 +41,6 @@ def cli_command(
         from hookcli.errors import UsageError
 
         raise UsageError("--columns is not available with --ddp or --fsdp")
-    code = launch_ranks(
-        lambda p, launch: run_inspect(p, plan, launch),
-        mopts,
-        ropts,
-        out,
-        common,
-        kinds=plan.kinds,
-        global_hooks=global_hooks,
+    return on_ranks_or_here(
+        run_inspect, plan, options, common, kinds=plan.kinds, global_hooks=global_hooks
     )
-    if code is not None:
-        return code
-    return emit_outcome(*run_inspect(prepare(mopts, ropts), plan), out)

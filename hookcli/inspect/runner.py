@@ -171,22 +171,14 @@ COLUMN_NAMES = ("kernel_size", "groups", "param_percent", "mult_adds", "trainabl
 def parse_columns(text: str | None) -> tuple[str, ...]:
     """``kernel_size,mult_adds`` -> ('kernel_size', 'mult_adds'); an unknown name is exit 2."""
     from hookcli.errors import UsageError
+    from hookcli.validate import comma_names
 
     if text is None:
         return ()
-    names: list[str] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        if part not in COLUMN_NAMES:
-            raise UsageError(
-                f"unknown column {part!r} in --columns; choose from {','.join(COLUMN_NAMES)}"
-            )
-        if part not in names:
-            names.append(part)
+    names = comma_names(text, COLUMN_NAMES, "column", "--columns")
     if not names:  # --columns '' or ',': given, yet naming nothing
         raise UsageError(f"--columns names no column; choose from {','.join(COLUMN_NAMES)}")
-    return tuple(names)
+    return names
 
 
 def _kernel_size(module: nn.Module | None) -> list[int] | None:
@@ -389,11 +381,10 @@ def tree_rows(model: nn.Module, depth: int | None = None) -> tuple[tuple[Row, ..
     return tuple(rows), lazy
 
 
+# --no-forward: the run's columns without shapes, and the buffers
 TREE_COLUMNS = [
-    Column("name", "Layer"),
-    Column("type", "Type"),
-    Column("shown_params", "Params", fmt_int, "right"),
-    Column("shown_trainable", "Trainable", fmt_int, "right"),
+    *shape_columns(()),
+    *PARAM_COLUMNS,
     Column("shown_buffers", "Buffers", fmt_int, "right"),
 ]
 
@@ -471,21 +462,18 @@ def check_no_forward(
     """Options that need a forward, given with ``--no-forward``: exit 2 naming them (before
     the model is built)."""
     from hookcli.errors import UsageError
+    from hookcli.validate import given_flags
 
     if "mult_adds" in columns:
         raise UsageError(MULT_ADDS_NEED_FORWARD)
-    given = [
-        name
-        for name, value in (
-            ("--hooks", hooks),
-            ("--global-hooks", global_hooks),
-            ("--ddp/--fsdp", ddp),
-            ("--input", ropts.inputs),
-            ("--input-file", ropts.input_file),
-            ("--inputs-from", ropts.inputs_from),
-            ("--batch-size", ropts.batch_size is not None),
-        )
-        if value
-    ]
+    given = given_flags(
+        ("--hooks", hooks),
+        ("--global-hooks", global_hooks),
+        ("--ddp/--fsdp", ddp),
+        ("--input", ropts.inputs),
+        ("--input-file", ropts.input_file),
+        ("--inputs-from", ropts.inputs_from),
+        ("--batch-size", ropts.batch_size is not None),
+    )
     if given:
         raise UsageError(f"--no-forward runs nothing: {', '.join(given)} would not apply")

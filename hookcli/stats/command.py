@@ -26,29 +26,19 @@ def cli_command(
 ) -> int:
     """``hookcli stats``: plan, build, run on one process or on every rank, emit."""
     from hookcli.commandargs import command_options
-    from hookcli.distributed.dispatch import launch_ranks
-    from hookcli.pipeline import emit_outcome, prepare
+    from hookcli.distributed.dispatch import on_ranks_or_here
 
     ddp = common["ddp"] or common["fsdp"]
     plan = plan_stats(hooks, backward, loss, fail_on, dead_threshold, depth, global_hooks, ddp=ddp)
-    mopts, ropts, out = command_options(common, Mode.EVAL, depth, global_hooks)
-    code = launch_ranks(
-        lambda p, launch: run_stats(p, plan, launch),
-        mopts,
-        ropts,
-        out,
+    options = command_options(common, Mode.EVAL, depth, global_hooks)
+    return on_ranks_or_here(
+        run_stats,
+        plan,
+        options,
         common,
         kinds=plan.kinds,
         global_hooks=global_hooks,
+        summarise_warnings=True,
         desync_tol=common["desync_tol"],
         broadcast_buffers=common["broadcast_buffers"],
     )
-    if code is not None:
-        return code
-
-    from hookcli.warnsummary import summarised_warnings
-
-    with summarised_warnings(common["debug"]) as warned:
-        report, error = run_stats(prepare(mopts, ropts), plan)
-        warned.keep = error is None  # on failure the error is the one line to read
-    return emit_outcome(report, error, out)
