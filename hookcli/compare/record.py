@@ -99,45 +99,59 @@ class Recorder(Probe):
 
 
 class Substitute(Probe):
-    """The local mode: a forward pre-hook on B's modules returns A's recorded input for the
-    aligned call (cast to the dtype and device of B's own), so B's module starts from A's
-    values and its error is its own. A call whose inputs differ in number or shape keeps its
-    own (``kept`` lists it)."""
+    """The local mode: each aligned call of B runs its own code on A's values. A forward
+    pre-hook returns A's recorded input for the call, and a forward hook returns A's
+    recorded output in place of B's (both cast to the dtype and device of B's own), so
+    every module starts from A's input and its parent goes on from A's output: what
+    differs is what the module's own code adds. The inputs a call's code hands to its
+    fed children (B's own, before they are replaced) are measured against A's there
+    (``handed``: the enclosing call's key -> figures), since code between two children
+    shows in nothing else. Runs after the session's hooks, which see B's own values. A
+    call whose inputs (or outputs) differ from A's in number or shape keeps its own
+    (``kept`` lists it)."""
 
-    def __init__(self, sources: Mapping[tuple[str, int], list[torch.Tensor]]) -> None:
+    def __init__(
+        self,
+        sources: Mapping[tuple[str, int], list[torch.Tensor]],
+        outputs: Mapping[tuple[str, int], list[torch.Tensor]] | None = None,
+        rtol: float | None = None,
+        atol: float | None = None,
+    ) -> None:
         self.sources = sources  # (B name, B call) -> A's input tensors
+        self.replace = outputs or {}  # (B name, B call) -> A's output tensors
+        self.rtol, self.atol = rtol, atol
         self.calls: dict[int, int] = {}
         self.kept: list[tuple[str, int]] = []
         self.fed: int = 0
+        self.handed: dict[tuple[str, int], list[Any]] = {}
+        self._stack: list[tuple[int, tuple[str, int]]] = []
 
     def attach(self, session: HookSession) -> None:
-        names = {n for n, _ in self.sources}
+        names = {n for n, _ in self.sources} | {n for n, _ in self.replace}
         for module in session.model.modules():
             name = session.names.get(id(module))
             if name in names:
-                session.keep(module.register_forward_pre_hook(self._hook(name), with_kwargs=True))
+                session.keep(module.register_forward_pre_hook(self._pre(name), with_kwargs=True))
+                session.keep(module.register_forward_hook(self._post(name)))
 
-    def _hook(self, name: str) -> Any:
+    def _pre(self, name: str) -> Any:
         def hook(module: nn.Module, args: Any, kwargs: Any) -> Any:
             call = self.calls.get(id(module), 0)
             self.calls[id(module)] = call + 1
-            source = self.sources.get((name, call))
+            key = (name, call)
+            outer = self._stack[-1][1] if self._stack else None
+            self._stack.append((id(module), key))
+            source = self.sources.get(key)
             if source is None:
                 return None
             own = list(iter_tensors(args)) + list(iter_tensors(kwargs))
-            if len(own) != len(source) or any(
-                tuple(o.shape) != tuple(s.shape) for o, s in zip(own, source, strict=True)
-            ):
-                self.kept.append((name, call))
+            fed = _cast_like(own, source)
+            if fed is None:
+                self.kept.append(key)
                 return None
-            feed = iter(
-                [
-                    s.to(device=o.device, dtype=o.dtype)
-                    if o.is_floating_point() and s.is_floating_point()
-                    else s.to(device=o.device)
-                    for o, s in zip(own, source, strict=True)
-                ]
-            )
+            if outer is not None:
+                self._hand(outer, source, own, fed)
+            feed = iter(fed)
 
             def leaf(v: Any) -> Any:
                 return next(feed) if isinstance(v, torch.Tensor) else v
@@ -145,12 +159,68 @@ class Substitute(Probe):
             new_args = rebuild(args, leaf, _rebuildable)
             new_kwargs = rebuild(kwargs, leaf, _rebuildable)
             if next(feed, None) is not None:  # a tensor inside an object rebuild keeps
-                self.kept.append((name, call))
+                self.kept.append(key)
                 return None
             self.fed += 1
             return new_args, new_kwargs
 
         return hook
+
+    def _hand(
+        self,
+        outer: tuple[str, int],
+        source: list[torch.Tensor],
+        own: list[Any],
+        fed: list[torch.Tensor],
+    ) -> None:
+        """B's own input to a fed call against A's: what the enclosing call's code made."""
+        from hookcli.compare.metrics import call_diff
+
+        if all(  # A's value passed on untouched (cast to B's dtype, as fed): nothing made
+            o is c or torch.equal(o, c) for o, c in zip(own, fed, strict=True)
+        ):
+            return
+        self.handed.setdefault(outer, []).append(
+            call_diff(source, [o.detach() for o in own], self.rtol, self.atol)
+        )
+
+    def _post(self, name: str) -> Any:
+        def hook(module: nn.Module, args: Any, output: Any) -> Any:
+            while self._stack and self._stack[-1][0] != id(module):
+                self._stack.pop()  # calls that raised and were caught inside forward
+            if not self._stack:
+                return None
+            _, key = self._stack.pop()
+            ref = self.replace.get(key)
+            if ref is None:
+                return None
+            own = list(iter_tensors(output))
+            fed = _cast_like(own, ref)
+            if fed is None:
+                return None
+            feed = iter(fed)
+            new = rebuild(output, lambda v: next(feed) if isinstance(v, torch.Tensor) else v,
+                          _rebuildable)  # fmt: skip
+            if next(feed, None) is not None:
+                return None
+            return new
+
+        return hook
+
+
+def _cast_like(own: list[torch.Tensor], ref: list[torch.Tensor]) -> list[torch.Tensor] | None:
+    """A's tensors cast to the dtype and device of B's own (None: their number or shapes
+    differ)."""
+    if len(own) != len(ref) or any(
+        tuple(o.shape) != tuple(s.shape) for o, s in zip(own, ref, strict=True)
+    ):
+        return None
+    return [
+        s.to(device=o.device, dtype=o.dtype)
+        if o.is_floating_point() and s.is_floating_point()
+        else s.to(device=o.device)
+        for o, s in zip(own, ref, strict=True)
+    ]
 
 
 class Measure(Probe):

@@ -108,7 +108,7 @@ def _run_pass(
     mode: Mode,
     *,
     inputs: bool = False,
-    sources: Mapping[tuple[str, int], list[Any]] | None = None,
+    substitute: Any = None,
     keep: set[int] | None = None,
     loss: Any = None,
     input_refs: bool = False,
@@ -118,7 +118,7 @@ def _run_pass(
     (a ``--loss`` spec) also backward from it, recording grad_input and parameter grads."""
     import torch
 
-    from hookcli.compare.record import Recorder, Substitute
+    from hookcli.compare.record import Recorder
     from hookcli.compare.settings import running
     from hookcli.errors import RunError
     from hookcli.loading import keep_cwd
@@ -129,9 +129,8 @@ def _run_pass(
     probes: list[Any] = [recorder]
     if measure is not None:
         probes.append(measure)
-    sub = None
-    if sources is not None:
-        sub = Substitute(sources)
+    sub = substitute
+    if sub is not None:
         probes.append(sub)
     device = _device(side)
     try:
@@ -355,36 +354,48 @@ def _local_passes(
     kwargs_b: Any,
     mode: Mode,
 ) -> Pass:
-    """The local mode: one pass of B per module depth, in which each aligned module of
-    that depth is fed A's input for the call and runs its own subtree freely, so its
-    error is the one it (its code and its children) adds. Modules of one depth never
-    nest, so a pass serves them all; the root (depth 0) is fed A's inputs already. Each
-    fed call is measured as it returns; A's copies for a depth are dropped after its pass
-    (a copy another depth still names stays)."""
+    """The local mode: one pass of B in which every aligned call runs its own code on
+    A's values: its input is A's input for that call (a forward pre-hook) and its
+    children's outputs are A's (a forward hook on each, after it was measured), so its
+    error is the one its own code adds, and each error shows in one module. A call's
+    local figures are the worst (by relative L2) of its outputs and of the inputs its code
+    hands to its aligned children (code between two children shows only there). Each fed
+    call is measured as it returns; A's copies are dropped after the pass."""
+    from hookcli.compare.record import Substitute
+
     by_b = {r.index: r for r in pb.records}
     diffs: dict[int, CallDiff] = {}
+    pairs = dict(alignment.pairs)
     kept: list[tuple[str, int]] = []
-    depths = sorted({by_b[j].depth for j in alignment.pairs.values()})
-    for depth in depths:
-        pairs = {i: j for i, j in alignment.pairs.items() if by_b[j].depth == depth}
-        if depth == 0:
-            assert pb.diffs is not None
-            diffs.update({i: pb.diffs[i] for i in pairs if i in pb.diffs})
-            continue
+    if pairs:
         sources = {
             (by_b[j].name, by_b[j].call): pa.inputs.pop(i)
             for i, j in pairs.items()
             if i in pa.inputs
         }
         partner = {(by_b[j].name, by_b[j].call): i for i, j in pairs.items()}
+        outputs = {k: pa.outputs[i] for k, i in partner.items() if i in pa.outputs}
+        sub = Substitute(sources, outputs, plan.rtol, plan.atol)
         measure = _measure(partner, pa, plan, keep_rest=False, inputs=False)
-        p = _run_pass(b, args_b, kwargs_b, mode, sources=sources, keep=set(), measure=measure)
-        del sources
+        p = _run_pass(b, args_b, kwargs_b, mode, substitute=sub, keep=set(), measure=measure)
+        del sources, outputs
         diffs.update({i: d for i, d in p.measured.values()})
-        kept += p.kept
-        for i in pairs:
-            pa.outputs.pop(i, None)
+        for key, handed in sub.handed.items():  # the code between a call's children
+            i = partner[key]
+            diffs[i] = _worst([d for d in (diffs.get(i), *handed) if d is not None])
+        kept = p.kept
+    pa.outputs, pa.inputs = {}, {}
     return Pass(pb.records, {}, {}, pb.finished, kept, diffs=diffs)
+
+
+def _worst(diffs: Sequence[CallDiff]) -> CallDiff:
+    """The figures with the largest relative L2 (a NaN counts as largest)."""
+
+    def key(d: CallDiff) -> float:
+        v = d.rel_l2
+        return -1.0 if v is None else (math.inf if math.isnan(v) else v)
+
+    return max(diffs, key=key)
 
 
 def _param_grads(
