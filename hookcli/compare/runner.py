@@ -204,6 +204,15 @@ def b_inputs(a: Prepared, vs: Vs, device: Any) -> tuple[Any, dict[str, Any]]:
 def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str:
     """Both sides' passes, the alignment and the figures: the report (or, for
     ``print_map``, the ``--map`` rules as text)."""
+    from hookcli.compare.metrics import release_scratch
+
+    try:
+        return _run_compare(a, b, plan, mode)
+    finally:
+        release_scratch()
+
+
+def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str:
     from hookcli.compare.align import align, rules_from_pairs
     from hookcli.errors import UsageError
 
