@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 import torch
@@ -116,9 +116,11 @@ class Substitute(Probe):
         outputs: Mapping[tuple[str, int], list[torch.Tensor]] | None = None,
         rtol: float | None = None,
         atol: float | None = None,
+        names: set[str] | None = None,
     ) -> None:
+        self.names = names  # the modules to hook (None: those sources and outputs name)
         self.sources = sources  # (B name, B call) -> A's input tensors
-        self.replace = outputs or {}  # (B name, B call) -> A's output tensors
+        self.replace = {} if outputs is None else outputs  # (B name, B call) -> A's outputs
         self.rtol, self.atol = rtol, atol
         self.calls: dict[int, int] = {}
         self.kept: list[tuple[str, int]] = []
@@ -127,7 +129,9 @@ class Substitute(Probe):
         self._stack: list[tuple[int, tuple[str, int]]] = []
 
     def attach(self, session: HookSession) -> None:
-        names = {n for n, _ in self.sources} | {n for n, _ in self.replace}
+        names = self.names
+        if names is None:
+            names = {n for n, _ in self.sources} | {n for n, _ in self.replace}
         for module in session.model.modules():
             name = session.names.get(id(module))
             if name in names:
@@ -269,6 +273,7 @@ class Measure(Probe):
         if ref is not None:
             own = [t for obj in (args, kwargs) for t in iter_tensors(obj)]
             self.in_diverged[frame.index] = (i, diverged(ref, own, self.rtol, self.atol))
+            _release(self.ref_inputs, i)
 
     def unchanged_inputs(self, index: int) -> list[torch.Tensor] | None:
         """A call's inputs kept by reference, if nothing changed them in place since."""
@@ -308,10 +313,21 @@ class Measure(Probe):
             with contextlib.suppress(TypeError):  # a tensor subclass without weak references
                 self._done[key] = (weakref.ref(b), b._version, d)
             tensors.append(d)
+        _release(self.ref_outputs, i)
         diff = CallDiff(tuple(tensors))
         self.diffs[frame.index] = (i, diff)
-        if diff.diverged:
+        if diff.diverged and not self.seen_divergence:
             self.seen_divergence = True
+            stop = getattr(self.ref_inputs, "stop", None)
+            if stop is not None:  # A's inputs are read up to the first divergence only
+                stop()
+
+
+def _release(refs: Any, key: Any) -> None:
+    """A's lent tensors given back (``Lent``); nothing for a plain mapping."""
+    release = getattr(refs, "release", None)
+    if release is not None:
+        release(key)
 
 
 def diverged(
@@ -337,3 +353,165 @@ def diverged(
         if tensor_diff(pos, a, b, rtol, atol).diverged:
             return True
     return False
+
+
+Key = tuple[str, tuple[str, int]]  # ("in" | "out", (A's module name, call))
+
+
+class Handoff:
+    """A's tensors handed to B's pass as A's run makes them: A runs in a thread of its
+    own, in step with B. At each tensor list B will ask for (``wanted``) A stops and
+    waits, its own tensors lent, not copied, until B took them, or B waits for a list A
+    has not reached (A keeps a copy and goes on: held per call until taken), or B's run
+    ended. B asks with ``get`` (waiting until A offered that list or went past it) and
+    gives back with ``take``."""
+
+    def __init__(self, wanted: Container[Key]) -> None:
+        import threading
+
+        self.wanted = wanted
+        self.cond = threading.Condition()
+        self.items: dict[Key, tuple[int, list[torch.Tensor]]] = {}
+        self.passed: set[Key] = set()
+        self.waiting: Key | None = None
+        self.a_done = False
+        self.b_done = False
+        self.no_inputs = False  # B asks for no more inputs (it saw a divergence)
+        self.copied = 0
+
+    def offer(self, item: Key, index: int, tensors: list[torch.Tensor]) -> None:
+        """(A's thread) the list ``item``, then wait until B took it or went elsewhere."""
+        with self.cond:
+            self.passed.add(item)
+            if item not in self.wanted or self.b_done or (item[0] == "in" and self.no_inputs):
+                if self.waiting is not None:
+                    self.cond.notify_all()
+                return
+            self.items[item] = (index, tensors)
+            self.cond.notify_all()
+            while item in self.items and not self.b_done and not self._elsewhere(item):
+                self.cond.wait()
+            if item in self.items:  # B went on without it: a copy, held until taken
+                self.items[item] = (index, [t.detach().clone() for t in tensors])
+                self.copied += 1
+
+    def _elsewhere(self, item: Key) -> bool:
+        return self.waiting is not None and self.waiting != item and self.waiting not in self.items
+
+    def a_finished(self) -> None:
+        with self.cond:
+            self.a_done = True
+            self.cond.notify_all()
+
+    def b_finished(self) -> None:
+        with self.cond:
+            self.b_done = True
+            self.cond.notify_all()
+
+    def get(self, item: Key) -> tuple[int, list[torch.Tensor]] | None:
+        """(B's thread) A's list ``item``: None if A went past it without one."""
+        with self.cond:
+            while item not in self.items and item not in self.passed and not self.a_done:
+                self.waiting = item
+                self.cond.notify_all()
+                self.cond.wait()
+            self.waiting = None
+            return self.items.get(item)
+
+    def take(self, item: Key) -> None:
+        with self.cond:
+            if self.items.pop(item, None) is not None:
+                self.cond.notify_all()
+
+    def left(self, kind: str) -> dict[int, list[torch.Tensor]]:
+        """The lists of that kind B never took (copies by now), by A's call index."""
+        return {i: ts for (k, _), (i, ts) in self.items.items() if k == kind}
+
+
+class Offer(Probe):
+    """A's side of a run in step (``Handoff``): each call's inputs and outputs offered;
+    with ``keep_rest``, a copy of those of the calls B will not ask for (the alignment
+    may pair them later)."""
+
+    def __init__(self, handoff: Handoff, keep_rest: bool) -> None:
+        self.handoff = handoff
+        self.keep_rest = keep_rest
+        self.outputs: dict[int, list[torch.Tensor]] = {}
+        self.inputs: dict[int, list[torch.Tensor]] = {}
+
+    def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
+        item = ("in", (frame.name, frame.call))
+        refs = [t.detach() for obj in (args, kwargs) for t in iter_tensors(obj)]
+        if self.keep_rest and item not in self.handoff.wanted:
+            self.inputs[frame.index] = [t.clone() for t in refs]
+        self.handoff.offer(item, frame.index, refs)
+
+    def on_forward(
+        self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
+    ) -> None:
+        item = ("out", (frame.name, frame.call))
+        refs = [t.detach() for t in iter_tensors(output)]
+        if self.keep_rest and item not in self.handoff.wanted:
+            self.outputs[frame.index] = [t.clone() for t in refs]
+        self.handoff.offer(item, frame.index, refs)
+
+
+class Lent(Mapping[Any, list[torch.Tensor]]):
+    """A ``Handoff``'s lists of one kind seen as a mapping for B's probes: ``get(key)``
+    waits for A's list (B's key mapped to A's by ``names``, or A's key itself); with
+    ``copy``, a copy that B may keep and change (taken at once); else A's own, lent
+    until ``release``, which a probe that only reads calls when done (``keep_lent``:
+    release does nothing: another probe takes it later)."""
+
+    def __init__(
+        self,
+        handoff: Handoff,
+        kind: str,
+        names: Mapping[tuple[str, int], tuple[str, int]] | None = None,
+        copy: bool = False,
+        keep_lent: bool = False,
+    ) -> None:
+        self.handoff, self.kind, self.names = handoff, kind, names
+        self.copy, self.keep_lent = copy, keep_lent
+
+    def _item(self, key: Any) -> Key | None:
+        akey = key if self.names is None else self.names.get(key)
+        return None if akey is None else (self.kind, akey)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        item = self._item(key)
+        got = None if item is None else self.handoff.get(item)
+        if got is None:
+            return default
+        if not self.copy:
+            return got[1]
+        assert item is not None
+        out = [t.clone() for t in got[1]]
+        self.handoff.take(item)
+        return out
+
+    def stop(self) -> None:
+        """B asks for no more lists of this kind: A offers none and drops those offered."""
+        h = self.handoff
+        with h.cond:
+            h.no_inputs = True
+            for item in [k for k in h.items if k[0] == self.kind]:
+                del h.items[item]
+            h.cond.notify_all()
+
+    def release(self, key: Any) -> None:
+        item = self._item(key)
+        if item is not None and not self.keep_lent:
+            self.handoff.take(item)
+
+    def __getitem__(self, key: Any) -> list[torch.Tensor]:
+        got = self.get(key)
+        if got is None:
+            raise KeyError(key)
+        return got  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0

@@ -113,6 +113,7 @@ def _run_pass(
     loss: Any = None,
     input_refs: bool = False,
     measure: Any = None,
+    extra: Sequence[Any] = (),
 ) -> Pass:
     """One forward of a side inside a HookSession, recording every call; with ``loss``
     (a ``--loss`` spec) also backward from it, recording grad_input and parameter grads."""
@@ -126,7 +127,7 @@ def _run_pass(
     from hookcli.session import HookSession
 
     recorder = Recorder(inputs=inputs, keep=keep, input_refs=input_refs)
-    probes: list[Any] = [recorder]
+    probes: list[Any] = [recorder, *extra]
     if measure is not None:
         probes.append(measure)
     sub = substitute
@@ -223,10 +224,14 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
     args_a, kwargs_a = a.prepared.inputs.args, dict(a.prepared.inputs.kwargs)
     args_b, kwargs_b = b_inputs(a.prepared, b.vs, _device(b))
     loss = (plan.loss or "sum") if plan.backward and not meta else None
-    pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
-    # (with --copy-weights this pass only finds B's calls: B is measured with A's weights)
-    foreseen = None if meta or plan.copy_weights else _measure(_foreseen(pa, plan), pa, plan)
-    pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=foreseen)
+    step = _can_step(a, b, plan, mode, meta)
+    if step:  # A and B in step: A's outputs measured as they come, none kept
+        pa, pb, foreseen = _propagated_in_step(a, b, plan, mode, args_a, kwargs_a, args_b, kwargs_b)
+    else:
+        pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
+        # (with --copy-weights this pass only finds B's calls: B measured with A's weights)
+        foreseen = None if meta or plan.copy_weights else _measure(_foreseen(pa, plan), pa, plan)
+        pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=foreseen)
     if foreseen is not None:  # the calls with no partner foreseen: their copies, inputs
         pb.outputs = foreseen.outputs
         pb.inputs = {j: refs for j in foreseen.input_refs if (refs := foreseen.unchanged_inputs(j))}
@@ -262,10 +267,193 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
             raise UsageError("--copy-weights: B called other modules with A's weights")
     local = None
     if not meta:
+        if step:  # the pairs measured against another call than foreseen: A's copies
+            _recall(a, pa, pb, alignment, args_a, kwargs_a, mode)
         pb.diffs = _settle(b, pa, pb, alignment, plan, args_b, kwargs_b, mode)
     if not meta and plan.local:
-        local = _local_passes(b, pa, pb, alignment, plan, args_b, kwargs_b, mode)
+        if step:
+            local = _local_in_step(a, b, pa, pb, alignment, plan, mode, (args_a, kwargs_a),
+                                   (args_b, kwargs_b))  # fmt: skip
+        else:
+            local = _local_passes(b, pa, pb, alignment, plan, args_b, kwargs_b, mode)
     return _report(a, b, plan, mode, pa, pb, local, alignment, meta, copied)
+
+
+def _can_step(a: Side, b: Side, plan: Plan, mode: Mode, meta: bool) -> bool:
+    """Whether A and B can run in step (A in a thread of its own): on the CPU, in eval,
+    forward only, with partners foreseen by name, two distinct models, and no setting
+    that is the process's rather than the thread's (autocast as hookcli sets it, the
+    thread count, determinism, the global seed, a compiled B). Else they run one after
+    the other, A's outputs copied."""
+    vs = b.vs
+    if (
+        meta
+        or plan.copy_weights
+        or plan.backward
+        or plan.align == "order"
+        or mode is not Mode.EVAL
+        or vs.amp is not None
+        or vs.threads is not None
+        or vs.deterministic
+        or vs.seed is not None
+        or vs.compile is not None
+        or _device(a).type != "cpu"
+        or _device(b).type != "cpu"
+    ):
+        return False
+    ids_a = {id(m) for m in a.model.modules()}
+    return not any(id(m) in ids_a for m in b.model.modules())
+
+
+class _ByName(Mapping[tuple[str, int], tuple[str, int]]):
+    """B's (name, call) -> A's (name, call), through a map of names."""
+
+    def __init__(self, names: Mapping[str, str]) -> None:
+        self.names = names
+
+    def __getitem__(self, key: tuple[str, int]) -> tuple[str, int]:
+        return (self.names[key[0]], key[1])
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+class _Wanted:
+    """The lists A offers B: inputs and outputs of the calls of the modules named."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def __contains__(self, item: Any) -> bool:
+        return item[1][0] in self.names
+
+
+def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_rest: bool,
+             run_b: Any) -> tuple[Pass, Any, Any]:  # fmt: skip
+    """A's pass in a thread of its own, offering its tensors to ``run_b`` (B's pass, in
+    this thread) through ``handoff``; A's errors raised here once both ended."""
+    import threading
+
+    from hookcli.compare.record import Offer
+
+    offer = Offer(handoff, keep_rest)
+    done: dict[str, Any] = {}
+
+    def run_a() -> None:
+        try:
+            done["pass"] = _run_pass(a, a_call[0], a_call[1], mode, keep=set(), extra=[offer])
+        except BaseException as err:  # raised in the caller's thread below
+            done["error"] = err
+        finally:
+            handoff.a_finished()
+
+    thread = threading.Thread(target=run_a, name="hookcli-compare-A", daemon=True)
+    thread.start()
+    try:
+        pb = run_b()
+    finally:
+        handoff.b_finished()
+        thread.join()
+    if "error" in done:
+        raise done["error"]
+    return done["pass"], pb, offer
+
+
+def _propagated_in_step(
+    a: Side, b: Side, plan: Plan, mode: Mode, args_a: Any, kwargs_a: Any, args_b: Any,
+    kwargs_b: Any,
+) -> tuple[Pass, Pass, Any]:  # fmt: skip
+    """The propagated mode with A and B in step: each of B's calls whose partner is
+    foreseen by name (as ``_foreseen``) is measured against A's own output, lent while A
+    waits; A keeps copies only of what B does not take."""
+    from hookcli.compare.align import map_name
+    from hookcli.compare.record import Handoff, Lent, Measure
+
+    names: dict[str, str] = {}
+    for name, _ in a.model.named_modules():
+        names.setdefault(map_name(name, plan.rules)[0], name)
+    handoff = Handoff(_Wanted(set(names.values())))
+    measure = Measure(
+        _ByName(names),
+        Lent(handoff, "out"),
+        plan.rtol,
+        plan.atol,
+        ref_inputs=Lent(handoff, "in"),
+        keep_rest=True,
+    )
+    pa, pb, offer = _in_step(
+        a, (args_a, kwargs_a), mode, handoff, True,
+        lambda: _run_pass(b, args_b, kwargs_b, mode, measure=measure),
+    )  # fmt: skip
+    index_a = {(r.name, r.call): r.index for r in pa.records}
+    pb.measured = {j: (index_a[k], d) for j, (k, d) in measure.diffs.items() if k in index_a}
+    pb.in_diverged = {
+        j: (index_a[k], v) for j, (k, v) in measure.in_diverged.items() if k in index_a
+    }
+    measure.diffs, measure.in_diverged = {}, {}
+    pa.outputs = {**offer.outputs, **handoff.left("out")}
+    pa.inputs = {**offer.inputs, **handoff.left("in")}
+    return pa, pb, measure
+
+
+def _recall(
+    a: Side, pa: Pass, pb: Pass, alignment: Alignment, args_a: Any, kwargs_a: Any, mode: Mode
+) -> None:
+    """(After a run in step) A's outputs again, by one more pass of A keeping only them,
+    for the aligned calls that were measured against another call than the alignment's
+    and whose copy A did not keep."""
+    lost = {
+        i
+        for i, j in alignment.pairs.items()
+        if (pb.measured.get(j) or (None,))[0] != i and i not in pa.outputs
+    }
+    if lost:
+        again = _run_pass(a, args_a, kwargs_a, mode, keep=lost)
+        pa.outputs.update(again.outputs)
+
+
+def _local_in_step(
+    a: Side, b: Side, pa: Pass, pb: Pass, alignment: Alignment, plan: Plan, mode: Mode,
+    call_a: tuple[Any, Any], call_b: tuple[Any, Any],
+) -> Pass:  # fmt: skip
+    """The local mode (as ``_local_passes``) with A run again, in step: each aligned call
+    of B gets a copy of A's input for the call and hands on a copy of A's output, taken
+    as A makes them; nothing of A's is held beyond the call."""
+    from hookcli.compare.record import Handoff, Lent, Measure, Substitute
+
+    by_a = {r.index: r for r in pa.records}
+    by_b = {r.index: r for r in pb.records}
+    partner = {
+        (by_b[j].name, by_b[j].call): (by_a[i].name, by_a[i].call)
+        for i, j in alignment.pairs.items()
+    }
+    handoff = Handoff({(k, akey) for akey in partner.values() for k in ("in", "out")})
+    sub = Substitute(
+        Lent(handoff, "in", partner, copy=True),
+        Lent(handoff, "out", partner, copy=True),
+        plan.rtol,
+        plan.atol,
+        names={n for n, _ in partner},
+    )
+    measure = Measure(partner, Lent(handoff, "out", keep_lent=True), plan.rtol, plan.atol)
+    _, p, _ = _in_step(
+        a, call_a, mode, handoff, False,
+        lambda: _run_pass(b, call_b[0], call_b[1], mode, substitute=sub, keep=set(),
+                          measure=measure),
+    )  # fmt: skip
+    index_a = {(r.name, r.call): r.index for r in pa.records}
+    diffs: dict[int, CallDiff] = {
+        index_a[k]: d for k, d in measure.diffs.values() if k in index_a
+    }
+    for bkey, handed in sub.handed.items():
+        i = index_a.get(partner[bkey])
+        if i is not None:
+            diffs[i] = _worst([d for d in (diffs.get(i), *handed) if d is not None])
+    pa.outputs, pa.inputs = {}, {}
+    return Pass(pb.records, {}, {}, pb.finished, p.kept, diffs=diffs)
 
 
 def _foreseen(pa: Pass, plan: Plan) -> dict[tuple[str, int], int]:
