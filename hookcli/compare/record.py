@@ -30,8 +30,13 @@ class Recorder(Probe):
     ``keep`` names (None: every call), and the order the calls finished in."""
 
     def __init__(
-        self, inputs: bool = False, keep: set[int] | None = None, input_refs: bool = False
+        self,
+        inputs: bool = False,
+        keep: set[int] | None = None,
+        input_refs: bool = False,
+        outputs: bool = True,
     ) -> None:
+        self.keep_outputs = outputs  # False: grad_inputs alone (B's, measured as it runs)
         self.keep_inputs = inputs or input_refs
         self.keep = keep
         # input_refs: the inputs themselves, no copy, with their version counters (the
@@ -65,7 +70,7 @@ class Recorder(Probe):
         self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
     ) -> None:
         self.finished.append(frame.index)
-        if self.keep is None or frame.index in self.keep:
+        if self.keep_outputs and (self.keep is None or frame.index in self.keep):
             self.outputs[frame.index] = [self._copy(t, True) for t in iter_tensors(output)]
 
     def _copy(self, t: torch.Tensor, remember: bool = False) -> torch.Tensor:
@@ -203,9 +208,13 @@ class Substitute(Probe):
             if fed is None:
                 return None
             feed = iter(fed)
-            new = rebuild(output, lambda v: next(feed) if isinstance(v, torch.Tensor) else v,
-                          _rebuildable)  # fmt: skip
-            if next(feed, None) is not None:
+            try:
+                new = rebuild(output, lambda v: next(feed) if isinstance(v, torch.Tensor) else v,
+                              _rebuildable)  # fmt: skip
+            except Exception:  # an output class that cannot be built again (a ModelOutput)
+                new = None
+            if new is None or next(feed, None) is not None:
+                self.kept.append(key)
                 return None
             return new
 

@@ -114,6 +114,7 @@ def _run_pass(
     input_refs: bool = False,
     measure: Any = None,
     extra: Sequence[Any] = (),
+    outputs: bool = True,
 ) -> Pass:
     """One forward of a side inside a HookSession, recording every call; with ``loss``
     (a ``--loss`` spec) also backward from it, recording grad_input and parameter grads."""
@@ -126,7 +127,7 @@ def _run_pass(
     from hookcli.pipeline import note_meta_assumptions
     from hookcli.session import HookSession
 
-    recorder = Recorder(inputs=inputs, keep=keep, input_refs=input_refs)
+    recorder = Recorder(inputs=inputs, keep=keep, input_refs=input_refs, outputs=outputs)
     probes: list[Any] = [recorder, *extra]
     if measure is not None:
         probes.append(measure)
@@ -231,7 +232,7 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
         pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
         # (with --copy-weights this pass only finds B's calls: B measured with A's weights)
         foreseen = None if meta or plan.copy_weights else _measure(_foreseen(pa, plan), pa, plan)
-        pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=foreseen)
+        pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=foreseen, outputs=False)
     if foreseen is not None:  # the calls with no partner foreseen: their copies, inputs
         pb.outputs = foreseen.outputs
         pb.inputs = {j: refs for j in foreseen.input_refs if (refs := foreseen.unchanged_inputs(j))}
@@ -261,7 +262,9 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
             raise UsageError("--copy-weights needs values: --device meta holds shapes only")
         copied = copy_weights(a.model, b.model, module_pairs)
         known = _measure(_partners(alignment, by_b), pa, plan, keep_rest=False)
-        pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=known)  # A's weights
+        pb = _run_pass(  # A's weights
+            b, args_b, kwargs_b, mode, loss=loss, measure=known, outputs=False
+        )
         infos_b2 = _infos(pb.records)
         if [(c.name, c.call) for c in infos_b2] != [(c.name, c.call) for c in infos_b]:
             raise UsageError("--copy-weights: B called other modules with A's weights")
@@ -386,7 +389,7 @@ def _propagated_in_step(
     )
     pa, pb, offer = _in_step(
         a, (args_a, kwargs_a), mode, handoff, True,
-        lambda: _run_pass(b, args_b, kwargs_b, mode, measure=measure),
+        lambda: _run_pass(b, args_b, kwargs_b, mode, measure=measure, outputs=False),
     )  # fmt: skip
     index_a = {(r.name, r.call): r.index for r in pa.records}
     pb.measured = {j: (index_a[k], d) for j, (k, d) in measure.diffs.items() if k in index_a}
@@ -921,8 +924,8 @@ def _report(
         notes.append("on meta: alignment and shapes only; no values are compared")
     if local is not None and local.kept:
         notes.append(
-            f"local mode: {len(local.kept)} call(s) of B kept their own inputs (their number "
-            "or shapes differ from A's)"
+            f"local mode: {len(local.kept)} call(s) of B kept their own inputs or outputs "
+            "(their number or shapes differ from A's, or their container cannot be rebuilt)"
         )
     if copied is not None:
         notes.append(
