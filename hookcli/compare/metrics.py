@@ -328,6 +328,9 @@ class CallDiff:
     """Every output tensor of one aligned call, and the call's worst figures."""
 
     tensors: tuple[TensorDiff, ...]
+    # None: the call's outputs; else what was measured instead (local mode: "input of
+    # CHILD", an input the call's own code handed to that child)
+    at: str | None = None
 
     @property
     def diverged(self) -> bool:

@@ -130,6 +130,7 @@ class Substitute(Probe):
         self.calls: dict[int, int] = {}
         self.kept: list[tuple[str, int]] = []
         self.fed: int = 0
+        # the enclosing call's key -> [(the child's key, figures of what it was handed)]
         self.handed: dict[tuple[str, int], list[Any]] = {}
         self._stack: list[tuple[int, tuple[str, int]]] = []
 
@@ -159,7 +160,7 @@ class Substitute(Probe):
                 self.kept.append(key)
                 return None
             if outer is not None:
-                self._hand(outer, source, own, fed)
+                self._hand(outer, key, source, own, fed)
             feed = iter(fed)
 
             def leaf(v: Any) -> Any:
@@ -178,6 +179,7 @@ class Substitute(Probe):
     def _hand(
         self,
         outer: tuple[str, int],
+        child: tuple[str, int],
         source: list[torch.Tensor],
         own: list[Any],
         fed: list[torch.Tensor],
@@ -190,7 +192,7 @@ class Substitute(Probe):
         ):
             return
         self.handed.setdefault(outer, []).append(
-            call_diff(source, [o.detach() for o in own], self.rtol, self.atol)
+            (child, call_diff(source, [o.detach() for o in own], self.rtol, self.atol))
         )
 
     def _post(self, name: str) -> Any:

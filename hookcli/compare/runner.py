@@ -454,7 +454,8 @@ def _local_in_step(
     for bkey, handed in sub.handed.items():
         i = index_a.get(partner[bkey])
         if i is not None:
-            diffs[i] = _worst([d for d in (diffs.get(i), *handed) if d is not None])
+            given = _handed(handed, lambda k: partner[k][0] if k in partner else k[0])
+            diffs[i] = _worst([d for d in (diffs.get(i), *given) if d is not None])
     pa.outputs, pa.inputs = {}, {}
     return Pass(pb.records, {}, {}, pb.finished, p.kept, diffs=diffs)
 
@@ -580,12 +581,25 @@ def _local_passes(
         p = _run_pass(b, args_b, kwargs_b, mode, substitute=sub, keep=set(), measure=measure)
         del sources, outputs
         diffs.update({i: d for i, d in p.measured.values()})
+        by_a = {r.index: r for r in pa.records}
         for key, handed in sub.handed.items():  # the code between a call's children
             i = partner[key]
-            diffs[i] = _worst([d for d in (diffs.get(i), *handed) if d is not None])
+            given = _handed(handed, lambda k: by_a[partner[k]].name if k in partner else k[0])
+            diffs[i] = _worst([d for d in (diffs.get(i), *given) if d is not None])
         kept = p.kept
     pa.outputs, pa.inputs = {}, {}
     return Pass(pb.records, {}, {}, pb.finished, kept, diffs=diffs)
+
+
+def _handed(handed: Sequence[tuple[Any, CallDiff]], name_a: Any) -> list[CallDiff]:
+    """The figures of the inputs a call handed its children, each saying which child's
+    (by A's name)."""
+    import dataclasses
+
+    return [
+        dataclasses.replace(d, at=f"input of {name_a(child) or '(root)'}")
+        for child, d in handed
+    ]
 
 
 def _worst(diffs: Sequence[CallDiff]) -> CallDiff:
@@ -750,6 +764,7 @@ def _divergence(
             "input_shapes": [list(s) for s in ra.input_shapes],
             "output_shapes": [list(s) for s in ra.output_shapes],
             "output": t.index,
+            "at": d.at or "output",
             "worst": None if t.worst is None else list(t.worst),
             "value_a": t.value_a,
             "value_b": t.value_b,
@@ -993,11 +1008,12 @@ def _div_lines(label: str, d: Mapping[str, Any] | None) -> list[tuple[str, str]]
     if d is None:
         return [(label, "none (every aligned call within tolerance)")]
     text = f"{_where(d)}, in {fmt_shapes(d['input_shapes'])} out {fmt_shapes(d['output_shapes'])}"
+    what = f"output {d['output']}" if d.get("at", "output") == "output" else d["at"]
     if d["problem"] == "shape":
-        text += f"; output {d['output']}: shapes differ"
+        text += f"; {what}: shapes differ"
     else:
         text += (
-            f"; output {d['output']} at {d['worst']}: A {fmt_float(d['value_a'], 6)} vs "
+            f"; {what} at {d['worst']}: A {fmt_float(d['value_a'], 6)} vs "
             f"B {fmt_float(d['value_b'], 6)} (max |diff| {fmt_float(d['max_abs'])}, "
             f"rel L2 {fmt_float(d['rel_l2'])}, rtol {d['rtol']:g} atol {d['atol']:g})"
         )
