@@ -448,9 +448,7 @@ def _local_in_step(
                           measure=measure),
     )  # fmt: skip
     index_a = {(r.name, r.call): r.index for r in pa.records}
-    diffs: dict[int, CallDiff] = {
-        index_a[k]: d for k, d in measure.diffs.values() if k in index_a
-    }
+    diffs: dict[int, CallDiff] = {index_a[k]: d for k, d in measure.diffs.values() if k in index_a}
     for bkey, handed in sub.handed.items():
         i = index_a.get(partner[bkey])
         if i is not None:
@@ -597,8 +595,7 @@ def _handed(handed: Sequence[tuple[Any, CallDiff]], name_a: Any) -> list[CallDif
     import dataclasses
 
     return [
-        dataclasses.replace(d, at=f"input of {name_a(child) or '(root)'}")
-        for child, d in handed
+        dataclasses.replace(d, at=f"input of {name_a(child) or '(root)'}") for child, d in handed
     ]
 
 
