@@ -1,9 +1,10 @@
 """Per output tensor: how far B's value is from A's (A is the reference).
 
-Every figure is computed in float64 from the two tensors as they are (B's cast to
-float64 on A's device), so it does not depend on the dtype either side ran in. One sweep
-over the pair, a chunk at a time, gives them all (sums of squares of a, b and b - a,
-dot(a, b), max |b - a|, the non-finite and mismatched counts):
+The figures come from whole-tensor passes over the pair in float32 (float64 where a side
+is float64; B's cast to A's device): ``b - a`` once (rounded once, to half an ulp of the
+difference), sums of squares of a, b and b - a by short rows summed in float64 (each to
+about 1e-7 relative), the extremes of b - a, and the count beyond the tolerance; a pair
+with a NaN or Inf (or a sum past float32's range) takes a chunked float64 sweep:
 
     max_abs  = max |b - a|
     rel_l2   = ||b - a|| / ||a||          (0 when both are zero, inf when only a is)
@@ -175,7 +176,7 @@ def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[floa
     if dtype_name(a.dtype) not in _FAST or dtype_name(b.dtype) not in _FAST:
         return _sweep(a, b, rt, at)
     wide = torch.float64 if torch.float64 in (a.dtype, b.dtype) else torch.float32
-    af, bf = a.reshape(-1).to(wide), b.reshape(-1).to(wide)
+    af, bf = a.reshape(-1).to(wide), b.reshape(-1).to(device=a.device, dtype=wide)
     n = af.numel()
     d = torch.sub(bf, af, out=_buffer(n, af, 0))
     sums = torch.stack([_sumsq(af), _sumsq(bf), _sumsq(d), *torch.aminmax(d)]).tolist()

@@ -1,4 +1,5 @@
-"""The probes of compare's passes: record a side's calls, and feed B A's inputs (local mode)."""
+"""The probes of compare's passes: record a side's calls, lend A's tensors to B in step
+(``Handoff``), and feed B A's inputs and outputs (local mode)."""
 
 from __future__ import annotations
 

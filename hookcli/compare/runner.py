@@ -1,14 +1,16 @@
-"""``compare``'s run: build both sides, run A, run B (propagated, then local), align,
+"""``compare``'s run: build both sides, run A and B (propagated, then local), align,
 measure, and build the report.
 
-A runs once, keeping a copy of every call's inputs and outputs (the reference); B runs
-once freely (propagated) and once per module depth with each aligned module of that depth
-fed A's input for the call (local, through ``record.Substitute``). B's outputs are
-measured against A's as they come (``record.Measure``) and not kept: in the propagated
-pass its partners are foreseen by name (``--map`` rules, else the same name), and a call
-with none foreseen keeps a copy until the alignment is known; the local passes know the
-alignment. A's copies are dropped once the last pass that reads them is done. The runs use
-``HookSession`` as every command does.
+Each mode runs each model once. Where it can (``_can_step``), A runs in a thread of its
+own in step with B (``record.Handoff``): A lends each output B's partner call will
+measure and waits until it is measured, so nothing of A's is copied unless B asks
+first for a later one. Else A runs first and keeps a copy of every call's inputs and
+outputs (the reference), and B runs after it. B's outputs are measured as they come
+(``record.Measure``) and not kept: its partners are foreseen by name (``--map`` rules,
+else the same name); a call with none foreseen keeps a copy until the alignment is
+known. The local mode is one more pass of B in which each aligned call runs its own
+code on A's values (``record.Substitute``). The runs use ``HookSession`` as every
+command does.
 """
 
 from __future__ import annotations
