@@ -506,3 +506,31 @@ def test_csv_and_markdown_carry_the_call_rows(fmt: str) -> None:
     for key in ("name", "partner", "rel_l2", "local_rel_l2", "sqnr_db", "outputs"):
         assert key in head, key
     assert "fc3" in result.stdout
+
+
+def test_in_step_a_lends_its_outputs_and_keeps_no_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two models named alike run in step: every output of A that B measures is lent, not
+    copied (issue 47's cost: no copy of a whole activation beyond one module's), and the
+    figures are those of the run one after the other (itself checked against plain hooks
+    above)."""
+    from hookcli.compare import record, runner
+
+    made: list[record.Handoff] = []
+    real = record.Handoff.__init__
+
+    def init(self: record.Handoff, wanted: Any) -> None:
+        real(self, wanted)
+        made.append(self)
+
+    monkeypatch.setattr(record.Handoff, "__init__", init)
+    args = ("compare", f"{M}:Decoder", f"{M}:Decoder", "--b-kwargs", "bug='gelu'")
+    stepped = invoke_json(*args)
+    assert len(made) == 2  # the propagated mode and the local mode
+    assert all(h.copied == 0 and not h.items for h in made)
+    monkeypatch.setattr(runner, "_can_step", lambda *a: False)
+    apart = invoke_json(*args)
+    assert len(made) == 2
+    keys = ("max_abs", "rel_l2", "cosine", "local_max_abs", "local_rel_l2", "local_cosine")
+    for r, s in zip(stepped["calls"], apart["calls"], strict=True):
+        assert [r[k] for k in keys] == [s[k] for k in keys], r["name"]
+    assert stepped["first_divergence"] == apart["first_divergence"]
