@@ -113,7 +113,7 @@ _CHUNK = 1 << 16  # elements per step: the float64 buffers stay small, reused an
 
 _FAST = ("float16", "bfloat16", "float32", "float64")
 _ROW = 1024  # sums of squares by rows of this length: each row's norm is exact to ~1e-7
-_scratch: dict[tuple[Any, Any], torch.Tensor] = {}  # (device, dtype) -> reused buffer
+_scratch: dict[tuple[Any, Any, int], torch.Tensor] = {}  # (device, dtype) -> reused buffer
 
 
 def release_scratch() -> None:

@@ -251,7 +251,7 @@ class Measure(Probe):
 
     def __init__(
         self,
-        partner: Mapping[tuple[str, int], int],
+        partner: Mapping[tuple[str, int], Any],
         ref_outputs: Mapping[int, list[torch.Tensor]],
         rtol: float | None,
         atol: float | None,
@@ -264,9 +264,9 @@ class Measure(Probe):
         self.ref_inputs = ref_inputs
         self.rtol, self.atol = rtol, atol
         self.keep_rest = keep_rest
-        self.diffs: dict[int, tuple[int, Any]] = {}  # B's call -> (A's call, CallDiff)
+        self.diffs: dict[int, tuple[Any, Any]] = {}  # B's call -> (A's call or key, CallDiff)
         self.outputs: dict[int, list[torch.Tensor]] = {}  # copies, calls with no partner
-        self.in_diverged: dict[int, tuple[int, bool]] = {}  # B's call -> (A's call, differs)
+        self.in_diverged: dict[int, tuple[Any, bool]] = {}  # B's call -> (A's call, differs)
         self.input_refs: dict[int, tuple[list[torch.Tensor], list[int]]] = {}
         self.seen_divergence = False
         # a tensor measured already (a container's output that is its last child's, the
@@ -520,7 +520,7 @@ class Lent(Mapping[Any, list[torch.Tensor]]):
         got = self.get(key)
         if got is None:
             raise KeyError(key)
-        return got  # type: ignore[no-any-return]
+        return got
 
     def __iter__(self) -> Any:
         return iter(())
