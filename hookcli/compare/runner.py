@@ -941,6 +941,11 @@ def _report(
             f"local mode: {len(local.kept)} call(s) of B kept their own inputs or outputs "
             "(their number or shapes differ from A's, or their container cannot be rebuilt)"
         )
+    if plan.backward and not meta:
+        notes.append(
+            "--backward: the gradients are the propagated run's (each side's own backward "
+            "through its own forward); the local columns are forward only"
+        )
     if copied is not None:
         notes.append(
             f"--copy-weights: {len(copied.pairs)} parameter(s) copied from A"
