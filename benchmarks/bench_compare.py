@@ -13,7 +13,8 @@ differs and each figure takes its full path, as in a real comparison):
 The floor: A's and B's bare ``inference_mode`` forwards, with a forward hook on every
 module of both that reads each output tensor once (one ``torch.sum``). Target <= 1.15
 per mode. Interleaved rounds (the order rotates each round); the median of the per-round
-ratios, and their spread (min..max).
+ratios, and their spread (min..max). The floor is timed twice per round: the ratio of
+the two (``noise``, 1 on a quiet machine) is each mode's noise row.
 
 Memory: each case in a fresh subprocess (``--peak CASE``), which builds both models and
 runs the case once; its peak RSS (``VmHWM``) against the case ``forward`` (both
@@ -119,7 +120,13 @@ def _cases(a: Any, b: Any, x: Any) -> dict[str, Any]:
     def both() -> None:
         hookcli.compare(a, b, (x,))
 
-    return {"bare": floor, "forward": forward, "propagated": propagated, "both": both}
+    return {
+        "bare": floor,
+        "bare2": floor,  # the noise row: the floor timed twice
+        "forward": forward,
+        "propagated": propagated,
+        "both": both,
+    }
 
 
 def _largest_output(a: Any, x: Any) -> int:
@@ -185,16 +192,17 @@ def measure(args: argparse.Namespace) -> None:
 
     a, b, x = _models(args.model, args.batch, args.size, args.seq)
     cases = _cases(a, b, x)
-    names = ["bare", "propagated", "both"]
+    names = ["bare", "bare2", "propagated", "both"]
     for name in names:  # warm-up
         cases[name]()
     wall: dict[str, list[float]] = {k: [] for k in names}
     for r in range(rounds(args.repeats)):
-        for k in names[r % 3 :] + names[: r % 3]:
+        for k in names[r % 4 :] + names[: r % 4]:
             t0 = time.perf_counter()
             cases[k]()
             wall[k].append(time.perf_counter() - t0)
     ratios = {
+        "noise": [g / f for g, f in zip(wall["bare2"], wall["bare"], strict=True)],
         "propagated": [p / f for p, f in zip(wall["propagated"], wall["bare"], strict=True)],
         "local": [
             (t - p) / f
@@ -223,9 +231,23 @@ def measure(args: argparse.Namespace) -> None:
         med = statistics.median(rs)
         print(
             f"  {mode:<10} ratio to the floor: median {med:.2f} (rounds {min(rs):.2f}..."
-            f"{max(rs):.2f}); target <= 1.15 per mode",
+            f"{max(rs):.2f}); "
+            + (
+                "the floor against itself: 1 on a quiet machine"
+                if mode == "noise"
+                else "target <= 1.15 per mode"
+            ),
             flush=True,
         )
+        if mode == "noise":  # publish.py's noise row of each mode's figure
+            for of in ("propagated", "local"):
+                record(
+                    f"compare_{args.model}_{of}_again",
+                    med,
+                    what=f"the floor against itself, {what} (noise row)",
+                    target="-",
+                )
+            continue
         record(
             f"compare_{args.model}_{mode}",
             med,

@@ -146,12 +146,55 @@ def _vs_reference(cls: type[nn.Module], vs: str) -> tuple[dict, dict]:
 
     outs_a, ins_a = plain_run(a, (x,))
     outs_b, _ = plain_run(b, (xb,), ctx=ctx)
-    local_b = {}  # one pass per module: it alone is fed A's input
-    for name in outs_a:
-        local_b[name] = plain_run(b, (xb,), feed={name: ins_a[name]}, ctx=ctx)[0][name]
     prop = {n: [metrics(p, q) for p, q in zip(outs_a[n], outs_b[n], strict=True)] for n in outs_a}
-    loc = {n: [metrics(p, q) for p, q in zip(outs_a[n], local_b[n], strict=True)] for n in outs_a}
-    return prop, loc
+    return prop, local_reference(b, (xb,), ins_a, outs_a, ctx)
+
+
+def local_reference(
+    model: nn.Module,
+    args: tuple[Any, ...],
+    ins_a: dict[str, list[tuple[torch.Tensor, ...]]],
+    outs_a: dict[str, list[torch.Tensor]],
+    ctx: Callable[[], Any] | None = None,
+) -> dict[str, list[dict[str, float]]]:
+    """The local figures from plain hooks, in one run of B: every module gets A's input
+    and hands A's output on (cast to B's dtype), so each adds only its own code's error;
+    a module's figures are the worst (by relative L2) of its output's and of the inputs
+    its code gave its children."""
+    found: dict[str, list[list[dict[str, float]]]] = {}
+    stack: list[tuple[str, int]] = []
+    calls: dict[str, int] = {}
+    handles = []
+    for name, m in model.named_modules():
+
+        def pre(mod: nn.Module, a: tuple[Any, ...], name: str = name) -> Any:
+            k = calls.get(name, 0)
+            calls[name] = k + 1
+            src = ins_a[name][k]
+            if stack:
+                outer, ok = stack[-1]
+                if any(not torch.equal(s.to(o.dtype), o) for s, o in zip(src, a, strict=True)):
+                    found[outer][ok].append(metrics(src[0], a[0]))
+            stack.append((name, k))
+            found.setdefault(name, []).append([])
+            return tuple(s.to(o.dtype) for s, o in zip(src, a, strict=True))
+
+        def post(mod: nn.Module, a: Any, out: torch.Tensor, name: str = name) -> Any:
+            _, k = stack.pop()
+            found[name][k].append(metrics(outs_a[name][k], out))
+            return outs_a[name][k].to(out.dtype)
+
+        handles.append(m.register_forward_pre_hook(pre))
+        handles.append(m.register_forward_hook(post))
+    try:
+        with torch.no_grad(), ctx() if ctx else torch.no_grad():
+            model(*args)
+    finally:
+        for h in handles:
+            h.remove()
+    return {
+        n: [max(c, key=lambda f: f["rel_l2"]) for c in per_call] for n, per_call in found.items()
+    }
 
 
 @pytest.mark.parametrize("cls", [ConvNet, Decoder])
@@ -347,6 +390,9 @@ def test_backward_grads_equal_plain_autograd() -> None:
         want = metrics(grads_in["a"][name], grads_in["b"][name])["rel_l2"]
         assert close(rows[name]["grad_input_rel_l2"], want), name
     assert report["first_grad_divergence"]["module"] == "fc3"  # backward starts there
+    # what local means for gradients: nothing; the report says so
+    table = invoke("compare", f"{M}:MLPNet", "--vs", "dtype=bfloat16", "--backward")
+    assert "the local columns are forward only" in table.stdout, table.stdout[:500]
 
 
 def test_html_page_charts_both_modes_and_marks_the_first_divergence(tmp_path: Any) -> None:
@@ -463,3 +509,31 @@ def test_csv_and_markdown_carry_the_call_rows(fmt: str) -> None:
     for key in ("name", "partner", "rel_l2", "local_rel_l2", "sqnr_db", "outputs"):
         assert key in head, key
     assert "fc3" in result.stdout
+
+
+def test_in_step_a_lends_its_outputs_and_keeps_no_copy(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two models named alike run in step: every output of A that B measures is lent, not
+    copied (issue 47's cost: no copy of a whole activation beyond one module's), and the
+    figures are those of the run one after the other (itself checked against plain hooks
+    above)."""
+    from hookcli.compare import record, runner
+
+    made: list[record.Handoff] = []
+    real = record.Handoff.__init__
+
+    def init(self: record.Handoff, wanted: Any) -> None:
+        real(self, wanted)
+        made.append(self)
+
+    monkeypatch.setattr(record.Handoff, "__init__", init)
+    args = ("compare", f"{M}:Decoder", f"{M}:Decoder", "--b-kwargs", "bug='gelu'")
+    stepped = invoke_json(*args)
+    assert len(made) == 2  # the propagated mode and the local mode
+    assert all(h.copied == 0 and not h.items for h in made)
+    monkeypatch.setattr(runner, "_can_step", lambda *a: False)
+    apart = invoke_json(*args)
+    assert len(made) == 2
+    keys = ("max_abs", "rel_l2", "cosine", "local_max_abs", "local_rel_l2", "local_cosine")
+    for r, s in zip(stepped["calls"], apart["calls"], strict=True):
+        assert [r[k] for k in keys] == [s[k] for k in keys], r["name"]
+    assert stepped["first_divergence"] == apart["first_divergence"]

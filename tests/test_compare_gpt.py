@@ -157,13 +157,10 @@ class GPT(nn.Module):
         return logits, loss
 
 
-def small_gpt(**kwargs):
-    """GPT(GPTConfig(**kwargs)), as nanoGPT's train.py builds it (``GPT(gptconf)``)."""
-    return GPT(GPTConfig(**kwargs))
-
-
 SMALL = {"n_layer": 2, "n_head": 2, "n_embd": 32, "vocab_size": 64}
-A_KW = [f"{k}={v}" for k, v in {**SMALL, "block_size": 16}.items()]
+# A as a user builds nanoGPT's GPT from the command line: `-k config.n_layer=2 ...` on the
+# unannotated `GPT(config)`, hookcli inferring GPTConfig from this file (issue 44)
+A_KW = [f"config.{k}={v}" for k, v in {**SMALL, "block_size": 16}.items()]
 B_KW = [f"{k}={v}" for k, v in {**SMALL, "n_positions": 16}.items()] + [
     "activation_function='gelu'",  # nanoGPT's nn.GELU() is exact; GPT-2's default is tanh
     "use_cache=False",
@@ -173,7 +170,7 @@ B_KW = [f"{k}={v}" for k, v in {**SMALL, "n_positions": 16}.items()] + [
 def _args(extra_a: list[str] = ()) -> list[str]:
     out = [
         "compare",
-        "tests.test_compare_gpt:small_gpt",
+        "tests.test_compare_gpt:GPT",
         "hf:gpt2:causal-lm",
         "-i",
         "int64:2x8:0..64",
@@ -209,6 +206,6 @@ def test_nanogpt_against_transformers_gpt2_agrees_module_by_module() -> None:
 
 def test_nanogpt_with_a_planted_bug_is_named() -> None:
     pytest.importorskip("transformers")
-    report = invoke_json(*_args(["planted='scale'"]))
+    report = invoke_json(*_args(["config.planted='scale'"]))
     assert report["first_divergence"]["module"] == "transformer.h.0.attn"
     assert report["first_divergence_local"]["module"] == "transformer.h.0.attn"

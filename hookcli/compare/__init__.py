@@ -5,7 +5,8 @@
     metrics.py   per output tensor: max abs, relative L2, cosine, SQNR, NaN/Inf, the
                  tolerance test (``torch.testing.assert_close``'s defaults by dtype)
     settings.py  ``--vs KEY=VALUE``: what the B side changes (amp, dtype, device, ...)
-    record.py    the probes: record a side's calls; the local mode's input substitution
+    record.py    the probes: record a side's calls; A's tensors lent to B in step; the
+                 local mode's substitution of A's inputs and outputs
     weights.py   ``--copy-weights``: A's parameters into B through the alignment
     runner.py    the command's run: build both sides, run, align, measure, the report
 

@@ -1,9 +1,10 @@
 """Per output tensor: how far B's value is from A's (A is the reference).
 
-Every figure is computed in float64 from the two tensors as they are (B's cast to
-float64 on A's device), so it does not depend on the dtype either side ran in. One sweep
-over the pair, a chunk at a time, gives them all (sums of squares of a, b and b - a,
-dot(a, b), max |b - a|, the non-finite and mismatched counts):
+The figures come from whole-tensor passes over the pair in float32 (float64 where a side
+is float64; B's cast to A's device): ``b - a`` once (rounded once, to half an ulp of the
+difference), sums of squares of a, b and b - a by short rows summed in float64 (each to
+about 1e-7 relative), the extremes of b - a, and the count beyond the tolerance; a pair
+with a NaN or Inf (or a sum past float32's range) takes a chunked float64 sweep:
 
     max_abs  = max |b - a|
     rel_l2   = ||b - a|| / ||a||          (0 when both are zero, inf when only a is)
@@ -110,7 +111,94 @@ def _ratio(num: float, den: float, both_zero: float, den_zero: float) -> float:
 _CHUNK = 1 << 16  # elements per step: the float64 buffers stay small, reused and in cache
 
 
+_FAST = ("float16", "bfloat16", "float32", "float64")
+_ROW = 1024  # sums of squares by rows of this length: each row's norm is exact to ~1e-7
+_scratch: dict[tuple[Any, Any, int], torch.Tensor] = {}  # (device, dtype) -> reused buffer
+
+
+def release_scratch() -> None:
+    """Drop the buffers ``_reduce`` reuses from pair to pair (compare's run ends)."""
+    _scratch.clear()
+
+
+def _buffer(n: int, like: torch.Tensor, slot: int) -> torch.Tensor:
+    """``n`` elements of a buffer kept between pairs (no fresh pages for each pair)."""
+    import torch
+
+    key = (like.device, like.dtype, slot)
+    buf = _scratch.get(key)
+    if buf is None or buf.numel() < n:
+        with torch.inference_mode(False):  # (a normal tensor serves in and out of it)
+            buf = _scratch[key] = torch.empty(n, dtype=like.dtype, device=like.device)
+    return buf[:n]
+
+
+def _sumsq(x: torch.Tensor) -> torch.Tensor:
+    """sum(x * x) in float64, reading ``x`` once: float norms of rows of ``_ROW``
+    elements (short sums, so each is exact to ~1e-7), squared and summed in float64."""
+    import torch
+
+    main = x.numel() - x.numel() % _ROW
+    parts = []
+    if main:
+        rows = torch.linalg.vector_norm(x[:main].view(-1, _ROW), dim=1)
+        parts.append(rows.to(torch.float64).square().sum())
+    if main < x.numel():
+        parts.append(x[main:].to(torch.float64).square().sum())
+    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
+
+
+def _first(x: torch.Tensor, value: float, largest: bool) -> int:
+    """The first index where ``x`` (1-D) holds ``value``, its max (or min): the row that
+    holds it, then the place in that row (a whole-tensor argmax is a slow kernel)."""
+    import torch
+
+    main = x.numel() - x.numel() % _ROW
+    if main:
+        rows = x[:main].view(-1, _ROW)
+        ends = rows.amax(dim=1) if largest else rows.amin(dim=1)
+        r = int(torch.argmax(ends) if largest else torch.argmin(ends))
+        if float(ends[r]) == value:
+            row = rows[r]
+            return r * _ROW + int(torch.argmax(row) if largest else torch.argmin(row))
+    tail = x[main:]
+    return main + int(torch.argmax(tail) if largest else torch.argmin(tail))
+
+
 def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float]:
+    """The figures of one pair, from whole-tensor passes in float32 (float64 where either
+    side is float64) where every value is finite, else from the float64 sweep
+    (``_sweep``): b - a once (rounded once, to half an ulp of the difference itself),
+    the three sums of squares by rows (``_sumsq``), the extremes of b - a, and only where
+    max |b - a| passes atol the count of elements beyond the tolerance."""
+    import torch
+
+    if dtype_name(a.dtype) not in _FAST or dtype_name(b.dtype) not in _FAST:
+        return _sweep(a, b, rt, at)
+    wide = torch.float64 if torch.float64 in (a.dtype, b.dtype) else torch.float32
+    af, bf = a.reshape(-1).to(wide), b.reshape(-1).to(device=a.device, dtype=wide)
+    n = af.numel()
+    d = torch.sub(bf, af, out=_buffer(n, af, 0))
+    sums = torch.stack([_sumsq(af), _sumsq(bf), _sumsq(d), *torch.aminmax(d)]).tolist()
+    sq_a, sq_b, sq_d, lo, hi = sums
+    if not (math.isfinite(sq_a) and math.isfinite(sq_b) and math.isfinite(sq_d)):
+        return _sweep(a, b, rt, at)  # NaN or Inf somewhere (or a sum past float's range)
+    largest = abs(hi) >= abs(lo)
+    k = _first(d, hi if largest else lo, largest)
+    raw = abs(hi) if largest else abs(lo)
+    bad = 0
+    if raw > at:  # else no element can pass atol + rtol * |a|
+        tol = torch.abs(af, out=_buffer(n, af, 1))
+        torch.sub(d.abs_(), tol, alpha=rt, out=d)
+        bad = int(torch.count_nonzero(torch.gt(d, at)))
+    # <a, b> from the three sums: (|a|^2 + |b|^2 - |b - a|^2) / 2, exact enough for the
+    # cosine (its error is that of the sums, relative to |a| |b|)
+    dot = (sq_a + sq_b - sq_d) / 2.0
+    va, vb = float(af[k]), float(bf[k])
+    return [raw, sq_a, sq_b, sq_d, dot, 0, 0, bad, va, vb, k]
+
+
+def _sweep(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float]:
     """The figures of one pair in one sweep over it, a chunk at a time: sums of squares
     of a, b and b - a, dot(a, b), max |b - a| and where, the non-finite and mismatched
     counts. Each chunk is cast to float64 once, into buffers reused from chunk to chunk:
@@ -241,6 +329,9 @@ class CallDiff:
     """Every output tensor of one aligned call, and the call's worst figures."""
 
     tensors: tuple[TensorDiff, ...]
+    # None: the call's outputs; else what was measured instead (local mode: "input of
+    # CHILD", an input the call's own code handed to that child)
+    at: str | None = None
 
     @property
     def diverged(self) -> bool:

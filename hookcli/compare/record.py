@@ -1,10 +1,11 @@
-"""The probes of compare's passes: record a side's calls, and feed B A's inputs (local mode)."""
+"""The probes of compare's passes: record a side's calls, lend A's tensors to B in step
+(``Handoff``), and feed B A's inputs and outputs (local mode)."""
 
 from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Mapping
+from collections.abc import Container, Mapping
 from typing import Any
 
 import torch
@@ -30,8 +31,13 @@ class Recorder(Probe):
     ``keep`` names (None: every call), and the order the calls finished in."""
 
     def __init__(
-        self, inputs: bool = False, keep: set[int] | None = None, input_refs: bool = False
+        self,
+        inputs: bool = False,
+        keep: set[int] | None = None,
+        input_refs: bool = False,
+        outputs: bool = True,
     ) -> None:
+        self.keep_outputs = outputs  # False: grad_inputs alone (B's, measured as it runs)
         self.keep_inputs = inputs or input_refs
         self.keep = keep
         # input_refs: the inputs themselves, no copy, with their version counters (the
@@ -65,7 +71,7 @@ class Recorder(Probe):
         self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
     ) -> None:
         self.finished.append(frame.index)
-        if self.keep is None or frame.index in self.keep:
+        if self.keep_outputs and (self.keep is None or frame.index in self.keep):
             self.outputs[frame.index] = [self._copy(t, True) for t in iter_tensors(output)]
 
     def _copy(self, t: torch.Tensor, remember: bool = False) -> torch.Tensor:
@@ -99,45 +105,64 @@ class Recorder(Probe):
 
 
 class Substitute(Probe):
-    """The local mode: a forward pre-hook on B's modules returns A's recorded input for the
-    aligned call (cast to the dtype and device of B's own), so B's module starts from A's
-    values and its error is its own. A call whose inputs differ in number or shape keeps its
-    own (``kept`` lists it)."""
+    """The local mode: each aligned call of B runs its own code on A's values. A forward
+    pre-hook returns A's recorded input for the call, and a forward hook returns A's
+    recorded output in place of B's (both cast to the dtype and device of B's own), so
+    every module starts from A's input and its parent goes on from A's output: what
+    differs is what the module's own code adds. The inputs a call's code hands to its
+    fed children (B's own, before they are replaced) are measured against A's there
+    (``handed``: the enclosing call's key -> figures), since code between two children
+    shows in nothing else. Runs after the session's hooks, which see B's own values. A
+    call whose inputs (or outputs) differ from A's in number or shape keeps its own
+    (``kept`` lists it)."""
 
-    def __init__(self, sources: Mapping[tuple[str, int], list[torch.Tensor]]) -> None:
+    def __init__(
+        self,
+        sources: Mapping[tuple[str, int], list[torch.Tensor]],
+        outputs: Mapping[tuple[str, int], list[torch.Tensor]] | None = None,
+        rtol: float | None = None,
+        atol: float | None = None,
+        names: set[str] | None = None,
+    ) -> None:
+        self.names = names  # the modules to hook (None: those sources and outputs name)
         self.sources = sources  # (B name, B call) -> A's input tensors
+        self.replace = {} if outputs is None else outputs  # (B name, B call) -> A's outputs
+        self.rtol, self.atol = rtol, atol
         self.calls: dict[int, int] = {}
         self.kept: list[tuple[str, int]] = []
         self.fed: int = 0
+        # the enclosing call's key -> [(the child's key, figures of what it was handed)]
+        self.handed: dict[tuple[str, int], list[Any]] = {}
+        self._stack: list[tuple[int, tuple[str, int]]] = []
 
     def attach(self, session: HookSession) -> None:
-        names = {n for n, _ in self.sources}
+        names = self.names
+        if names is None:
+            names = {n for n, _ in self.sources} | {n for n, _ in self.replace}
         for module in session.model.modules():
             name = session.names.get(id(module))
             if name in names:
-                session.keep(module.register_forward_pre_hook(self._hook(name), with_kwargs=True))
+                session.keep(module.register_forward_pre_hook(self._pre(name), with_kwargs=True))
+                session.keep(module.register_forward_hook(self._post(name)))
 
-    def _hook(self, name: str) -> Any:
+    def _pre(self, name: str) -> Any:
         def hook(module: nn.Module, args: Any, kwargs: Any) -> Any:
             call = self.calls.get(id(module), 0)
             self.calls[id(module)] = call + 1
-            source = self.sources.get((name, call))
+            key = (name, call)
+            outer = self._stack[-1][1] if self._stack else None
+            self._stack.append((id(module), key))
+            source = self.sources.get(key)
             if source is None:
                 return None
             own = list(iter_tensors(args)) + list(iter_tensors(kwargs))
-            if len(own) != len(source) or any(
-                tuple(o.shape) != tuple(s.shape) for o, s in zip(own, source, strict=True)
-            ):
-                self.kept.append((name, call))
+            fed = _cast_like(own, source)
+            if fed is None:
+                self.kept.append(key)
                 return None
-            feed = iter(
-                [
-                    s.to(device=o.device, dtype=o.dtype)
-                    if o.is_floating_point() and s.is_floating_point()
-                    else s.to(device=o.device)
-                    for o, s in zip(own, source, strict=True)
-                ]
-            )
+            if outer is not None:
+                self._hand(outer, key, source, own, fed)
+            feed = iter(fed)
 
             def leaf(v: Any) -> Any:
                 return next(feed) if isinstance(v, torch.Tensor) else v
@@ -145,12 +170,73 @@ class Substitute(Probe):
             new_args = rebuild(args, leaf, _rebuildable)
             new_kwargs = rebuild(kwargs, leaf, _rebuildable)
             if next(feed, None) is not None:  # a tensor inside an object rebuild keeps
-                self.kept.append((name, call))
+                self.kept.append(key)
                 return None
             self.fed += 1
             return new_args, new_kwargs
 
         return hook
+
+    def _hand(
+        self,
+        outer: tuple[str, int],
+        child: tuple[str, int],
+        source: list[torch.Tensor],
+        own: list[Any],
+        fed: list[torch.Tensor],
+    ) -> None:
+        """B's own input to a fed call against A's: what the enclosing call's code made."""
+        from hookcli.compare.metrics import call_diff
+
+        if all(  # A's value passed on untouched (cast to B's dtype, as fed): nothing made
+            o is c or torch.equal(o, c) for o, c in zip(own, fed, strict=True)
+        ):
+            return
+        self.handed.setdefault(outer, []).append(
+            (child, call_diff(source, [o.detach() for o in own], self.rtol, self.atol))
+        )
+
+    def _post(self, name: str) -> Any:
+        def hook(module: nn.Module, args: Any, output: Any) -> Any:
+            while self._stack and self._stack[-1][0] != id(module):
+                self._stack.pop()  # calls that raised and were caught inside forward
+            if not self._stack:
+                return None
+            _, key = self._stack.pop()
+            ref = self.replace.get(key)
+            if ref is None:
+                return None
+            own = list(iter_tensors(output))
+            fed = _cast_like(own, ref)
+            if fed is None:
+                return None
+            feed = iter(fed)
+            try:
+                new = rebuild(output, lambda v: next(feed) if isinstance(v, torch.Tensor) else v,
+                              _rebuildable)  # fmt: skip
+            except Exception:  # an output class that cannot be built again (a ModelOutput)
+                new = None
+            if new is None or next(feed, None) is not None:
+                self.kept.append(key)
+                return None
+            return new
+
+        return hook
+
+
+def _cast_like(own: list[torch.Tensor], ref: list[torch.Tensor]) -> list[torch.Tensor] | None:
+    """A's tensors cast to the dtype and device of B's own (None: their number or shapes
+    differ)."""
+    if len(own) != len(ref) or any(
+        tuple(o.shape) != tuple(s.shape) for o, s in zip(own, ref, strict=True)
+    ):
+        return None
+    return [
+        s.to(device=o.device, dtype=o.dtype)
+        if o.is_floating_point() and s.is_floating_point()
+        else s.to(device=o.device)
+        for o, s in zip(own, ref, strict=True)
+    ]
 
 
 class Measure(Probe):
@@ -165,7 +251,7 @@ class Measure(Probe):
 
     def __init__(
         self,
-        partner: Mapping[tuple[str, int], int],
+        partner: Mapping[tuple[str, int], Any],
         ref_outputs: Mapping[int, list[torch.Tensor]],
         rtol: float | None,
         atol: float | None,
@@ -178,9 +264,9 @@ class Measure(Probe):
         self.ref_inputs = ref_inputs
         self.rtol, self.atol = rtol, atol
         self.keep_rest = keep_rest
-        self.diffs: dict[int, tuple[int, Any]] = {}  # B's call -> (A's call, CallDiff)
+        self.diffs: dict[int, tuple[Any, Any]] = {}  # B's call -> (A's call or key, CallDiff)
         self.outputs: dict[int, list[torch.Tensor]] = {}  # copies, calls with no partner
-        self.in_diverged: dict[int, tuple[int, bool]] = {}  # B's call -> (A's call, differs)
+        self.in_diverged: dict[int, tuple[Any, bool]] = {}  # B's call -> (A's call, differs)
         self.input_refs: dict[int, tuple[list[torch.Tensor], list[int]]] = {}
         self.seen_divergence = False
         # a tensor measured already (a container's output that is its last child's, the
@@ -199,6 +285,7 @@ class Measure(Probe):
         if ref is not None:
             own = [t for obj in (args, kwargs) for t in iter_tensors(obj)]
             self.in_diverged[frame.index] = (i, diverged(ref, own, self.rtol, self.atol))
+            _release(self.ref_inputs, i)
 
     def unchanged_inputs(self, index: int) -> list[torch.Tensor] | None:
         """A call's inputs kept by reference, if nothing changed them in place since."""
@@ -238,10 +325,21 @@ class Measure(Probe):
             with contextlib.suppress(TypeError):  # a tensor subclass without weak references
                 self._done[key] = (weakref.ref(b), b._version, d)
             tensors.append(d)
+        _release(self.ref_outputs, i)
         diff = CallDiff(tuple(tensors))
         self.diffs[frame.index] = (i, diff)
-        if diff.diverged:
+        if diff.diverged and not self.seen_divergence:
             self.seen_divergence = True
+            stop = getattr(self.ref_inputs, "stop", None)
+            if stop is not None:  # A's inputs are read up to the first divergence only
+                stop()
+
+
+def _release(refs: Any, key: Any) -> None:
+    """A's lent tensors given back (``Lent``); nothing for a plain mapping."""
+    release = getattr(refs, "release", None)
+    if release is not None:
+        release(key)
 
 
 def diverged(
@@ -267,3 +365,165 @@ def diverged(
         if tensor_diff(pos, a, b, rtol, atol).diverged:
             return True
     return False
+
+
+Key = tuple[str, tuple[str, int]]  # ("in" | "out", (A's module name, call))
+
+
+class Handoff:
+    """A's tensors handed to B's pass as A's run makes them: A runs in a thread of its
+    own, in step with B. At each tensor list B will ask for (``wanted``) A stops and
+    waits, its own tensors lent, not copied, until B took them, or B waits for a list A
+    has not reached (A keeps a copy and goes on: held per call until taken), or B's run
+    ended. B asks with ``get`` (waiting until A offered that list or went past it) and
+    gives back with ``take``."""
+
+    def __init__(self, wanted: Container[Key]) -> None:
+        import threading
+
+        self.wanted = wanted
+        self.cond = threading.Condition()
+        self.items: dict[Key, tuple[int, list[torch.Tensor]]] = {}
+        self.passed: set[Key] = set()
+        self.waiting: Key | None = None
+        self.a_done = False
+        self.b_done = False
+        self.no_inputs = False  # B asks for no more inputs (it saw a divergence)
+        self.copied = 0
+
+    def offer(self, item: Key, index: int, tensors: list[torch.Tensor]) -> None:
+        """(A's thread) the list ``item``, then wait until B took it or went elsewhere."""
+        with self.cond:
+            self.passed.add(item)
+            if item not in self.wanted or self.b_done or (item[0] == "in" and self.no_inputs):
+                if self.waiting is not None:
+                    self.cond.notify_all()
+                return
+            self.items[item] = (index, tensors)
+            self.cond.notify_all()
+            while item in self.items and not self.b_done and not self._elsewhere(item):
+                self.cond.wait()
+            if item in self.items:  # B went on without it: a copy, held until taken
+                self.items[item] = (index, [t.detach().clone() for t in tensors])
+                self.copied += 1
+
+    def _elsewhere(self, item: Key) -> bool:
+        return self.waiting is not None and self.waiting != item and self.waiting not in self.items
+
+    def a_finished(self) -> None:
+        with self.cond:
+            self.a_done = True
+            self.cond.notify_all()
+
+    def b_finished(self) -> None:
+        with self.cond:
+            self.b_done = True
+            self.cond.notify_all()
+
+    def get(self, item: Key) -> tuple[int, list[torch.Tensor]] | None:
+        """(B's thread) A's list ``item``: None if A went past it without one."""
+        with self.cond:
+            while item not in self.items and item not in self.passed and not self.a_done:
+                self.waiting = item
+                self.cond.notify_all()
+                self.cond.wait()
+            self.waiting = None
+            return self.items.get(item)
+
+    def take(self, item: Key) -> None:
+        with self.cond:
+            if self.items.pop(item, None) is not None:
+                self.cond.notify_all()
+
+    def left(self, kind: str) -> dict[int, list[torch.Tensor]]:
+        """The lists of that kind B never took (copies by now), by A's call index."""
+        return {i: ts for (k, _), (i, ts) in self.items.items() if k == kind}
+
+
+class Offer(Probe):
+    """A's side of a run in step (``Handoff``): each call's inputs and outputs offered;
+    with ``keep_rest``, a copy of those of the calls B will not ask for (the alignment
+    may pair them later)."""
+
+    def __init__(self, handoff: Handoff, keep_rest: bool) -> None:
+        self.handoff = handoff
+        self.keep_rest = keep_rest
+        self.outputs: dict[int, list[torch.Tensor]] = {}
+        self.inputs: dict[int, list[torch.Tensor]] = {}
+
+    def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
+        item = ("in", (frame.name, frame.call))
+        refs = [t.detach() for obj in (args, kwargs) for t in iter_tensors(obj)]
+        if self.keep_rest and item not in self.handoff.wanted:
+            self.inputs[frame.index] = [t.clone() for t in refs]
+        self.handoff.offer(item, frame.index, refs)
+
+    def on_forward(
+        self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
+    ) -> None:
+        item = ("out", (frame.name, frame.call))
+        refs = [t.detach() for t in iter_tensors(output)]
+        if self.keep_rest and item not in self.handoff.wanted:
+            self.outputs[frame.index] = [t.clone() for t in refs]
+        self.handoff.offer(item, frame.index, refs)
+
+
+class Lent(Mapping[Any, list[torch.Tensor]]):
+    """A ``Handoff``'s lists of one kind seen as a mapping for B's probes: ``get(key)``
+    waits for A's list (B's key mapped to A's by ``names``, or A's key itself); with
+    ``copy``, a copy that B may keep and change (taken at once); else A's own, lent
+    until ``release``, which a probe that only reads calls when done (``keep_lent``:
+    release does nothing: another probe takes it later)."""
+
+    def __init__(
+        self,
+        handoff: Handoff,
+        kind: str,
+        names: Mapping[tuple[str, int], tuple[str, int]] | None = None,
+        copy: bool = False,
+        keep_lent: bool = False,
+    ) -> None:
+        self.handoff, self.kind, self.names = handoff, kind, names
+        self.copy, self.keep_lent = copy, keep_lent
+
+    def _item(self, key: Any) -> Key | None:
+        akey = key if self.names is None else self.names.get(key)
+        return None if akey is None else (self.kind, akey)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        item = self._item(key)
+        got = None if item is None else self.handoff.get(item)
+        if got is None:
+            return default
+        if not self.copy:
+            return got[1]
+        assert item is not None
+        out = [t.clone() for t in got[1]]
+        self.handoff.take(item)
+        return out
+
+    def stop(self) -> None:
+        """B asks for no more lists of this kind: A offers none and drops those offered."""
+        h = self.handoff
+        with h.cond:
+            h.no_inputs = True
+            for item in [k for k in h.items if k[0] == self.kind]:
+                del h.items[item]
+            h.cond.notify_all()
+
+    def release(self, key: Any) -> None:
+        item = self._item(key)
+        if item is not None and not self.keep_lent:
+            self.handoff.take(item)
+
+    def __getitem__(self, key: Any) -> list[torch.Tensor]:
+        got = self.get(key)
+        if got is None:
+            raise KeyError(key)
+        return got
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0

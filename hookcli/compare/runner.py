@@ -1,14 +1,16 @@
-"""``compare``'s run: build both sides, run A, run B (propagated, then local), align,
+"""``compare``'s run: build both sides, run A and B (propagated, then local), align,
 measure, and build the report.
 
-A runs once, keeping a copy of every call's inputs and outputs (the reference); B runs
-once freely (propagated) and once per module depth with each aligned module of that depth
-fed A's input for the call (local, through ``record.Substitute``). B's outputs are
-measured against A's as they come (``record.Measure``) and not kept: in the propagated
-pass its partners are foreseen by name (``--map`` rules, else the same name), and a call
-with none foreseen keeps a copy until the alignment is known; the local passes know the
-alignment. A's copies are dropped once the last pass that reads them is done. The runs use
-``HookSession`` as every command does.
+Each mode runs each model once. Where it can (``_can_step``), A runs in a thread of its
+own in step with B (``record.Handoff``): A lends each output B's partner call will
+measure and waits until it is measured, so nothing of A's is copied unless B asks
+first for a later one. Else A runs first and keeps a copy of every call's inputs and
+outputs (the reference), and B runs after it. B's outputs are measured as they come
+(``record.Measure``) and not kept: its partners are foreseen by name (``--map`` rules,
+else the same name); a call with none foreseen keeps a copy until the alignment is
+known. The local mode is one more pass of B in which each aligned call runs its own
+code on A's values (``record.Substitute``). The runs use ``HookSession`` as every
+command does.
 """
 
 from __future__ import annotations
@@ -108,30 +110,31 @@ def _run_pass(
     mode: Mode,
     *,
     inputs: bool = False,
-    sources: Mapping[tuple[str, int], list[Any]] | None = None,
+    substitute: Any = None,
     keep: set[int] | None = None,
     loss: Any = None,
     input_refs: bool = False,
     measure: Any = None,
+    extra: Sequence[Any] = (),
+    outputs: bool = True,
 ) -> Pass:
     """One forward of a side inside a HookSession, recording every call; with ``loss``
     (a ``--loss`` spec) also backward from it, recording grad_input and parameter grads."""
     import torch
 
-    from hookcli.compare.record import Recorder, Substitute
+    from hookcli.compare.record import Recorder
     from hookcli.compare.settings import running
     from hookcli.errors import RunError
     from hookcli.loading import keep_cwd
     from hookcli.pipeline import note_meta_assumptions
     from hookcli.session import HookSession
 
-    recorder = Recorder(inputs=inputs, keep=keep, input_refs=input_refs)
-    probes: list[Any] = [recorder]
+    recorder = Recorder(inputs=inputs, keep=keep, input_refs=input_refs, outputs=outputs)
+    probes: list[Any] = [recorder, *extra]
     if measure is not None:
         probes.append(measure)
-    sub = None
-    if sources is not None:
-        sub = Substitute(sources)
+    sub = substitute
+    if sub is not None:
         probes.append(sub)
     device = _device(side)
     try:
@@ -205,6 +208,15 @@ def b_inputs(a: Prepared, vs: Vs, device: Any) -> tuple[Any, dict[str, Any]]:
 def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str:
     """Both sides' passes, the alignment and the figures: the report (or, for
     ``print_map``, the ``--map`` rules as text)."""
+    from hookcli.compare.metrics import release_scratch
+
+    try:
+        return _run_compare(a, b, plan, mode)
+    finally:
+        release_scratch()
+
+
+def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str:
     from hookcli.compare.align import align, rules_from_pairs
     from hookcli.errors import UsageError
 
@@ -215,10 +227,14 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
     args_a, kwargs_a = a.prepared.inputs.args, dict(a.prepared.inputs.kwargs)
     args_b, kwargs_b = b_inputs(a.prepared, b.vs, _device(b))
     loss = (plan.loss or "sum") if plan.backward and not meta else None
-    pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
-    # (with --copy-weights this pass only finds B's calls: B is measured with A's weights)
-    foreseen = None if meta or plan.copy_weights else _measure(_foreseen(pa, plan), pa, plan)
-    pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=foreseen)
+    step = _can_step(a, b, plan, mode, meta)
+    if step:  # A and B in step: A's outputs measured as they come, none kept
+        pa, pb, foreseen = _propagated_in_step(a, b, plan, mode, args_a, kwargs_a, args_b, kwargs_b)
+    else:
+        pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
+        # (with --copy-weights this pass only finds B's calls: B measured with A's weights)
+        foreseen = None if meta or plan.copy_weights else _measure(_foreseen(pa, plan), pa, plan)
+        pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=foreseen, outputs=False)
     if foreseen is not None:  # the calls with no partner foreseen: their copies, inputs
         pb.outputs = foreseen.outputs
         pb.inputs = {j: refs for j in foreseen.input_refs if (refs := foreseen.unchanged_inputs(j))}
@@ -248,16 +264,200 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
             raise UsageError("--copy-weights needs values: --device meta holds shapes only")
         copied = copy_weights(a.model, b.model, module_pairs)
         known = _measure(_partners(alignment, by_b), pa, plan, keep_rest=False)
-        pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=known)  # A's weights
+        pb = _run_pass(  # A's weights
+            b, args_b, kwargs_b, mode, loss=loss, measure=known, outputs=False
+        )
         infos_b2 = _infos(pb.records)
         if [(c.name, c.call) for c in infos_b2] != [(c.name, c.call) for c in infos_b]:
             raise UsageError("--copy-weights: B called other modules with A's weights")
     local = None
     if not meta:
+        if step:  # the pairs measured against another call than foreseen: A's copies
+            _recall(a, pa, pb, alignment, args_a, kwargs_a, mode)
         pb.diffs = _settle(b, pa, pb, alignment, plan, args_b, kwargs_b, mode)
     if not meta and plan.local:
-        local = _local_passes(b, pa, pb, alignment, plan, args_b, kwargs_b, mode)
+        if step:
+            local = _local_in_step(a, b, pa, pb, alignment, plan, mode, (args_a, kwargs_a),
+                                   (args_b, kwargs_b))  # fmt: skip
+        else:
+            local = _local_passes(b, pa, pb, alignment, plan, args_b, kwargs_b, mode)
     return _report(a, b, plan, mode, pa, pb, local, alignment, meta, copied)
+
+
+def _can_step(a: Side, b: Side, plan: Plan, mode: Mode, meta: bool) -> bool:
+    """Whether A and B can run in step (A in a thread of its own): on the CPU, in eval,
+    forward only, with partners foreseen by name, two distinct models, and no setting
+    that is the process's rather than the thread's (autocast as hookcli sets it, the
+    thread count, determinism, the global seed, a compiled B). Else they run one after
+    the other, A's outputs copied."""
+    vs = b.vs
+    if (
+        meta
+        or plan.copy_weights
+        or plan.backward
+        or plan.align == "order"
+        or mode is not Mode.EVAL
+        or vs.amp is not None
+        or vs.threads is not None
+        or vs.deterministic
+        or vs.seed is not None
+        or vs.compile is not None
+        or _device(a).type != "cpu"
+        or _device(b).type != "cpu"
+    ):
+        return False
+    ids_a = {id(m) for m in a.model.modules()}
+    return not any(id(m) in ids_a for m in b.model.modules())
+
+
+class _ByName(Mapping[tuple[str, int], tuple[str, int]]):
+    """B's (name, call) -> A's (name, call), through a map of names."""
+
+    def __init__(self, names: Mapping[str, str]) -> None:
+        self.names = names
+
+    def __getitem__(self, key: tuple[str, int]) -> tuple[str, int]:
+        return (self.names[key[0]], key[1])
+
+    def __iter__(self) -> Any:
+        return iter(())
+
+    def __len__(self) -> int:
+        return 0
+
+
+class _Wanted:
+    """The lists A offers B: inputs and outputs of the calls of the modules named."""
+
+    def __init__(self, names: set[str]) -> None:
+        self.names = names
+
+    def __contains__(self, item: Any) -> bool:
+        return item[1][0] in self.names
+
+
+def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_rest: bool,
+             run_b: Any) -> tuple[Pass, Any, Any]:  # fmt: skip
+    """A's pass in a thread of its own, offering its tensors to ``run_b`` (B's pass, in
+    this thread) through ``handoff``; A's errors raised here once both ended."""
+    import threading
+
+    from hookcli.compare.record import Offer
+
+    offer = Offer(handoff, keep_rest)
+    done: dict[str, Any] = {}
+
+    def run_a() -> None:
+        try:
+            done["pass"] = _run_pass(a, a_call[0], a_call[1], mode, keep=set(), extra=[offer])
+        except BaseException as err:  # raised in the caller's thread below
+            done["error"] = err
+        finally:
+            handoff.a_finished()
+
+    thread = threading.Thread(target=run_a, name="hookcli-compare-A", daemon=True)
+    thread.start()
+    try:
+        pb = run_b()
+    finally:
+        handoff.b_finished()
+        thread.join()
+    if "error" in done:
+        raise done["error"]
+    return done["pass"], pb, offer
+
+
+def _propagated_in_step(
+    a: Side, b: Side, plan: Plan, mode: Mode, args_a: Any, kwargs_a: Any, args_b: Any,
+    kwargs_b: Any,
+) -> tuple[Pass, Pass, Any]:  # fmt: skip
+    """The propagated mode with A and B in step: each of B's calls whose partner is
+    foreseen by name (as ``_foreseen``) is measured against A's own output, lent while A
+    waits; A keeps copies only of what B does not take."""
+    from hookcli.compare.align import map_name
+    from hookcli.compare.record import Handoff, Lent, Measure
+
+    names: dict[str, str] = {}
+    for name, _ in a.model.named_modules():
+        names.setdefault(map_name(name, plan.rules)[0], name)
+    handoff = Handoff(_Wanted(set(names.values())))
+    measure = Measure(
+        _ByName(names),
+        Lent(handoff, "out"),
+        plan.rtol,
+        plan.atol,
+        ref_inputs=Lent(handoff, "in"),
+        keep_rest=True,
+    )
+    pa, pb, offer = _in_step(
+        a, (args_a, kwargs_a), mode, handoff, True,
+        lambda: _run_pass(b, args_b, kwargs_b, mode, measure=measure, outputs=False),
+    )  # fmt: skip
+    index_a = {(r.name, r.call): r.index for r in pa.records}
+    pb.measured = {j: (index_a[k], d) for j, (k, d) in measure.diffs.items() if k in index_a}
+    pb.in_diverged = {
+        j: (index_a[k], v) for j, (k, v) in measure.in_diverged.items() if k in index_a
+    }
+    measure.diffs, measure.in_diverged = {}, {}
+    pa.outputs = {**offer.outputs, **handoff.left("out")}
+    pa.inputs = {**offer.inputs, **handoff.left("in")}
+    return pa, pb, measure
+
+
+def _recall(
+    a: Side, pa: Pass, pb: Pass, alignment: Alignment, args_a: Any, kwargs_a: Any, mode: Mode
+) -> None:
+    """(After a run in step) A's outputs again, by one more pass of A keeping only them,
+    for the aligned calls that were measured against another call than the alignment's
+    and whose copy A did not keep."""
+    lost = {
+        i
+        for i, j in alignment.pairs.items()
+        if (pb.measured.get(j) or (None,))[0] != i and i not in pa.outputs
+    }
+    if lost:
+        again = _run_pass(a, args_a, kwargs_a, mode, keep=lost)
+        pa.outputs.update(again.outputs)
+
+
+def _local_in_step(
+    a: Side, b: Side, pa: Pass, pb: Pass, alignment: Alignment, plan: Plan, mode: Mode,
+    call_a: tuple[Any, Any], call_b: tuple[Any, Any],
+) -> Pass:  # fmt: skip
+    """The local mode (as ``_local_passes``) with A run again, in step: each aligned call
+    of B gets a copy of A's input for the call and hands on a copy of A's output, taken
+    as A makes them; nothing of A's is held beyond the call."""
+    from hookcli.compare.record import Handoff, Lent, Measure, Substitute
+
+    by_a = {r.index: r for r in pa.records}
+    by_b = {r.index: r for r in pb.records}
+    partner = {
+        (by_b[j].name, by_b[j].call): (by_a[i].name, by_a[i].call)
+        for i, j in alignment.pairs.items()
+    }
+    handoff = Handoff({(k, akey) for akey in partner.values() for k in ("in", "out")})
+    sub = Substitute(
+        Lent(handoff, "in", partner, copy=True),
+        Lent(handoff, "out", partner, copy=True),
+        plan.rtol,
+        plan.atol,
+        names={n for n, _ in partner},
+    )
+    measure = Measure(partner, Lent(handoff, "out", keep_lent=True), plan.rtol, plan.atol)
+    _, p, _ = _in_step(
+        a, call_a, mode, handoff, False,
+        lambda: _run_pass(b, call_b[0], call_b[1], mode, substitute=sub, keep=set(),
+                          measure=measure),
+    )  # fmt: skip
+    index_a = {(r.name, r.call): r.index for r in pa.records}
+    diffs: dict[int, CallDiff] = {index_a[k]: d for k, d in measure.diffs.values() if k in index_a}
+    for bkey, handed in sub.handed.items():
+        i = index_a.get(partner[bkey])
+        if i is not None:
+            given = _handed(handed, lambda k: partner[k][0] if k in partner else k[0])
+            diffs[i] = _worst([d for d in (diffs.get(i), *given) if d is not None])
+    pa.outputs, pa.inputs = {}, {}
+    return Pass(pb.records, {}, {}, pb.finished, p.kept, diffs=diffs)
 
 
 def _foreseen(pa: Pass, plan: Plan) -> dict[tuple[str, int], int]:
@@ -355,36 +555,60 @@ def _local_passes(
     kwargs_b: Any,
     mode: Mode,
 ) -> Pass:
-    """The local mode: one pass of B per module depth, in which each aligned module of
-    that depth is fed A's input for the call and runs its own subtree freely, so its
-    error is the one it (its code and its children) adds. Modules of one depth never
-    nest, so a pass serves them all; the root (depth 0) is fed A's inputs already. Each
-    fed call is measured as it returns; A's copies for a depth are dropped after its pass
-    (a copy another depth still names stays)."""
+    """The local mode: one pass of B in which every aligned call runs its own code on
+    A's values: its input is A's input for that call (a forward pre-hook) and its
+    children's outputs are A's (a forward hook on each, after it was measured), so its
+    error is the one its own code adds, and each error shows in one module. A call's
+    local figures are the worst (by relative L2) of its outputs and of the inputs its code
+    hands to its aligned children (code between two children shows only there). Each fed
+    call is measured as it returns; A's copies are dropped after the pass."""
+    from hookcli.compare.record import Substitute
+
     by_b = {r.index: r for r in pb.records}
     diffs: dict[int, CallDiff] = {}
+    pairs = dict(alignment.pairs)
     kept: list[tuple[str, int]] = []
-    depths = sorted({by_b[j].depth for j in alignment.pairs.values()})
-    for depth in depths:
-        pairs = {i: j for i, j in alignment.pairs.items() if by_b[j].depth == depth}
-        if depth == 0:
-            assert pb.diffs is not None
-            diffs.update({i: pb.diffs[i] for i in pairs if i in pb.diffs})
-            continue
+    if pairs:
         sources = {
             (by_b[j].name, by_b[j].call): pa.inputs.pop(i)
             for i, j in pairs.items()
             if i in pa.inputs
         }
         partner = {(by_b[j].name, by_b[j].call): i for i, j in pairs.items()}
+        outputs = {k: pa.outputs[i] for k, i in partner.items() if i in pa.outputs}
+        sub = Substitute(sources, outputs, plan.rtol, plan.atol)
         measure = _measure(partner, pa, plan, keep_rest=False, inputs=False)
-        p = _run_pass(b, args_b, kwargs_b, mode, sources=sources, keep=set(), measure=measure)
-        del sources
+        p = _run_pass(b, args_b, kwargs_b, mode, substitute=sub, keep=set(), measure=measure)
+        del sources, outputs
         diffs.update({i: d for i, d in p.measured.values()})
-        kept += p.kept
-        for i in pairs:
-            pa.outputs.pop(i, None)
+        by_a = {r.index: r for r in pa.records}
+        for key, handed in sub.handed.items():  # the code between a call's children
+            i = partner[key]
+            given = _handed(handed, lambda k: by_a[partner[k]].name if k in partner else k[0])
+            diffs[i] = _worst([d for d in (diffs.get(i), *given) if d is not None])
+        kept = p.kept
+    pa.outputs, pa.inputs = {}, {}
     return Pass(pb.records, {}, {}, pb.finished, kept, diffs=diffs)
+
+
+def _handed(handed: Sequence[tuple[Any, CallDiff]], name_a: Any) -> list[CallDiff]:
+    """The figures of the inputs a call handed its children, each saying which child's
+    (by A's name)."""
+    import dataclasses
+
+    return [
+        dataclasses.replace(d, at=f"input of {name_a(child) or '(root)'}") for child, d in handed
+    ]
+
+
+def _worst(diffs: Sequence[CallDiff]) -> CallDiff:
+    """The figures with the largest relative L2 (a NaN counts as largest)."""
+
+    def key(d: CallDiff) -> float:
+        v = d.rel_l2
+        return -1.0 if v is None else (math.inf if math.isnan(v) else v)
+
+    return max(diffs, key=key)
 
 
 def _param_grads(
@@ -539,6 +763,7 @@ def _divergence(
             "input_shapes": [list(s) for s in ra.input_shapes],
             "output_shapes": [list(s) for s in ra.output_shapes],
             "output": t.index,
+            "at": d.at or "output",
             "worst": None if t.worst is None else list(t.worst),
             "value_a": t.value_a,
             "value_b": t.value_b,
@@ -713,8 +938,13 @@ def _report(
         notes.append("on meta: alignment and shapes only; no values are compared")
     if local is not None and local.kept:
         notes.append(
-            f"local mode: {len(local.kept)} call(s) of B kept their own inputs (their number "
-            "or shapes differ from A's)"
+            f"local mode: {len(local.kept)} call(s) of B kept their own inputs or outputs "
+            "(their number or shapes differ from A's, or their container cannot be rebuilt)"
+        )
+    if plan.backward and not meta:
+        notes.append(
+            "--backward: the gradients are the propagated run's (each side's own backward "
+            "through its own forward); the local columns are forward only"
         )
     if copied is not None:
         notes.append(
@@ -782,11 +1012,12 @@ def _div_lines(label: str, d: Mapping[str, Any] | None) -> list[tuple[str, str]]
     if d is None:
         return [(label, "none (every aligned call within tolerance)")]
     text = f"{_where(d)}, in {fmt_shapes(d['input_shapes'])} out {fmt_shapes(d['output_shapes'])}"
+    what = f"output {d['output']}" if d.get("at", "output") == "output" else d["at"]
     if d["problem"] == "shape":
-        text += f"; output {d['output']}: shapes differ"
+        text += f"; {what}: shapes differ"
     else:
         text += (
-            f"; output {d['output']} at {d['worst']}: A {fmt_float(d['value_a'], 6)} vs "
+            f"; {what} at {d['worst']}: A {fmt_float(d['value_a'], 6)} vs "
             f"B {fmt_float(d['value_b'], 6)} (max |diff| {fmt_float(d['max_abs'])}, "
             f"rel L2 {fmt_float(d['rel_l2'])}, rtol {d['rtol']:g} atol {d['atol']:g})"
         )
