@@ -107,13 +107,25 @@ def _blas_copy_bytes(t: Any) -> int:
     return t.numel() * t.element_size()
 
 
-def next_sequence_nr() -> int:
-    """The sequence number the next autograd node will get (one throwaway node)."""
-    from torch.utils._python_dispatch import _disable_current_modes
+_SEQ_LEAF: list[torch.Tensor] = []  # the leaf whose views number the throwaway nodes
 
+
+def next_sequence_nr() -> int:
+    """The sequence number the next autograd node will get (one throwaway node: a view
+    of a 0-d leaf made once, Python's function and dispatch modes skipped by C++ guards)."""
+    if not _SEQ_LEAF:
+        with torch.inference_mode(False), torch._C._DisableTorchDispatch():
+            _SEQ_LEAF.append(torch.zeros((), device="cpu", requires_grad=True))
     # grad on, inference mode off: a forward under @torch.inference_mode() has spans too
-    with _disable_current_modes(), torch.inference_mode(False), torch.enable_grad():
-        node = torch.zeros((), requires_grad=True).view(()).grad_fn
+    inference = torch.is_inference_mode_enabled()
+    grad = torch.is_grad_enabled()
+    with contextlib.ExitStack() if not inference else torch.inference_mode(False):
+        torch._C._set_grad_enabled(True)
+        try:
+            with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+                node = _SEQ_LEAF[0].view(()).grad_fn
+        finally:
+            torch._C._set_grad_enabled(grad)
     assert node is not None
     return int(node._sequence_nr()) + 1
 
@@ -363,19 +375,23 @@ class LiveBytes(TorchDispatchMode):
         if self.phase == "forward":
             self.spans.append((next_sequence_nr(), self.modules[-1] if self.modules else ""))
 
-    def _check_peak(self, op: str, extra: int = 0, args: Any = (), extra_kind: str = "") -> None:
+    def _check_peak(self, op: Any, extra: int = 0, args: Any = (), extra_kind: str = "") -> None:
+        """``op``: its name, or the aten op whose name it is (made only at a new peak)."""
         total = self.live_bytes + extra
         if total > self.peak.bytes:
             by_kind = dict(self.by_kind)
             if extra:
                 by_kind[extra_kind or "activations"] += extra
-            self.peak = Peak(total, self.phase, self._where(args), op, by_kind)
+            name = op if isinstance(op, str) else str(op.overloadpacket)
+            self.peak = Peak(total, self.phase, self._where(args), name, by_kind)
 
     # -- the mode --------------------------------------------------------------------
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        cuda = _cuda_device(args) if self.open and self.measure and func in _CUDA_MEASURED else None
+        # one look-up of the op (an OpOverload's hash is Python): _CUDA_MEASURED is in it
+        measured = self.measure and self.open and func in _MEASURED
+        cuda = _cuda_device(args) if measured and func in _CUDA_MEASURED else None
         freed_before = cuda_freed_bytes(cuda) if cuda is not None else 0
         out = func(*args, **kwargs)
         if cuda is not None:  # what the kernel took and gave back during the call, read
@@ -391,21 +407,25 @@ class LiveBytes(TorchDispatchMode):
                 if st is not None and (name := self.param_names.get(st._cdata)):
                     self.step_param = name
                     break
-        for t in _tensors(out):
-            st = _storage(t)
-            if st is not None:
+        if isinstance(out, torch.Tensor):
+            if (st := _storage(out)) is not None:
                 self._add(st, self.out_kind)
+        else:
+            for t in _tensors(out):
+                st = _storage(t)
+                if st is not None:
+                    self._add(st, self.out_kind)
         scratch: int | None = None
         if cuda is not None:
             scratch = workspace
-        elif self.measure and func in _MEASURED:
+        elif measured:
             scratch = measured_scratch(func, args, kwargs)
         if scratch is None:  # not measured: modelled where there is a model
-            if func in _MATMULS:
-                scratch = sum(_blas_copy_bytes(a) for a in args[-2:])
-            elif func is _aten.convolution.default:
+            if func is _aten.convolution.default:
                 scratch = _onednn_conv_bytes(args, out)
+            elif (measured or not self.measure) and func in _MATMULS:
+                scratch = sum(_blas_copy_bytes(a) for a in args[-2:])
             else:
                 scratch = 0
-        self._check_peak(str(func.overloadpacket), scratch, args)
+        self._check_peak(func, scratch, args)
         return out
