@@ -168,9 +168,11 @@ _scratch_cache: dict[Any, int] = {}
 
 
 def _key(func: Any, args: Any, kwargs: Any) -> Any:
+    # no requires_grad: the kernel runs below autograd and is measured under no_grad, so
+    # an inference forward's convolution takes the measurement of the step's
     def one(a: Any) -> Any:
         if isinstance(a, torch.Tensor):
-            return ("T", tuple(a.shape), a.stride(), a.dtype, a.requires_grad)
+            return ("T", tuple(a.shape), a.stride(), a.dtype)
         if isinstance(a, (list, tuple)):
             return tuple(one(x) for x in a)
         return a
