@@ -286,6 +286,7 @@ class LiveBytes(TorchDispatchMode):
         # (sequence nr of the next autograd node, module) each time the forward enters
         # or leaves a module: a backward node's module is the last one at or below its nr
         self.spans: list[tuple[int, str]] = []
+        self.spanning = True  # False: no backward follows (an inference forward), no spans
         self.param_names: dict[int, str] = {}  # cdata -> parameter name (for step)
         self.step_param = ""
         self.open = True
@@ -367,14 +368,14 @@ class LiveBytes(TorchDispatchMode):
     def enter(self, name: str) -> None:
         """The forward enters module ``name``."""
         self.modules.append(name)
-        if self.phase == "forward":
+        if self.spanning and self.phase == "forward":
             self.spans.append((next_sequence_nr(), name))
 
     def leave(self) -> None:
         """The forward leaves the innermost module."""
         if self.modules:
             self.modules.pop()
-        if self.phase == "forward":
+        if self.spanning and self.phase == "forward":
             self.spans.append((next_sequence_nr(), self.modules[-1] if self.modules else ""))
 
     def _check_peak(self, op: Any, extra: int = 0, args: Any = (), extra_kind: str = "") -> None:
