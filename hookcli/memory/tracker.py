@@ -114,18 +114,27 @@ def next_sequence_nr() -> int:
     """The sequence number the next autograd node will get (one throwaway node: a view
     of a 0-d leaf made once, Python's function and dispatch modes skipped by C++ guards)."""
     if not _SEQ_LEAF:
-        with torch.inference_mode(False), torch._C._DisableTorchDispatch():
+        with (
+            torch.inference_mode(False),
+            torch._C.DisableTorchFunction(),
+            torch._C._DisableTorchDispatch(),
+        ):
             _SEQ_LEAF.append(torch.zeros((), device="cpu", requires_grad=True))
     # grad on, inference mode off: a forward under @torch.inference_mode() has spans too
-    inference = torch.is_inference_mode_enabled()
+    if torch.is_inference_mode_enabled():
+        with torch.inference_mode(False):
+            return _throwaway_nr(_SEQ_LEAF[0])
+    return _throwaway_nr(_SEQ_LEAF[0])
+
+
+def _throwaway_nr(leaf: torch.Tensor) -> int:
     grad = torch.is_grad_enabled()
-    with contextlib.ExitStack() if not inference else torch.inference_mode(False):
-        torch._C._set_grad_enabled(True)
-        try:
-            with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
-                node = _SEQ_LEAF[0].view(()).grad_fn
-        finally:
-            torch._C._set_grad_enabled(grad)
+    torch._C._set_grad_enabled(True)
+    try:
+        with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+            node = leaf.view(()).grad_fn
+    finally:
+        torch._C._set_grad_enabled(grad)
     assert node is not None
     return int(node._sequence_nr()) + 1
 
