@@ -149,6 +149,21 @@ def _too_big(t: torch.Tensor) -> bool:
     return t.numel() > limit
 
 
+def _meta_leaves(values: Any, found: list[torch.Tensor]) -> list[torch.Tensor]:
+    """The meta tensors among an aten op's arguments (tensors, in lists, tuples and dicts:
+    the leaves ``tree_flatten`` gives there), in order, without building its spec."""
+    if isinstance(values, torch.Tensor):
+        if values.device.type == "meta":
+            found.append(values)
+    elif isinstance(values, (list, tuple)):
+        for v in values:
+            _meta_leaves(v, found)
+    elif isinstance(values, dict):
+        for v in values.values():
+            _meta_leaves(v, found)
+    return found
+
+
 def _device_is_meta(kwargs: dict[str, Any]) -> bool:
     dev = kwargs.get("device")
     return dev is not None and torch.device(dev).type == "meta"
@@ -224,8 +239,7 @@ class MetaValues(TorchDispatchMode):
     # -- dispatch ----------------------------------------------------------------
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        flat, _ = tree_flatten((args, kwargs))
-        metas = [t for t in flat if _is_meta(t)]
+        metas = _meta_leaves(kwargs, _meta_leaves(args, []))
         if not metas and not _device_is_meta(kwargs):
             return func(*args, **kwargs)
         self.last = func

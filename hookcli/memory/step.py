@@ -356,6 +356,7 @@ def track_inference(
     mode = model.training
     attrs = _attribute_tensors(model)
     tracker = LiveBytes((*(FSDP_KINDS if fsdp is not None else ()), *attrs.keys()))
+    tracker.spanning = False  # no backward: no autograd node to place in a module
     with contextlib.ExitStack() as stack:
         if fsdp is not None:
             from hookcli.memory.fsdp import FsdpMemory

@@ -107,13 +107,34 @@ def _blas_copy_bytes(t: Any) -> int:
     return t.numel() * t.element_size()
 
 
-def next_sequence_nr() -> int:
-    """The sequence number the next autograd node will get (one throwaway node)."""
-    from torch.utils._python_dispatch import _disable_current_modes
+_SEQ_LEAF: list[torch.Tensor] = []  # the leaf whose views number the throwaway nodes
 
+
+def next_sequence_nr() -> int:
+    """The sequence number the next autograd node will get (one throwaway node: a view
+    of a 0-d leaf made once, Python's function and dispatch modes skipped by C++ guards)."""
+    if not _SEQ_LEAF:
+        with (
+            torch.inference_mode(False),
+            torch._C.DisableTorchFunction(),
+            torch._C._DisableTorchDispatch(),
+        ):
+            _SEQ_LEAF.append(torch.zeros((), device="cpu", requires_grad=True))
     # grad on, inference mode off: a forward under @torch.inference_mode() has spans too
-    with _disable_current_modes(), torch.inference_mode(False), torch.enable_grad():
-        node = torch.zeros((), requires_grad=True).view(()).grad_fn
+    if torch.is_inference_mode_enabled():
+        with torch.inference_mode(False):
+            return _throwaway_nr(_SEQ_LEAF[0])
+    return _throwaway_nr(_SEQ_LEAF[0])
+
+
+def _throwaway_nr(leaf: torch.Tensor) -> int:
+    grad = torch.is_grad_enabled()
+    torch._C._set_grad_enabled(True)
+    try:
+        with torch._C.DisableTorchFunction(), torch._C._DisableTorchDispatch():
+            node = leaf.view(()).grad_fn
+    finally:
+        torch._C._set_grad_enabled(grad)
     assert node is not None
     return int(node._sequence_nr()) + 1
 
@@ -156,9 +177,11 @@ _scratch_cache: dict[Any, int] = {}
 
 
 def _key(func: Any, args: Any, kwargs: Any) -> Any:
+    # no requires_grad: the kernel runs below autograd and is measured under no_grad, so
+    # an inference forward's convolution takes the measurement of the step's
     def one(a: Any) -> Any:
         if isinstance(a, torch.Tensor):
-            return ("T", tuple(a.shape), a.stride(), a.dtype, a.requires_grad)
+            return ("T", tuple(a.shape), a.stride(), a.dtype)
         if isinstance(a, (list, tuple)):
             return tuple(one(x) for x in a)
         return a
@@ -272,6 +295,7 @@ class LiveBytes(TorchDispatchMode):
         # (sequence nr of the next autograd node, module) each time the forward enters
         # or leaves a module: a backward node's module is the last one at or below its nr
         self.spans: list[tuple[int, str]] = []
+        self.spanning = True  # False: no backward follows (an inference forward), no spans
         self.param_names: dict[int, str] = {}  # cdata -> parameter name (for step)
         self.step_param = ""
         self.open = True
@@ -353,29 +377,33 @@ class LiveBytes(TorchDispatchMode):
     def enter(self, name: str) -> None:
         """The forward enters module ``name``."""
         self.modules.append(name)
-        if self.phase == "forward":
+        if self.spanning and self.phase == "forward":
             self.spans.append((next_sequence_nr(), name))
 
     def leave(self) -> None:
         """The forward leaves the innermost module."""
         if self.modules:
             self.modules.pop()
-        if self.phase == "forward":
+        if self.spanning and self.phase == "forward":
             self.spans.append((next_sequence_nr(), self.modules[-1] if self.modules else ""))
 
-    def _check_peak(self, op: str, extra: int = 0, args: Any = (), extra_kind: str = "") -> None:
+    def _check_peak(self, op: Any, extra: int = 0, args: Any = (), extra_kind: str = "") -> None:
+        """``op``: its name, or the aten op whose name it is (made only at a new peak)."""
         total = self.live_bytes + extra
         if total > self.peak.bytes:
             by_kind = dict(self.by_kind)
             if extra:
                 by_kind[extra_kind or "activations"] += extra
-            self.peak = Peak(total, self.phase, self._where(args), op, by_kind)
+            name = op if isinstance(op, str) else str(op.overloadpacket)
+            self.peak = Peak(total, self.phase, self._where(args), name, by_kind)
 
     # -- the mode --------------------------------------------------------------------
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        cuda = _cuda_device(args) if self.open and self.measure and func in _CUDA_MEASURED else None
+        # one look-up of the op (an OpOverload's hash is Python): _CUDA_MEASURED is in it
+        measured = self.measure and self.open and func in _MEASURED
+        cuda = _cuda_device(args) if measured and func in _CUDA_MEASURED else None
         freed_before = cuda_freed_bytes(cuda) if cuda is not None else 0
         out = func(*args, **kwargs)
         if cuda is not None:  # what the kernel took and gave back during the call, read
@@ -391,21 +419,25 @@ class LiveBytes(TorchDispatchMode):
                 if st is not None and (name := self.param_names.get(st._cdata)):
                     self.step_param = name
                     break
-        for t in _tensors(out):
-            st = _storage(t)
-            if st is not None:
+        if isinstance(out, torch.Tensor):
+            if (st := _storage(out)) is not None:
                 self._add(st, self.out_kind)
+        else:
+            for t in _tensors(out):
+                st = _storage(t)
+                if st is not None:
+                    self._add(st, self.out_kind)
         scratch: int | None = None
         if cuda is not None:
             scratch = workspace
-        elif self.measure and func in _MEASURED:
+        elif measured:
             scratch = measured_scratch(func, args, kwargs)
         if scratch is None:  # not measured: modelled where there is a model
-            if func in _MATMULS:
-                scratch = sum(_blas_copy_bytes(a) for a in args[-2:])
-            elif func is _aten.convolution.default:
+            if func is _aten.convolution.default:
                 scratch = _onednn_conv_bytes(args, out)
+            elif (measured or not self.measure) and func in _MATMULS:
+                scratch = sum(_blas_copy_bytes(a) for a in args[-2:])
             else:
                 scratch = 0
-        self._check_peak(str(func.overloadpacket), scratch, args)
+        self._check_peak(func, scratch, args)
         return out
