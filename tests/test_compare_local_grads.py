@@ -8,12 +8,14 @@ from typing import Any
 
 import pytest
 import torch
+from torch import nn
 
 from tests.conftest import invoke, invoke_json
 from tests.test_compare import close, metrics
-from tests.test_compare_models import BUGS, Decoder
+from tests.test_compare_models import BUGS, Decoder, Mix
 
 M = "tests.test_compare_models"
+T = "tests.test_compare_local_grads"
 
 
 def by_hand(bug: str, name: str) -> dict[str, float]:
@@ -81,3 +83,58 @@ def test_local_grads_are_in_table_csv_and_notes() -> None:
     assert "Local grad ranking:" in table and "forward only" not in table
     csv = invoke(*args, "--format", "csv").stdout
     assert "local_grad_input_rel_l2" in csv.splitlines()[0]
+
+
+class Twice(nn.Module):
+    """One layer called twice (its parameters' grads sum over the calls), an in-place
+    ReLU between; ``bug``: the layer multiplies by its weight transposed."""
+
+    def __init__(self, bug=None):
+        super().__init__()
+        self.inp = nn.Linear(6, 8)
+        self.mix = Mix(8, bug)
+        self.act = nn.ReLU(inplace=True)
+        self.out = nn.Linear(8, 3)
+        self.example_input_array = torch.randn(4, 6)
+
+    def forward(self, x):
+        x = self.inp(x)
+        x = self.act(self.mix(x))
+        return self.out(self.mix(x))
+
+
+def test_a_module_called_twice_has_its_parameter_grads_summed_over_its_calls() -> None:
+    report = invoke_json(
+        "compare", f"{T}:Twice", f"{T}:Twice", "--b-kwargs", "bug='transpose'", "--backward"
+    )
+    torch.manual_seed(0)
+    a = Twice().train(False)
+    a.act.inplace = False  # (full backward hooks refuse an in-place op on their output)
+    torch.manual_seed(0)
+    b = Twice(bug="transpose").train(False)
+    seen: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
+    xs: list[torch.Tensor] = []
+    h1 = a.mix.register_forward_pre_hook(lambda m, args: xs.append(args[0].detach().clone()))
+    h2 = a.mix.register_full_backward_hook(
+        lambda m, gi, go: seen.insert(0, (xs[len(xs) - 1 - len(seen)], gi[0], go[0]))
+    )
+    loss = a(a.example_input_array).sum()
+    loss.backward()
+    h1.remove()
+    h2.remove()
+    assert close(report["totals"]["loss_a"], float(loss.detach()))
+    rows = {(r["name"], r["call"]): r for r in report["calls"]}
+    total = {n: torch.zeros_like(p) for n, p in b.mix.named_parameters()}
+    for call, (x, grad_in, grad_out) in enumerate(seen):
+        x = x.clone().requires_grad_(True)
+        got = torch.autograd.grad(b.mix(x), [x, b.mix.weight, b.mix.bias], grad_out)
+        want = metrics(grad_in, got[0])["rel_l2"]
+        assert close(rows[("mix", call)]["local_grad_input_rel_l2"], want), call
+        total["weight"] += got[1]
+        total["bias"] += got[2]
+    want = max(metrics(p.grad, total[n])["rel_l2"] for n, p in a.mix.named_parameters())
+    assert want > 1e-4
+    assert close(rows[("mix", 0)]["local_param_grad_rel_l2"], want)
+    assert rows[("mix", 1)]["local_param_grad_rel_l2"] is None  # on the first call only
+    assert report["local_grad_ranking"][0]["module"] == "mix"
+    assert rows[("out", 0)]["local_grad_rel_l2"] < 1e-6
