@@ -138,3 +138,30 @@ def test_a_module_called_twice_has_its_parameter_grads_summed_over_its_calls() -
     assert rows[("mix", 1)]["local_param_grad_rel_l2"] is None  # on the first call only
     assert report["local_grad_ranking"][0]["module"] == "mix"
     assert rows[("out", 0)]["local_grad_rel_l2"] < 1e-6
+
+
+class Tied(nn.Module):
+    """An embedding and a head that share one weight (as GPT-2 ties them)."""
+
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(20, 8)
+        self.mid = nn.Linear(8, 8)
+        self.head = nn.Linear(8, 20, bias=False)
+        self.head.weight = self.emb.weight
+        self.example_input_array = torch.randint(0, 20, (2, 5))
+
+    def forward(self, idx):
+        return self.head(torch.tanh(self.mid(self.emb(idx))))
+
+
+def test_a_tied_parameter_has_no_local_grad_of_one_module() -> None:
+    # A's grad of the tied weight sums the embedding's part and the head's: neither
+    # module's own backward, so no local parameter figure (not a false divergence)
+    report = invoke_json("compare", f"{T}:Tied", "--vs", "dtype=float64", "--backward")
+    rows = {r["name"]: r for r in report["calls"]}
+    assert rows["emb"]["local_param_grad_rel_l2"] is None
+    assert rows["head"]["local_param_grad_rel_l2"] is None
+    assert rows["mid"]["local_param_grad_rel_l2"] is not None
+    assert rows["mid"]["local_param_grad_rel_l2"] < 1e-6
+    assert report["first_grad_divergence_local"] is None

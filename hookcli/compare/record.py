@@ -149,7 +149,9 @@ class Substitute(Probe):
         names: set[str] | None = None,
         grad_outputs: Mapping[tuple[str, int], list[torch.Tensor | None]] | None = None,
         grad_inputs: Mapping[tuple[str, int], list[torch.Tensor | None]] | None = None,
+        shared: Container[int] = (),
     ) -> None:
+        self.shared = shared  # ids of B's parameters two modules hold: no local grads
         self.grad_outputs = grad_outputs
         self.ref_grad_inputs = {} if grad_inputs is None else grad_inputs
         self.grad_diffs: dict[tuple[str, int], Any] = {}  # B's key -> CallDiff of grad_input
@@ -254,7 +256,11 @@ class Substitute(Probe):
             for o, g in zip(own, gout, strict=False)
             if g is not None and o.requires_grad and o.is_floating_point()
         ]
-        params = [(n, p) for n, p in module.named_parameters(recurse=False) if p.requires_grad]
+        params = [
+            (n, p)
+            for n, p in module.named_parameters(recurse=False)
+            if p.requires_grad and id(p) not in self.shared
+        ]
         if len(own) != len(gout) or not pairs:
             self.grad_missed[name] = self.grad_missed.get(name, 0) + 1
             return

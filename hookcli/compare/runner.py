@@ -295,7 +295,7 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
             local = _local_in_step(a, b, pa, pb, alignment, plan, mode, (args_a, kwargs_a),
                                    (args_b, kwargs_b))  # fmt: skip
         else:
-            local = _local_passes(b, pa, pb, alignment, plan, args_b, kwargs_b, mode)
+            local = _local_passes(b, pa, pb, alignment, plan, args_b, kwargs_b, mode, a.model)
     return _report(a, b, plan, mode, pa, pb, local, alignment, meta, copied)
 
 
@@ -569,6 +569,7 @@ def _local_passes(
     args_b: Any,
     kwargs_b: Any,
     mode: Mode,
+    model_a: Any = None,
 ) -> Pass:
     """The local mode: one pass of B in which every aligned call runs its own code on
     A's values: its input is A's input for that call (a forward pre-hook) and its
@@ -603,6 +604,7 @@ def _local_passes(
                           if i in pa.grad_outputs} if backward else None,
             grad_inputs={k: pa.grad_inputs_pos[i] for k, i in partner.items()
                          if i in pa.grad_inputs_pos} if backward else None,
+            shared=_shared_params(b.model),
         )  # fmt: skip
         measure = _measure(partner, pa, plan, keep_rest=False, inputs=False)
         p = _run_pass(
@@ -611,7 +613,9 @@ def _local_passes(
         del sources, outputs
         pa.grad_outputs, pa.grad_inputs_pos = {}, {}
         if backward:
-            local_grads, first_grad_local = _local_grad_report(sub, pa, pb, alignment, plan)
+            local_grads, first_grad_local = _local_grad_report(
+                sub, pa, pb, alignment, plan, _tied_names(model_a)
+            )
         diffs.update({i: d for i, d in p.measured.values()})
         by_a = {r.index: r for r in pa.records}
         for key, handed in sub.handed.items():  # the code between a call's children
@@ -624,13 +628,34 @@ def _local_passes(
                 first_grad_local=first_grad_local)  # fmt: skip
 
 
+def _shared_params(model: Any) -> set[int]:
+    """The ids of the parameters two or more modules hold (tied weights): the grad of
+    one is the sum over all its modules', no one module's own."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    for m in model.modules():
+        for p in m.parameters(recurse=False):
+            (shared if id(p) in seen else seen).add(id(p))
+    return shared
+
+
+def _tied_names(model: Any) -> set[str]:
+    """The names (as ``named_parameters`` gives them) of a model's tied parameters."""
+    if model is None:
+        return set()
+    shared = _shared_params(model)
+    return {n for n, p in model.named_parameters() if id(p) in shared}
+
+
 def _local_grad_report(
-    sub: Any, pa: Pass, pb: Pass, alignment: Alignment, plan: Plan
+    sub: Any, pa: Pass, pb: Pass, alignment: Alignment, plan: Plan, tied_a: set[str]
 ) -> tuple[dict[int, dict[str, Any]], dict[str, Any] | None]:
     """The local pass's gradient figures by A's call (``local_grad_input_*``, and on a
     module's first call ``local_param_grad_*``: B's grads of its own parameters summed over
     its calls against A's, as A's accumulate, given only where every call of both was
-    measured); and the first call, in A's backward order, out of tolerance."""
+    measured; tied parameters left out); and the first call, in A's backward order, out
+    of tolerance."""
+    import dataclasses
     import types
 
     by_a = {r.index: r for r in pa.records}
@@ -646,6 +671,10 @@ def _local_grad_report(
             (f"{m}.{n}" if m else n): g for m, gs in sub.param_grads.items() for n, g in gs.items()
         }
     )
+    if tied_a:  # A's grads of tied parameters hold every holder's part: not compared
+        pa = dataclasses.replace(
+            pa, param_grads={n: g for n, g in pa.param_grads.items() if n not in tied_a}
+        )
     cols: dict[int, dict[str, Any]] = {}
     diverged: dict[int, str] = {}
     for i, j in alignment.pairs.items():
