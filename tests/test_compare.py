@@ -390,9 +390,9 @@ def test_backward_grads_equal_plain_autograd() -> None:
         want = metrics(grads_in["a"][name], grads_in["b"][name])["rel_l2"]
         assert close(rows[name]["grad_input_rel_l2"], want), name
     assert report["first_grad_divergence"]["module"] == "fc3"  # backward starts there
-    # what local means for gradients: nothing; the report says so
+    # the note says what local means for gradients
     table = invoke("compare", f"{M}:MLPNet", "--vs", "dtype=bfloat16", "--backward")
-    assert "the local columns are forward only" in table.stdout, table.stdout[:500]
+    assert "local grads are B's module's own backward" in table.stdout, table.stdout[:500]
 
 
 def test_html_page_charts_both_modes_and_marks_the_first_divergence(tmp_path: Any) -> None:

@@ -26,6 +26,11 @@ def _copies(*objs: Any) -> list[torch.Tensor]:
     return out
 
 
+def _by_position(grads: Any) -> list[torch.Tensor | None]:
+    """A backward hook's grads copied by position (None where no grad reached)."""
+    return [g.detach().clone() if isinstance(g, torch.Tensor) else None for g in grads]
+
+
 class Recorder(Probe):
     """Keeps a copy of the output tensors (and, when asked, the inputs) of the calls
     ``keep`` names (None: every call), and the order the calls finished in."""
@@ -36,7 +41,11 @@ class Recorder(Probe):
         keep: set[int] | None = None,
         input_refs: bool = False,
         outputs: bool = True,
+        grad_outputs: bool = False,
     ) -> None:
+        self.keep_grad_outputs = grad_outputs  # A's, for the local mode's backward
+        self.grad_outputs: dict[int, list[torch.Tensor | None]] = {}
+        self.grad_inputs_pos: dict[int, list[torch.Tensor | None]] = {}
         self.keep_outputs = outputs  # False: grad_inputs alone (B's, measured as it runs)
         self.keep_inputs = inputs or input_refs
         self.keep = keep
@@ -92,7 +101,13 @@ class Recorder(Probe):
     ) -> None:
         self.backward_order.append(frame.index)
         if self.keep is None or frame.index in self.keep:
-            self.grad_inputs[frame.index] = _copies(grad_input)
+            if self.keep_grad_outputs:  # by position, None where no grad reached
+                self.grad_outputs[frame.index] = _by_position(grad_output)
+                pos = _by_position(grad_input)
+                self.grad_inputs_pos[frame.index] = pos
+                self.grad_inputs[frame.index] = [g for g in pos if g is not None]
+            else:
+                self.grad_inputs[frame.index] = _copies(grad_input)
 
     def unchanged_inputs(self, index: int) -> list[torch.Tensor] | None:
         """A call's inputs (kept by reference) if nothing changed them in place since."""
@@ -114,7 +129,16 @@ class Substitute(Probe):
     (``handed``: the enclosing call's key -> figures), since code between two children
     shows in nothing else. Runs after the session's hooks, which see B's own values. A
     call whose inputs (or outputs) differ from A's in number or shape keeps its own
-    (``kept`` lists it)."""
+    (``kept`` lists it).
+
+    With ``grad_outputs`` (B's key -> A's grad_output for the call, by position) the pass
+    runs with grad and each fed call's backward is measured as it returns: its top-level
+    positional inputs that require grad in B are fed as leaves (A's values), and
+    ``torch.autograd.grad`` of B's own output, from A's grad_output, gives its grad_input
+    (against ``grad_inputs``: A's for the call, as the full backward hook gives them) and
+    its own parameters' grads (summed over its calls in ``param_grads``); the call's graph
+    is freed at once. A call inside which a fed child ran has none (``cut``): the child's
+    backward is not the call's own, and the graph stops at the child's fed values."""
 
     def __init__(
         self,
@@ -123,7 +147,21 @@ class Substitute(Probe):
         rtol: float | None = None,
         atol: float | None = None,
         names: set[str] | None = None,
+        grad_outputs: Mapping[tuple[str, int], list[torch.Tensor | None]] | None = None,
+        grad_inputs: Mapping[tuple[str, int], list[torch.Tensor | None]] | None = None,
+        shared: Container[int] = (),
     ) -> None:
+        self.shared = shared  # ids of B's parameters two modules hold: no local grads
+        self.grad_outputs = grad_outputs
+        self.ref_grad_inputs = {} if grad_inputs is None else grad_inputs
+        self.grad_diffs: dict[tuple[str, int], Any] = {}  # B's key -> CallDiff of grad_input
+        # B's module name -> {parameter's local name: the sum over its calls}
+        self.param_grads: dict[str, dict[str, torch.Tensor]] = {}
+        self.grad_calls: dict[str, int] = {}  # B's module name -> calls measured
+        self.grad_missed: dict[str, int] = {}  # B's module name -> fed calls not measured
+        self._leaves: dict[tuple[str, int], list[torch.Tensor]] = {}
+        self._cut: set[tuple[str, int]] = set()
+        self._fed_grad: set[tuple[str, int]] = set()
         self.names = names  # the modules to hook (None: those sources and outputs name)
         self.sources = sources  # (B name, B call) -> A's input tensors
         self.replace = {} if outputs is None else outputs  # (B name, B call) -> A's outputs
@@ -173,9 +211,81 @@ class Substitute(Probe):
                 self.kept.append(key)
                 return None
             self.fed += 1
+            if self.grad_outputs is not None:
+                self._cut.update(k for _, k in self._stack[:-1])  # enclosing calls
+                new_args = self._as_leaves(key, new_args)
             return new_args, new_kwargs
 
         return hook
+
+    def _as_leaves(self, key: tuple[str, int], new_args: Any) -> Any:
+        """The fed top-level positional tensors that have a grad_input in A's backward
+        (as the full backward hook gives it): leaves (kept for the call's backward), each
+        handed on as a copy (an in-place op may change it)."""
+        self._fed_grad.add(key)
+        ref = self.ref_grad_inputs.get(key)
+        if ref is None or not isinstance(new_args, tuple) or len(ref) != len(new_args):
+            return new_args
+        leaves: list[torch.Tensor] = []
+        out = list(new_args)
+        for pos, (fed, g) in enumerate(zip(new_args, ref, strict=True)):
+            if g is None:
+                continue
+            if not isinstance(fed, torch.Tensor) or not fed.is_floating_point():
+                return new_args  # (not measured: A's grad where B has no float tensor)
+            leaf = fed.detach().requires_grad_(True)
+            leaves.append(leaf)
+            out[pos] = leaf.clone()
+        self._leaves[key] = leaves
+        return tuple(out)
+
+    def _backward(self, name: str, key: tuple[str, int], module: nn.Module, output: Any) -> None:
+        """The call's own backward from A's grad_output at A's input (``grad_diffs``,
+        ``param_grads``); the call's graph freed."""
+        from hookcli.compare.metrics import call_diff
+
+        assert self.grad_outputs is not None
+        leaves = self._leaves.pop(key, None)
+        gout = self.grad_outputs.get(key)
+        if leaves is None or gout is None or key in self._cut:
+            self.grad_missed[name] = self.grad_missed.get(name, 0) + 1
+            return
+        own = list(iter_tensors(output))
+        pairs = [
+            (o, g.to(device=o.device, dtype=o.dtype))
+            for o, g in zip(own, gout, strict=False)
+            if g is not None and o.requires_grad and o.is_floating_point()
+        ]
+        params = [
+            (n, p)
+            for n, p in module.named_parameters(recurse=False)
+            if p.requires_grad and id(p) not in self.shared
+        ]
+        if len(own) != len(gout) or not pairs:
+            self.grad_missed[name] = self.grad_missed.get(name, 0) + 1
+            return
+        try:
+            grads = torch.autograd.grad(
+                [o for o, _ in pairs],
+                [*leaves, *(p for _, p in params)],
+                grad_outputs=[g for _, g in pairs],
+                allow_unused=True,
+            )
+        except RuntimeError:  # a graph autograd cannot go back through (a compiled call)
+            self.grad_missed[name] = self.grad_missed.get(name, 0) + 1
+            return
+        del pairs, own
+        gin = [  # an input B's backward did not reach: a zero grad
+            torch.zeros_like(leaf) if g is None else g
+            for leaf, g in zip(leaves, grads[: len(leaves)], strict=True)
+        ]
+        ref = [g for g in self.ref_grad_inputs.get(key) or () if g is not None]
+        self.grad_diffs[key] = call_diff(ref, gin, self.rtol, self.atol)
+        sums = self.param_grads.setdefault(name, {})
+        for (pname, _), g in zip(params, grads[len(leaves) :], strict=True):
+            if g is not None:
+                sums[pname] = g if pname not in sums else sums[pname] + g
+        self.grad_calls[name] = self.grad_calls.get(name, 0) + 1
 
     def _hand(
         self,
@@ -203,6 +313,8 @@ class Substitute(Probe):
             if not self._stack:
                 return None
             _, key = self._stack.pop()
+            if self.grad_outputs is not None and key in self._fed_grad:
+                self._backward(name, key, module, output)
             ref = self.replace.get(key)
             if ref is None:
                 return None
@@ -219,6 +331,8 @@ class Substitute(Probe):
             if new is None or next(feed, None) is not None:
                 self.kept.append(key)
                 return None
+            if self.grad_outputs is not None:  # the enclosing calls' graphs stop here
+                self._cut.update(k for _, k in self._stack)
             return new
 
         return hook

@@ -87,6 +87,10 @@ class Pass:
     grad_inputs: dict[int, list[Any]] = field(default_factory=dict)
     backward_order: list[int] = field(default_factory=list)
     param_grads: dict[str, Any] = field(default_factory=dict)  # qualified name -> grad copy
+    grad_outputs: dict[int, list[Any]] = field(default_factory=dict)  # (A's, for local)
+    grad_inputs_pos: dict[int, list[Any]] = field(default_factory=dict)  # (by position)
+    local_grads: dict[int, dict[str, Any]] = field(default_factory=dict)  # A's call ->
+    first_grad_local: dict[str, Any] | None = None
     loss: float | None = None
     measured: dict[int, tuple[int, CallDiff]] = field(default_factory=dict)  # B's call ->
     in_diverged: dict[int, tuple[int, bool]] = field(default_factory=dict)  # B's call ->
@@ -117,6 +121,7 @@ def _run_pass(
     measure: Any = None,
     extra: Sequence[Any] = (),
     outputs: bool = True,
+    grad: bool = False,
 ) -> Pass:
     """One forward of a side inside a HookSession, recording every call; with ``loss``
     (a ``--loss`` spec) also backward from it, recording grad_input and parameter grads."""
@@ -129,7 +134,10 @@ def _run_pass(
     from hookcli.pipeline import note_meta_assumptions
     from hookcli.session import HookSession
 
-    recorder = Recorder(inputs=inputs, keep=keep, input_refs=input_refs, outputs=outputs)
+    recorder = Recorder(
+        inputs=inputs, keep=keep, input_refs=input_refs, outputs=outputs,
+        grad_outputs=loss is not None and inputs,
+    )  # fmt: skip
     probes: list[Any] = [recorder, *extra]
     if measure is not None:
         probes.append(measure)
@@ -142,7 +150,12 @@ def _run_pass(
             keep_cwd(),
             running(side.vs, device),
             HookSession(
-                side.model, probes, mode=mode, call=side.call, backward=loss is not None
+                side.model,
+                probes,
+                mode=mode,
+                call=side.call,
+                backward=loss is not None,
+                grad=grad,
             ) as session,
         ):
             torch.manual_seed(side.seed if side.vs.seed is None else side.vs.seed)
@@ -179,9 +192,11 @@ def _run_pass(
         recorder.grad_inputs,
         recorder.backward_order,
         grads,
-        loss_value,
-        {} if measure is None else measure.diffs,
-        {} if measure is None else measure.in_diverged,
+        recorder.grad_outputs,
+        grad_inputs_pos=recorder.grad_inputs_pos,
+        loss=loss_value,
+        measured={} if measure is None else measure.diffs,
+        in_diverged={} if measure is None else measure.in_diverged,
     )
 
 
@@ -280,7 +295,7 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
             local = _local_in_step(a, b, pa, pb, alignment, plan, mode, (args_a, kwargs_a),
                                    (args_b, kwargs_b))  # fmt: skip
         else:
-            local = _local_passes(b, pa, pb, alignment, plan, args_b, kwargs_b, mode)
+            local = _local_passes(b, pa, pb, alignment, plan, args_b, kwargs_b, mode, a.model)
     return _report(a, b, plan, mode, pa, pb, local, alignment, meta, copied)
 
 
@@ -554,6 +569,7 @@ def _local_passes(
     args_b: Any,
     kwargs_b: Any,
     mode: Mode,
+    model_a: Any = None,
 ) -> Pass:
     """The local mode: one pass of B in which every aligned call runs its own code on
     A's values: its input is A's input for that call (a forward pre-hook) and its
@@ -568,6 +584,8 @@ def _local_passes(
     diffs: dict[int, CallDiff] = {}
     pairs = dict(alignment.pairs)
     kept: list[tuple[str, int]] = []
+    local_grads: dict[int, dict[str, Any]] = {}
+    first_grad_local = None
     if pairs:
         sources = {
             (by_b[j].name, by_b[j].call): pa.inputs.pop(i)
@@ -576,10 +594,28 @@ def _local_passes(
         }
         partner = {(by_b[j].name, by_b[j].call): i for i, j in pairs.items()}
         outputs = {k: pa.outputs[i] for k, i in partner.items() if i in pa.outputs}
-        sub = Substitute(sources, outputs, plan.rtol, plan.atol)
+        backward = plan.backward and bool(pa.grad_outputs)
+        sub = Substitute(
+            sources,
+            outputs,
+            plan.rtol,
+            plan.atol,
+            grad_outputs={k: pa.grad_outputs[i] for k, i in partner.items()
+                          if i in pa.grad_outputs} if backward else None,
+            grad_inputs={k: pa.grad_inputs_pos[i] for k, i in partner.items()
+                         if i in pa.grad_inputs_pos} if backward else None,
+            shared=_shared_params(b.model),
+        )  # fmt: skip
         measure = _measure(partner, pa, plan, keep_rest=False, inputs=False)
-        p = _run_pass(b, args_b, kwargs_b, mode, substitute=sub, keep=set(), measure=measure)
+        p = _run_pass(
+            b, args_b, kwargs_b, mode, substitute=sub, keep=set(), measure=measure, grad=backward
+        )
         del sources, outputs
+        pa.grad_outputs, pa.grad_inputs_pos = {}, {}
+        if backward:
+            local_grads, first_grad_local = _local_grad_report(
+                sub, pa, pb, alignment, plan, _tied_names(model_a)
+            )
         diffs.update({i: d for i, d in p.measured.values()})
         by_a = {r.index: r for r in pa.records}
         for key, handed in sub.handed.items():  # the code between a call's children
@@ -588,7 +624,91 @@ def _local_passes(
             diffs[i] = _worst([d for d in (diffs.get(i), *given) if d is not None])
         kept = p.kept
     pa.outputs, pa.inputs = {}, {}
-    return Pass(pb.records, {}, {}, pb.finished, kept, diffs=diffs)
+    return Pass(pb.records, {}, {}, pb.finished, kept, diffs=diffs, local_grads=local_grads,
+                first_grad_local=first_grad_local)  # fmt: skip
+
+
+def _shared_params(model: Any) -> set[int]:
+    """The ids of the parameters two or more modules hold (tied weights): the grad of
+    one is the sum over all its modules', no one module's own."""
+    seen: set[int] = set()
+    shared: set[int] = set()
+    for m in model.modules():
+        for p in m.parameters(recurse=False):
+            (shared if id(p) in seen else seen).add(id(p))
+    return shared
+
+
+def _tied_names(model: Any) -> set[str]:
+    """The names (as ``named_parameters`` gives them) of a model's tied parameters."""
+    if model is None:
+        return set()
+    shared = _shared_params(model)
+    return {n for n, p in model.named_parameters() if id(p) in shared}
+
+
+def _local_grad_report(
+    sub: Any, pa: Pass, pb: Pass, alignment: Alignment, plan: Plan, tied_a: set[str]
+) -> tuple[dict[int, dict[str, Any]], dict[str, Any] | None]:
+    """The local pass's gradient figures by A's call (``local_grad_input_*``, and on a
+    module's first call ``local_param_grad_*``: B's grads of its own parameters summed over
+    its calls against A's, as A's accumulate, given only where every call of both was
+    measured; tied parameters left out); and the first call, in A's backward order, out
+    of tolerance."""
+    import dataclasses
+    import types
+
+    by_a = {r.index: r for r in pa.records}
+    by_b = {r.index: r for r in pb.records}
+    calls_a: dict[str, int] = {}
+    calls_b: dict[str, int] = {}
+    for r in pa.records:
+        calls_a[r.name] = calls_a.get(r.name, 0) + 1
+    for r in pb.records:
+        calls_b[r.name] = calls_b.get(r.name, 0) + 1
+    summed = types.SimpleNamespace(
+        param_grads={
+            (f"{m}.{n}" if m else n): g for m, gs in sub.param_grads.items() for n, g in gs.items()
+        }
+    )
+    if tied_a:  # A's grads of tied parameters hold every holder's part: not compared
+        pa = dataclasses.replace(
+            pa, param_grads={n: g for n, g in pa.param_grads.items() if n not in tied_a}
+        )
+    cols: dict[int, dict[str, Any]] = {}
+    diverged: dict[int, str] = {}
+    for i, j in alignment.pairs.items():
+        ra, rb = by_a[i], by_b[j]
+        data: dict[str, Any] = {}
+        gi = sub.grad_diffs.get((rb.name, rb.call))
+        if gi is not None:
+            data.update(gi.summary("local_grad_input_"))
+            if gi.diverged:
+                diverged[i] = "grad_input"
+        whole = (
+            ra.call == 0
+            and calls_a[ra.name] == calls_b[rb.name] == sub.grad_calls.get(rb.name, 0)
+            and not sub.grad_missed.get(rb.name)
+        )
+        pg = _param_grads(pa, summed, i, j, by_a, by_b, plan) if whole else None  # type: ignore[arg-type]
+        if pg is not None:
+            cd, names = pg
+            data.update(cd.summary("local_param_grad_"))
+            data["local_param_grads"] = [
+                {"a": a, "b": b, **t.to_dict()} for (a, b), t in zip(names, cd.tensors, strict=True)
+            ]
+            if cd.diverged:
+                diverged.setdefault(i, "param_grad")
+        if data:
+            cols[i] = data
+    first = None
+    for i in pa.backward_order:
+        if i in diverged:
+            ra, rb = by_a[i], by_b[alignment.pairs[i]]
+            first = {"module": ra.name, "partner": rb.name, "call": ra.call,
+                     "partner_call": rb.call, "what": diverged[i]}  # fmt: skip
+            break
+    return cols, first
 
 
 def _handed(handed: Sequence[tuple[Any, CallDiff]], name_a: Any) -> list[CallDiff]:
@@ -800,6 +920,33 @@ def _ranking(
     ]
 
 
+def _grad_ranking(rows: Sequence[Row], top: int) -> list[dict[str, Any]]:
+    """Aligned calls by local gradient relative L2 (the larger of grad_input's and the
+    parameters'), largest first; a tie: the deeper module first."""
+    out = []
+    for row in rows:
+        d = row.data
+        v = d.get("local_grad_rel_l2")
+        if v is None:
+            continue
+        v = math.inf if math.isnan(v) else v
+        out.append(
+            {
+                "module": d["name"],
+                "partner": d["partner"],
+                "call": d["call"],
+                "rel_l2": v,
+                "grad_input_rel_l2": d.get("local_grad_input_rel_l2"),
+                "param_grad_rel_l2": d.get("local_param_grad_rel_l2"),
+                "depth": d["depth"],
+            }
+        )
+    out.sort(key=lambda r: (-r["rel_l2"], -r["depth"]))
+    for r in out:
+        del r["depth"]
+    return out[:top]
+
+
 def _report(
     a: Side,
     b: Side,
@@ -859,9 +1006,16 @@ def _report(
             else:
                 data.update(cd.summary(prefix))
         if plan.backward:
-            empty = {f"{p}{k}": None for p in ("grad_input_", "param_grad_")
+            empty = {f"{p}{k}": None for p in ("grad_input_", "param_grad_", "local_grad_input_",
+                                               "local_param_grad_")
                      for k in ("max_abs", "rel_l2", "cosine", "sqnr_db", "diverged")}  # fmt: skip
-            data.update({**empty, **grad_cols.get(r.index, {})})
+            local_g = {} if local is None else local.local_grads.get(r.index, {})
+            data.update({**empty, **grad_cols.get(r.index, {}), **local_g})
+            worst = [v for k in ("local_grad_input_rel_l2", "local_param_grad_rel_l2")
+                     if (v := data[k]) is not None]  # fmt: skip
+            data["local_grad_rel_l2"] = (
+                max(worst, key=lambda v: math.inf if math.isnan(v) else v) if worst else None
+            )
         data["outputs"] = [t.to_dict() for t in d.tensors] if d else []
         data["local_outputs"] = [t.to_dict() for t in dl.tensors] if dl else []
         display: dict[str, Any] = {}
@@ -890,6 +1044,8 @@ def _report(
         if by_a[i].done
     ]
     ranking = _ranking(loc, alignment, by_a, by_b, plan.top)
+    grad_ranking = _grad_ranking(rows, plan.top) if plan.backward and not meta else []
+    first_grad_local = None if local is None else local.first_grad_local
     checks: tuple[CheckResult, ...] = ()
     if plan.fail_on_divergence:
         if meta:
@@ -929,6 +1085,7 @@ def _report(
     }
     if plan.backward:
         totals["first_grad_divergence"] = first_grad
+        totals["first_grad_divergence_local"] = first_grad_local
         totals["loss_a"], totals["loss_b"] = pa.loss, pb.loss
     root = prop.get(pa.records[0].index) if pa.records else None
     if root is not None:
@@ -943,8 +1100,9 @@ def _report(
         )
     if plan.backward and not meta:
         notes.append(
-            "--backward: the gradients are the propagated run's (each side's own backward "
-            "through its own forward); the local columns are forward only"
+            "--backward: propagated grads are each side's own backward; local grads are "
+            "B's module's own backward from A's grad_output at A's input (none for a call "
+            "whose children are fed A's values)"
         )
     if copied is not None:
         notes.append(
@@ -959,7 +1117,15 @@ def _report(
         "values_compared": not meta,
         "first_divergence": first,
         "first_divergence_local": first_local,
-        **({"first_grad_divergence": first_grad} if plan.backward else {}),
+        **(
+            {
+                "first_grad_divergence": first_grad,
+                "first_grad_divergence_local": first_grad_local,
+                "local_grad_ranking": grad_ranking,
+            }
+            if plan.backward
+            else {}
+        ),
         "local_ranking": ranking,
         "unaligned_a": unaligned_a,
         "copied_weights": None
@@ -985,7 +1151,15 @@ def _report(
         columns=tuple(_columns(meta, plan.backward)),
         table_totals=tuple(
             _totals_lines(
-                first, first_local, ranking, alignment, totals, unaligned_a, unaligned_b, plan
+                first,
+                first_local,
+                ranking,
+                alignment,
+                totals,
+                unaligned_a,
+                unaligned_b,
+                plan,
+                grad_ranking,
             )
         ),
     )
@@ -1033,6 +1207,7 @@ def _totals_lines(
     unaligned_a: list[dict[str, Any]],
     unaligned_b: list[Row],
     plan: Plan,
+    grad_ranking: Sequence[Mapping[str, Any]] = (),
 ) -> list[tuple[str, str]]:
     from hookcli.render import fmt_float
 
@@ -1053,15 +1228,19 @@ def _totals_lines(
     lines += _div_lines("First divergence", first)
     lines += _div_lines("First divergence (local)", first_local)
     if plan.backward:
-        g = totals.get("first_grad_divergence")
-        lines.append(
-            (
-                "First grad divergence",
-                "none"
-                if g is None
-                else f"{g['module'] or '(root)'} <-> {g['partner'] or '(root)'} ({g['what']})",
+        for label, key in (
+            ("First grad divergence", "first_grad_divergence"),
+            ("First grad divergence (local)", "first_grad_divergence_local"),
+        ):
+            g = totals.get(key)
+            lines.append(
+                (
+                    label,
+                    "none"
+                    if g is None
+                    else f"{g['module'] or '(root)'} <-> {g['partner'] or '(root)'} ({g['what']})",
+                )
             )
-        )
     adding = [r for r in ranking if r["rel_l2"]]
     if adding:
         lines.append(
@@ -1069,6 +1248,16 @@ def _totals_lines(
                 "Local ranking",
                 ", ".join(
                     f"{r['module'] or '(root)'} {fmt_float(r['rel_l2'])}" for r in adding[:3]
+                ),
+            )
+        )
+    adding_g = [r for r in grad_ranking if r["rel_l2"]]
+    if adding_g:
+        lines.append(
+            (
+                "Local grad ranking",
+                ", ".join(
+                    f"{r['module'] or '(root)'} {fmt_float(r['rel_l2'])}" for r in adding_g[:3]
                 ),
             )
         )
@@ -1105,6 +1294,7 @@ def _columns(meta: bool, backward: bool = False) -> list[Column]:
     grads = [
         Column("grad_input_rel_l2", "Grad in rel L2", fmt_float, "right"),
         Column("param_grad_rel_l2", "Param grad rel L2", fmt_float, "right"),
+        Column("local_grad_rel_l2", "Local grad rel L2", fmt_float, "right"),
     ]
     return (
         cols
