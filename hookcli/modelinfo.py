@@ -254,3 +254,26 @@ def totals(model: nn.Module, index: TensorIndex | None = None) -> dict[str, int]
     if packed:
         out["packed_params"] = packed
     return out
+
+
+def attribute_tensors(model: nn.Module) -> list[tuple[str, str, torch.Tensor]]:
+    """(module name, attribute, tensor) for every tensor a module holds in a plain
+    attribute (``self.cache_k``), directly or in a list, tuple or dict one level down;
+    parameters, buffers and ``example_input_array`` (inputs) are not among them."""
+    out: list[tuple[str, str, torch.Tensor]] = []
+    for name, module in model.named_modules():
+        for attr, value in vars(module).items():
+            if attr.startswith("_") or attr == "example_input_array":
+                continue
+            if isinstance(value, torch.Tensor):
+                if not isinstance(value, nn.Parameter):
+                    out.append((name, attr, value))
+            elif isinstance(value, (list, tuple)):
+                for i, v in enumerate(value[:1024]):
+                    if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter):
+                        out.append((name, f"{attr}[{i}]", v))
+            elif isinstance(value, dict) and len(value) <= 1024:
+                for k, v in value.items():
+                    if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter):
+                        out.append((name, f"{attr}[{k!r}]", v))
+    return out

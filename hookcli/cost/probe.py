@@ -43,6 +43,7 @@ from hookcli.cost.flops import (
     sparse_operands,
     stored,
 )
+from hookcli.modelinfo import attribute_tensors
 from hookcli.session import CallRecord, Frame, Probe
 from hookcli.structures import iter_tensors
 
@@ -140,29 +141,6 @@ def _storages(t: torch.Tensor) -> list[Any]:
         st = _storage(t)
         return [] if st is None else [st]
     return [st for p in _parts(t) if (st := _storage(p)) is not None]
-
-
-def attribute_tensors(model: nn.Module) -> list[tuple[str, str, torch.Tensor]]:
-    """(module name, attribute, tensor) for every tensor a module holds in a plain
-    attribute (``self.cache_k``), directly or in a list, tuple or dict one level down;
-    parameters, buffers and ``example_input_array`` (inputs) are not among them."""
-    out: list[tuple[str, str, torch.Tensor]] = []
-    for name, module in model.named_modules():
-        for attr, value in vars(module).items():
-            if attr.startswith("_") or attr == "example_input_array":
-                continue
-            if isinstance(value, torch.Tensor):
-                if not isinstance(value, nn.Parameter):
-                    out.append((name, attr, value))
-            elif isinstance(value, (list, tuple)):
-                for i, v in enumerate(value[:1024]):
-                    if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter):
-                        out.append((name, f"{attr}[{i}]", v))
-            elif isinstance(value, dict) and len(value) <= 1024:
-                for k, v in value.items():
-                    if isinstance(v, torch.Tensor) and not isinstance(v, nn.Parameter):
-                        out.append((name, f"{attr}[{k!r}]", v))
-    return out
 
 
 class StorageLedger:

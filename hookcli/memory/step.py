@@ -162,7 +162,7 @@ def _foreach_used(opt: torch.optim.Optimizer | None) -> bool | None:
 def _attribute_tensors(model: nn.Module) -> dict[str, list[torch.Tensor]]:
     """``{"attributes": tensors}``: what the model keeps in plain attributes (a KV cache),
     alive before the step and after, held as their own kind; empty when there are none."""
-    from hookcli.cost.probe import attribute_tensors
+    from hookcli.modelinfo import attribute_tensors
 
     found = [t for _, _, t in attribute_tensors(model)]
     return {"attributes": found} if found else {}
