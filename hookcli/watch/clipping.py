@@ -129,5 +129,5 @@ def _l2(positional: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
 def _replicated(total: Any) -> bool:
     """A DTensor norm whose every placement is ``Replicate`` (FSDP2's clipping): its
     local value is the whole model's norm, read without a collective."""
-    placements = getattr(total, "placements", None)
+    placements = getattr(total, "placements", None) or ()
     return bool(placements) and all(type(p).__name__ == "Replicate" for p in placements)

@@ -119,7 +119,7 @@ def _is_dtensor(t: Any) -> bool:
 def _locals(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
     """A DTensor's local shard (what this rank holds), other tensors as they are."""
     with torch.no_grad():
-        return [t.to_local() if _is_dtensor(t) else t for t in tensors]
+        return [t.to_local() if _is_dtensor(t) else t for t in tensors]  # type: ignore[attr-defined]
 
 
 def _weights(track: _Track) -> list[torch.Tensor]:
