@@ -41,7 +41,9 @@ per-round ratios; the per-step times are printed and recorded. Targets:
 
 Usage: ``python benchmarks/bench_watch.py [--rounds 5] [--steps 200] [--only gpt]
 [--device cuda] [--inproc-steps 100] [--inproc-rounds 5] [--threads N]``; ``--only inproc`` runs the
-in-process measurement alone; ``--smoke`` (``benchmarks/run.py --smoke watch``): 3 steps,
+in-process measurement alone; ``--only breakdown``: where a watched step's time goes
+(the monitor's hooks in one thread's CPU time, unlogged and logged steps, beside the
+reference's read); ``--smoke`` (``benchmarks/run.py --smoke watch``): 3 steps,
 one round.
 """
 
