@@ -41,7 +41,9 @@ per-round ratios; the per-step times are printed and recorded. Targets:
 
 Usage: ``python benchmarks/bench_watch.py [--rounds 5] [--steps 200] [--only gpt]
 [--device cuda] [--inproc-steps 100] [--inproc-rounds 5] [--threads N]``; ``--only inproc`` runs the
-in-process measurement alone; ``--smoke`` (``benchmarks/run.py --smoke watch``): 3 steps,
+in-process measurement alone; ``--only breakdown``: where a watched step's time goes
+(the monitor's hooks in one thread's CPU time, unlogged and logged steps, beside the
+reference's read); ``--smoke`` (``benchmarks/run.py --smoke watch``): 3 steps,
 one round.
 """
 
@@ -192,6 +194,92 @@ class InProcess:
             self.torch.cuda.synchronize()
 
 
+def breakdown(steps: int, n: int, device: str) -> None:
+    """Where a watched step's time goes (``--only breakdown``): the monitor's hooks
+    (``optimizer.step()``'s pre- and post-hook, the backward wrapper, the forward hook)
+    timed in the CPU time of the thread that runs them, split by whether the step logs,
+    beside the reference's read of every gradient timed the same way. Torch runs on that
+    one thread here (``set_num_threads(1)``, restored after): the CPU time of one thread
+    stays close to the work done on a shared machine, where the wall clock does not (and
+    a process's CPU time counts its OpenMP threads' spinning)."""
+    import time
+
+    import torch
+
+    from hookcli.watch import monitor as mon
+
+    clock = time.thread_time
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    spent: dict[tuple[str, bool], float] = {}
+
+    def timed(name: str, real: Any) -> Any:
+        @functools.wraps(real)
+        def hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+            track = self._all_tracks[0] if self._all_tracks else None
+            logs = track is None or (  # before its track exists: step 1, which logs
+                track.pending.logged if track.pending is not None else track.next_logged
+            )
+            start = clock()
+            try:
+                return real(self, *args, **kwargs)
+            finally:
+                spent[(name, logs)] = spent.get((name, logs), 0.0) + clock() - start
+
+        return hook
+
+    loop = InProcess(steps, device)
+    read = [0.0]
+
+    def step(x: Any, y: Any, reads: bool) -> None:
+        loop.opt.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(loop.model(x), y)
+        loss.backward()
+        if reads:
+            start = clock()
+            sums = [p.grad.sum() for p in loop.params if p.grad is not None]
+            loop.sink += float(torch.stack(sums).sum())
+            read[0] += clock() - start
+        loop.opt.step()
+        loop.sink += float(loss.detach())
+
+    loop._step = step  # type: ignore[method-assign]
+    names = ("_pre", "_post", "_before_backward", "_forward_hook")
+    saved = {name: getattr(mon.Monitor, name) for name in names}
+    for name in names:
+        setattr(mon.Monitor, name, timed(name, saved[name]))
+    try:
+        for every in (10, 50):
+            loop.reference()
+            loop.watched(every)  # warm-up
+            read[0] = 0.0
+            spent.clear()
+            for _ in range(n):
+                loop.reference()
+                loop.watched(every)
+            logged = sum(1 for k in range(1, steps + 1) if k == 1 or k % every == 0)
+            counts = {True: logged * n, False: (steps - logged) * n}
+            per = {
+                logs: 1e3 * sum(v for (_, lg), v in spent.items() if lg == logs) / counts[logs]
+                for logs in (False, True)
+            }
+            parts = ", ".join(
+                f"{name.strip('_')} {1e3 * v / counts[logs]:.3f}"
+                for (name, logs), v in sorted(spent.items())
+                if logs
+            )
+            print(
+                f"every={every}, {n} rounds of {steps} steps ({torch.get_num_threads()} "
+                f"threads), CPU ms a step: the reference's read "
+                f"{1e3 * read[0] / (steps * n):.3f}; the monitor on an unlogged step "
+                f"{per[False]:.3f}, on a logged step {per[True]:.3f} ({parts})"
+            )
+    finally:
+        torch.set_num_threads(threads)
+        for name in names:
+            setattr(mon.Monitor, name, saved[name])
+
+
 def in_process(steps: int, n: int, device: str) -> dict[str, float]:
     """The in-process figures: watched / reference at the defaults and every=50."""
     import torch
@@ -219,9 +307,14 @@ def in_process(steps: int, n: int, device: str) -> dict[str, float]:
     ):
         print(f"  {label}: {1e3 * res[way]['wall'] / steps:.2f} ms a step (median round)")
     key = "watch_inproc_resnet18"
-    print(target_line("  watched / reference, defaults", res["watch"]["ratio"], key))
-    print(target_line("  watched / reference, every=50", res["every50"]["ratio"], f"{key}_every50"))
-    print(f"  reference again / reference (this measurement's noise): {res['again']['ratio']:.3f}")
+    noise = res["again"]["ratio"]
+    print(target_line("  watched / reference, defaults", res["watch"]["ratio"], key, noise))
+    print(
+        target_line(
+            "  watched / reference, every=50", res["every50"]["ratio"], f"{key}_every50", noise
+        )
+    )
+    print(f"  reference again / reference (this measurement's noise): {noise:.3f}")
     label = f"`hookcli.watch` / the same loop plus one read of every gradient, {what}"
     record(
         f"{key}{on}", res["watch"]["ratio"], what=f"{label}, defaults", target=TARGETS.get(key, "-")
@@ -260,7 +353,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     parser.add_argument(
         "--only",
         default="",
-        help="comma-separated keys of what to time (inproc, gpt, resnet18)",
+        help="comma-separated keys of what to time (inproc, gpt, resnet18; breakdown: "
+        "the monitor's CPU time per step, by hook)",
     )
     parser.add_argument(
         "--device", default="cpu", help="the scripts' --device (cuda: the figures' keys end _cuda)"
@@ -280,6 +374,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     steps = 3 if smoke() else args.steps
     n = rounds(args.rounds)
     result: dict[str, float] = {}
+    if "breakdown" in only:
+        breakdown(3 if smoke() else args.inproc_steps, rounds(args.inproc_rounds), args.device)
     if not only or "inproc" in only:
         result.update(
             in_process(3 if smoke() else args.inproc_steps, rounds(args.inproc_rounds), args.device)

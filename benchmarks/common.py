@@ -262,10 +262,20 @@ def record(
     )
 
 
-def target_line(label: str, value: float, key: str) -> str:
-    """``label: 1.013 (target <= 1.02: met)``, the target from ``TARGETS``."""
+def target_line(label: str, value: float, key: str, noise: float | None = None) -> str:
+    """``label: 1.013 (target <= 1.02: met)``, the target from ``TARGETS``; with
+    ``noise`` (the run's noise row, 1 on a steady machine) "within noise" where the
+    margin to the bound is smaller than that row's distance from 1, as publish.py says."""
     target = TARGETS.get(key, "-")
     status = verdict(value, target)
+    bound = target_bound(target)
+    if (
+        status
+        and bound is not None
+        and noise is not None
+        and abs(value - bound[1]) < abs(noise - 1.0)
+    ):
+        status = "within noise"
     return f"{label}: {value:.3f}" + (f" (target {target}: {status})" if status else "")
 
 

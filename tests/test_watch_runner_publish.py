@@ -49,6 +49,10 @@ def test_a_figure_inside_its_noise_is_within_noise(
     assert len(lines) == 1 and lines[0].startswith(expected)
     if expected == "within noise":
         assert "noise row" in lines[0]
+    # the line the benchmark prints as it runs says the same
+    from benchmarks.common import target_line
+
+    assert target_line("x", value, "watch_gpt", noise).endswith(f": {expected})")
 
 
 def test_every50_and_device_rows_find_their_noise_row() -> None:

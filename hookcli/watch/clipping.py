@@ -8,8 +8,14 @@ generator of parameters is read into a list first: the original gets the same
 tensors). Lightning, accelerate, Hugging Face ``Trainer`` and nanoGPT call these by
 attribute (``torch.nn.utils.clip_grad_norm_(...)``), and a script's ``from
 torch.nn.utils import clip_grad_norm_`` runs after the monitor is armed (at ``import
-torch``), so each gets the wrapper. FSDP1's own ``FullyShardedDataParallel.clip_grad_norm_``
-does not go through them.
+torch``), so each gets the wrapper.
+
+FSDP1's own ``FullyShardedDataParallel.clip_grad_norm_`` does not go through them: it is
+wrapped the same way once ``torch.distributed.fsdp`` is imported (``late``, checked at
+each backward, so before a step's clipping). A call that returns the whole model's
+norm where each rank holds a shard (FSDP1's method; ``clip_grad_norm_`` over FSDP2's
+DTensor gradients, whose result is replicated) hands that norm to ``after``: the ranks'
+local figures cannot make it.
 """
 
 from __future__ import annotations
@@ -23,14 +29,23 @@ import torch
 
 _NAMES = ("clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "clip_grad_norm")
 _MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad")
+_NORMS = ("clip_grad_norm_", "clip_grad_norm")  # those that return the total norm
+_FSDP1 = "torch.distributed.fsdp.fully_sharded_data_parallel"
 
 
 class ClipWatch:
     """The wrappers, installed and removed as one."""
 
-    def __init__(self, before: Callable[[list[torch.Tensor]], None]) -> None:
-        self.before = before
+    def __init__(
+        self,
+        before: Callable[[list[torch.Tensor]], Any],
+        after: Callable[[Any, torch.Tensor], None],
+    ) -> None:
+        self.before = before  # returns what ``after`` gets with the returned norm
+        self.after = after
         self._saved: list[tuple[Any, str, Any, Any]] = []  # (module, name, real, wrapper)
+        self._installed = False
+        self._fsdp = False  # FSDP1's method wrapped (or looked for, once imported)
 
     def install(self) -> ClipWatch:
         wrappers: dict[int, Any] = {}
@@ -44,27 +59,75 @@ class ClipWatch:
                     continue
                 wrapper = wrappers.get(id(real))
                 if wrapper is None:
-                    wrapper = wrappers[id(real)] = self._wrap(real)
+                    wrapper = wrappers[id(real)] = self._wrap(real, name in _NORMS)
                 setattr(module, name, wrapper)
                 self._saved.append((module, name, real, wrapper))
+        self._installed = True
+        self.late()
         return self
 
-    def uninstall(self) -> None:
-        for module, name, real, wrapper in self._saved:
-            if getattr(module, name, None) is wrapper:
-                setattr(module, name, real)
-        self._saved.clear()
+    def late(self) -> None:
+        """FSDP1's ``clip_grad_norm_`` method wrapped, once its module is imported."""
+        if self._fsdp or not self._installed:
+            return
+        module = sys.modules.get(_FSDP1)
+        cls = getattr(module, "FullyShardedDataParallel", None)
+        if cls is None:
+            return
+        self._fsdp = True
+        real = cls.__dict__.get("clip_grad_norm_")
+        if real is None:
+            return
+        before, after = self.before, self.after
 
-    def _wrap(self, real: Callable[..., Any]) -> Callable[..., Any]:
-        before = self.before
+        @functools.wraps(real)
+        def clip_grad_norm_(fsdp: Any, *args: Any, **kwargs: Any) -> Any:
+            seen = before(list(fsdp.parameters()))
+            total = real(fsdp, *args, **kwargs)
+            if _l2(args[1:2], kwargs):
+                after(seen, total)
+            return total
+
+        cls.clip_grad_norm_ = clip_grad_norm_
+        self._saved.append((cls, "clip_grad_norm_", real, clip_grad_norm_))
+
+    def uninstall(self) -> None:
+        for owner, name, real, wrapper in self._saved:
+            if owner.__dict__.get(name) is wrapper or getattr(owner, name, None) is wrapper:
+                setattr(owner, name, real)
+        self._saved.clear()
+        self._installed = False
+        self._fsdp = False
+
+    def _wrap(self, real: Callable[..., Any], norm: bool) -> Callable[..., Any]:
+        before, after = self.before, self.after
 
         @functools.wraps(real)
         def clip(parameters: Any, *args: Any, **kwargs: Any) -> Any:
             if isinstance(parameters, torch.Tensor):
-                before([parameters])
+                seen = before([parameters])
             else:
                 parameters = list(parameters)
-                before(parameters)
-            return real(parameters, *args, **kwargs)
+                seen = before(parameters)
+            total = real(parameters, *args, **kwargs)
+            if norm and _replicated(total) and _l2(args[1:2], kwargs):
+                after(seen, total.to_local())
+            return total
 
         return clip
+
+
+def _l2(positional: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Whether a clipping call's ``norm_type`` (after ``max_norm``) is the L2 norm."""
+    norm_type = positional[0] if positional else kwargs.get("norm_type", 2.0)
+    try:
+        return float(norm_type) == 2.0
+    except (TypeError, ValueError):
+        return False
+
+
+def _replicated(total: Any) -> bool:
+    """A DTensor norm whose every placement is ``Replicate`` (FSDP2's clipping): its
+    local value is the whole model's norm, read without a collective."""
+    placements = getattr(total, "placements", None) or ()
+    return bool(placements) and all(type(p).__name__ == "Replicate" for p in placements)

@@ -194,12 +194,14 @@ def _first_float(output: Any) -> torch.Tensor | None:
 def _stats(t: torch.Tensor) -> torch.Tensor:
     """[sum, L2 norm, min, max, non-zero count] of a module output, one vector, read
     from a detached tensor (no autograd node); the host makes the mean and the
-    population std of them (``std_mean`` itself costs some 30 times more on the CPU)."""
+    population std of them (``std_mean`` itself costs some 30 times more on the CPU).
+    The non-zero count is ``ne(0).sum()``: on the CPU ``count_nonzero`` took about twice
+    as long over resnet18's outputs (1 thread, torch 2.15), the largest of the five."""
     t = t.detach()
     if t.dtype in LOW_PRECISION or t.element_size() == 1:
         t = t.float()
     mn, mx = torch.aminmax(t)
-    parts = [t.sum(), torch.linalg.vector_norm(t), mn, mx, torch.count_nonzero(t)]
+    parts = [t.sum(), torch.linalg.vector_norm(t), mn, mx, t.ne(0).sum()]
     return torch.stack([v.to(mn.dtype) for v in parts])
 
 

@@ -69,7 +69,16 @@ from hookcli.watch.records import LOSSES, MAX_NAMES, _num, _sum, nonfinite_event
 from hookcli.watch.registry import Registry, _compiling_in_use, _modules, _objects, _roots, _tops
 from hookcli.watch.scaler import ScalerWatch
 from hookcli.watch.sinks import FileSink, MemorySink, _rank
-from hookcli.watch.track import _count, _grads, _Module, _params_of, _Step, _Track
+from hookcli.watch.track import (
+    _count,
+    _grads,
+    _is_dtensor,
+    _Module,
+    _params_of,
+    _Step,
+    _Track,
+    _weights,
+)
 
 __all__ = ["FileSink", "MemorySink", "Monitor", "StopTraining"]
 
@@ -128,7 +137,7 @@ class Monitor:
         self._origin = NanOrigin()
         self._pre_count = 0  # optimizer pre-hooks seen (GradScaler's skips)
         self._mute: _Track | None = None  # a closure step's later closure calls
-        self._clips = ClipWatch(self._before_clip)
+        self._clips = ClipWatch(self._before_clip, self._after_clip)
         self._scaler = ScalerWatch(lambda: self._pre_count, self._skipped)
         self._warning_filter: Any = None
         self.stopped: dict[str, Any] | None = None
@@ -271,8 +280,9 @@ class Monitor:
         GradScaler unscaled); the end of a step that several optimizers took; and under
         --stop-on a non-finite loss is recorded now, before the backward (under DDP its
         all-reduce hands the value to the other ranks, whose stop may end this one)."""
+        self._clips.late()
         for track in self._all_tracks:
-            track.preclip = None
+            track.preclip = track.preclip_total = None
             if track.pending is not None and track.posted:
                 self._end(track)  # the optimizers of a model have all stepped
         if self._mute is not None:
@@ -301,7 +311,8 @@ class Monitor:
         step.act, step.act_order = dict(track.act), list(track.act_order)
         if self.config.nan_origin:
             step.origin = self._origin.of_step(track)
-        host = _Host([None, None, None, loss.reshape(1), *(step.act[i][0] for i in step.act_order)])
+        acts = (step.act[i][0] for i in step.act_order)
+        host = _Host([None, None, None, None, loss.reshape(1), *acts])
         track.seen.add(what)
         self._write(nonfinite_event(track, step, what, True, [], host.values()))
         if what in self.config.stop_on:
@@ -469,6 +480,7 @@ class Monitor:
             members={id(o): _count(o) for o in opts},
             root_ids=tuple(id(r) for r in roots),
             ids=set(ids),
+            sharded=any(_is_dtensor(p) for p in params),
         )
         if old is not None:
             track.steps = old.steps
@@ -604,11 +616,12 @@ class Monitor:
         except Exception as err:
             self._broken(err)
 
-    def _before_clip(self, params: list[torch.Tensor]) -> None:
+    def _before_clip(self, params: list[torch.Tensor]) -> list[_Track] | None:
         """A clipping call: the grad norms of every model whose parameters it clips, as
-        they are before it (the first clipping call of a step counts)."""
+        they are before it (the first clipping call of a step counts); the tracks whose
+        figures it took (for ``_after_clip``)."""
         if self._off() or self._mute is not None:
-            return
+            return None
         try:
             ids = {id(p) for p in params}
             tracks = [
@@ -620,11 +633,30 @@ class Monitor:
                         track = self._track_of(opt)
                         if track is not None and track not in tracks:
                             tracks.append(track)
+            taken = []
             for track in tracks:
                 if track.preclip is None:
                     grads, pos = _grads(track)
                     with torch.no_grad():
                         track.preclip = (pos, _norm_vector(grads, track.plans, tuple(pos)))
+                    taken.append((track, ids))
+            return taken  # type: ignore[return-value]
+        except Exception as err:
+            self._broken(err)
+            return None
+
+    def _after_clip(self, taken: Any, total: torch.Tensor) -> None:
+        """A sharded clipping call returned the whole model's norm (each rank holds a
+        shard of the gradients): it is the step's ``grad_norm`` where the call clipped
+        every parameter of the model that has a gradient."""
+        if not taken or self._off():
+            return
+        try:
+            for track, ids in taken:
+                if track.preclip is None or track.preclip_total is not None:
+                    continue
+                if all(id(track.params[i]) in ids for i in track.preclip[0]):
+                    track.preclip_total = total.detach().reshape(1).to(torch.float64)
         except Exception as err:
             self._broken(err)
 
@@ -640,6 +672,7 @@ class Monitor:
             if track is None:
                 return
             pre, track.preclip = track.preclip, None
+            track.preclip_total = None
             if pre is None:
                 grads, pos = _grads(track)
                 with torch.no_grad():
@@ -675,9 +708,10 @@ class Monitor:
             norms = _norm_vector(grads, track.plans, tuple(pos))
             weights = before = None
             if log:
-                weights = _norm_vector(track.params, track.plans, "weights")
+                params = _weights(track)
+                weights = _norm_vector(params, track.plans, "weights")
                 if track.mode == "optimizer":
-                    before = _copies(track.params, track.plans, track.kept)
+                    before = _copies(params, track.plans, track.kept)
                     if all(b.device.type == "cpu" for b in before[:1]):
                         # On the CPU a new buffer of the parameters' size costs its page
                         # faults again on every logged step: the copy is kept for the
@@ -702,7 +736,8 @@ class Monitor:
             step.origin = self._origin.of_step(track)
         if track.preclip is not None:
             step.pre_pos, step.pre_norms = track.preclip
-            track.preclip = None
+            step.pre_total = track.preclip_total
+            track.preclip = track.preclip_total = None
         track.pending = step
         host = self._host_pre(step)
         now = bool(self.config.stop_on) or self.config.nan_origin or host.ready()
@@ -715,7 +750,9 @@ class Monitor:
         losses = [t.reshape(1) for t in step.losses]
         lrs = [torch.as_tensor(lr).reshape(1) for lr in step.lrs if isinstance(lr, torch.Tensor)]
         act = [step.act[i][0] for i in step.act_order]
-        host = _Host([step.norms, step.weights, step.pre_norms, *losses, *lrs, *act])
+        host = _Host(
+            [step.norms, step.weights, step.pre_norms, step.pre_total, *losses, *lrs, *act]
+        )
         step._host = host  # type: ignore[attr-defined]
         return host
 
@@ -760,7 +797,7 @@ class Monitor:
         post: _Host | None = None
         if step.before is not None:
             with torch.no_grad():
-                diffs = _differences(track.params, step.before, track.plans)
+                diffs = _differences(_weights(track), step.before, track.plans)
                 step.updates = _norm_vector(diffs, track.plans, "weights")
             step.before = None
             post = _Host([step.updates])

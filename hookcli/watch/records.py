@@ -13,7 +13,9 @@ from hookcli.watch.figures import _hypot, _nonfinite_kind
 from hookcli.watch.track import _Step, _Track
 
 MAX_NAMES = 20  # names listed in one event
-LOSSES = 3  # where a step's losses begin among its host values (after 3 norm vectors)
+# where a step's losses begin among its host values: after the grad norms, the weight
+# norms, the pre-clip grad norms and the whole model's pre-clip norm (a sharded clip's)
+LOSSES = 4
 
 
 def nonfinite_event(
@@ -105,7 +107,7 @@ def step_record(
         "step_time": step.step_time,
         "loss": _sum(losses) if losses else None,
         "backwards": n_loss,
-        "grad_norm": _hypot(pre_norms) if pre_pos else None,
+        "grad_norm": values[3][0] if values[3] else _hypot(pre_norms) if pre_pos else None,
         "grad_norm_applied": _hypot(norms) if step.pos else None,
         "lr": lrs,
     }

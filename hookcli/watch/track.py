@@ -43,6 +43,7 @@ class _Step:
     time: float = 0.0
     pre_pos: list[int] | None = None  # before clipping (None: no clipping this step)
     pre_norms: torch.Tensor | None = None
+    pre_total: torch.Tensor | None = None  # the whole model's, as a sharded clip returned it
 
 
 @dataclass
@@ -72,6 +73,8 @@ class _Track:
     root_ids: tuple[int, ...] = ()
     ids: set[int] = field(default_factory=set)  # id() of every stepped parameter
     preclip: tuple[list[int], torch.Tensor | None] | None = None  # at the first clip
+    preclip_total: torch.Tensor | None = None  # what that clip returned, where sharded
+    sharded: bool = False  # DTensor parameters (FSDP2): figures of the local shards
     closing: list[Any] | None = None  # a closure step's lrs, until its closure returns
     joined: set[int] = field(default_factory=set)  # optimizers stepped in the open step
     posted: set[int] = field(default_factory=set)  # ... and done
@@ -104,4 +107,21 @@ def _grads(track: _Track) -> tuple[list[torch.Tensor], list[int]]:
         if g is not None:
             grads.append(g)
             pos.append(i)
+    if track.sharded:
+        grads = _locals(grads)
     return grads, pos
+
+
+def _is_dtensor(t: Any) -> bool:
+    return hasattr(t, "to_local") and hasattr(t, "placements")
+
+
+def _locals(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
+    """A DTensor's local shard (what this rank holds), other tensors as they are."""
+    with torch.no_grad():
+        return [t.to_local() if _is_dtensor(t) else t for t in tensors]  # type: ignore[attr-defined]
+
+
+def _weights(track: _Track) -> list[torch.Tensor]:
+    """The stepped parameters, as this rank holds them."""
+    return _locals(track.params) if track.sharded else track.params

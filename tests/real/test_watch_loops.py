@@ -17,6 +17,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.conftest import REPO
 from tests.real.conftest import need
 
@@ -173,3 +175,35 @@ def test_torchrun_ddp_stop_on_nan_names_rank_1(tmp_path: Path) -> None:
     # rank 1's own record is in its file, written before its backward's all-reduce
     rank1 = (tmp_path / "run" / "steps.rank1.jsonl").read_text()
     assert '"kind":"nonfinite"' in rank1
+
+
+@pytest.mark.parametrize("fsdp", ["1", "2"])
+def test_torchrun_fsdp_pre_clip_norm_is_what_clipping_returned(tmp_path: Path, fsdp: str) -> None:
+    """FSDP on 2 CPU ranks (gloo): each rank holds a shard of the gradients, so only the
+    clipping call knows the whole model's norm. FSDP1's own method
+    ``model.clip_grad_norm_`` and, under FSDP2, ``torch.nn.utils.clip_grad_norm_`` over
+    DTensor gradients: ``grad_norm`` is what the call returned in the script, per rank."""
+    prefix = tmp_path / "seen"
+    command = (
+        str(BIN / "torchrun"),
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(29500 + (os.getpid() + int(fsdp) * 7) % 1000),
+        str(SCRIPTS / "fsdp_clip.py"),
+        str(prefix),
+        "--fsdp",
+        fsdp,
+    )
+    r = watch(tmp_path / "run", *command)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "monitor stopped" not in r.stderr, r.stderr[-3000:]
+    for rank in (0, 1):
+        seen = json.loads(Path(f"{prefix}.rank{rank}.json").read_text())
+        steps = steps_of(tmp_path / "run" / f"steps.rank{rank}.jsonl")
+        assert [s["step"] for s in steps] == [1, 2, 3, 4]
+        assert [s["loss"] for s in steps] == [s["loss"] for s in seen]
+        for s, mine in zip(steps, seen, strict=True):
+            assert mine["clip"] > 1.0  # clipped to 0.1: the applied norm is another figure
+            assert close(s["grad_norm"], mine["clip"], 1e-6), (rank, s, mine)
+            assert s["grad_norm_applied"] < 0.1 + 1e-4  # this rank's shard, after clipping
