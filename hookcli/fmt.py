@@ -120,3 +120,15 @@ def fmt_number(value: float | int) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     return fmt_float(value)
+
+
+def number(value: Any) -> float | None:
+    """A figure as a report or steps file holds it, as a float: numbers as they are,
+    "nan"/"inf"/"-inf" as such, None for anything else (null and booleans included)."""
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if value in ("nan", "inf", "-inf"):
+        return float(value)
+    return None

@@ -1,6 +1,6 @@
 """``hookcli watch [OPTIONS] -- COMMAND [ARGS...]``: watch a real training run, unchanged."""
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -76,39 +76,31 @@ MaxUpdateRatioOpt = opts.threshold(
     "exploding: a module's ||w_after - w_before|| / ||w_before|| above X (default 1).",
     rich_help_panel="Checks",
 )
-OutDirOpt = Annotated[
-    str | None,  # as typed: an empty path is refused by name, not taken for '.'
-    typer.Option(
-        "--out",
-        metavar="DIR",
-        help="Where steps.jsonl (one per rank) and report.json go (default: a new "
-        "hookcli-runs/<time>/).",
-        show_default=False,
-        rich_help_panel="Output",
-    ),
-]
-PlotOpt = Annotated[
-    str | None,  # as typed: an empty path is refused by name, not taken for '.'
-    typer.Option(
-        "--plot",
-        metavar="FILE.png",
-        help="Save a heatmap of log grad norm (modules x steps) with the loss and total grad "
-        "norm (needs matplotlib: pip install 'hookcli[plot]').",
-        show_default=False,
-        rich_help_panel="Output",
-    ),
-]
-TensorboardOpt = Annotated[
-    str | None,  # as typed: an empty path is refused by name, not taken for '.'
-    typer.Option(
-        "--tensorboard",
-        metavar="DIR",
-        help="Write the per-step scalars as TensorBoard event files while the run goes "
-        "(needs tensorboard: pip install 'hookcli[tensorboard]').",
-        show_default=False,
-        rich_help_panel="Output",
-    ),
-]
+
+
+def _output(flag: str, metavar: str, help: str) -> Any:
+    """A path in the Output panel, kept as typed: an empty path is refused by name, not
+    taken for '.'."""
+    return opts.option(str | None, flag, metavar=metavar, help=help, rich_help_panel="Output")
+
+
+OutDirOpt = _output(
+    "--out",
+    "DIR",
+    "Where steps.jsonl (one per rank) and report.json go (default: a new hookcli-runs/<time>/).",
+)
+PlotOpt = _output(
+    "--plot",
+    "FILE.png",
+    "Save a heatmap of log grad norm (modules x steps) with the loss and total grad norm "
+    "(needs matplotlib: pip install 'hookcli[plot]').",
+)
+TensorboardOpt = _output(
+    "--tensorboard",
+    "DIR",
+    "Write the per-step scalars as TensorBoard event files while the run goes "
+    "(needs tensorboard: pip install 'hookcli[tensorboard]').",
+)
 
 
 @opts.forwards(

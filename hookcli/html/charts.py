@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hookcli.errors import printable
-from hookcli.fmt import fmt_bytes
+from hookcli.fmt import fmt_bytes, number
 
 MATPLOTLIB_NOTE = (
     "Charts need matplotlib, which is not installed: pip install 'hookcli[plot]' "
@@ -69,17 +69,6 @@ ChartFn = Callable[[Report, Mapping[str, Report]], list[Section]]
 
 
 # -- values ---------------------------------------------------------------------------
-
-
-def number(value: Any) -> float | None:
-    """A JSON figure as a float: "nan"/"inf"/"-inf" as such, None for anything else."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if value in ("nan", "inf", "-inf"):
-        return float(value)
-    return None
 
 
 def positive(value: Any) -> float | None:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from hookcli.checks import make_check
+from hookcli.fmt import number
 from hookcli.report import CheckResult
 from hookcli.watch.config import WatchGates
-from hookcli.watch.merge import Process, firsts, number
+from hookcli.watch.merge import Process, firsts
 
 
 def run_checks(gates: WatchGates, processes: Sequence[Process]) -> tuple[CheckResult, ...]:

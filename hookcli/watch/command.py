@@ -27,18 +27,18 @@ def cli_command(
     """Check the options, run COMMAND watched, write the report; the exit status."""
     # No typer here: the fast path (hookcli/watch/fastpath.py) calls this too.
     from hookcli.errors import UsageError
-    from hookcli.validate import check_number
-    from hookcli.watch.config import FAIL_ON, STOP_ON, WatchGates, parse_names
+    from hookcli.validate import check_number, comma_names
+    from hookcli.watch.config import FAIL_ON, STOP_ON, WatchGates
     from hookcli.watch.runner import WatchRun, command_line, path_option, watch_command
 
     # a NaN or infinite threshold is a gate that can never fail (as grads and ablate refuse)
     gates = WatchGates(
-        fail_on=parse_names(fail_on, FAIL_ON, "--fail-on"),
+        fail_on=comma_names(fail_on, FAIL_ON, "check", "--fail-on"),
         min_grad_norm=check_number(min_grad_norm, "--min-grad-norm"),
         max_grad_norm=check_number(max_grad_norm, "--max-grad-norm"),
         max_update_ratio=check_number(max_update_ratio, "--max-update-ratio"),
     )
-    stops = parse_names(stop_on, STOP_ON, "--stop-on")
+    stops = comma_names(stop_on, STOP_ON, "value", "--stop-on")
     if stop_on is not None and not stops:
         raise UsageError(f"--stop-on takes {','.join(STOP_ON)}, got {stop_on!r}")
     run = WatchRun(

@@ -63,23 +63,6 @@ class WatchConfig:
         )
 
 
-def parse_names(text: str | None, allowed: tuple[str, ...], flag: str) -> tuple[str, ...]:
-    """``nan,unused`` -> ('nan', 'unused'), in order, once each; an unknown name is a
-    usage error naming the choices."""
-    from hookcli.errors import UsageError
-
-    names: list[str] = []
-    for part in (p.strip() for p in (text or "").split(",")):
-        if not part:
-            continue
-        if part not in allowed:
-            word = "check" if flag == "--fail-on" else "value"
-            raise UsageError(f"unknown {word} {part!r} in {flag}; choose from {','.join(allowed)}")
-        if part not in names:
-            names.append(part)
-    return tuple(names)
-
-
 def logged(step: int, every: int) -> bool:
     """Whether ``step`` (from 1) carries the per-module figures: the first, then every Nth."""
     return step == 1 or step % every == 0

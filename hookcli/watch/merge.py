@@ -8,21 +8,10 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-
-
-def number(value: Any) -> float | None:
-    """A figure from a steps file: numbers as they are, "nan"/"inf"/"-inf" as floats."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return float(value)
-    if value in ("nan", "inf", "-inf"):
-        return float(value)
-    return None
 
 
 @dataclass
@@ -73,8 +62,11 @@ class Process:
             self.end = record
 
 
-def read_lines(lines: Iterable[str], process: Process) -> None:
-    """Add every whole JSON line to ``process`` (a torn last line is skipped)."""
+def read_lines(
+    lines: Iterable[str], process: Process, on_step: Callable[[dict[str, Any]], None] | None = None
+) -> None:
+    """Add every whole JSON line to ``process`` (a torn last line is skipped), and hand
+    each step record to ``on_step`` as it is added."""
     for line in lines:
         line = line.strip()
         if not line:
@@ -85,6 +77,8 @@ def read_lines(lines: Iterable[str], process: Process) -> None:
             continue
         if isinstance(record, dict):
             process.add(record)
+            if on_step is not None and record.get("kind") == "step":
+                on_step(record)
 
 
 def step_files(folder: Path) -> list[Path]:

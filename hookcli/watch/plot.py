@@ -13,8 +13,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from hookcli.fmt import number
 from hookcli.plot import require_matplotlib
-from hookcli.watch.merge import Process, number
+from hookcli.watch.merge import Process
 from hookcli.watch.summary import models_of
 
 

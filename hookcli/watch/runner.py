@@ -12,7 +12,7 @@ the parent (SIGUSR1) to end the whole group with SIGTERM.
 from __future__ import annotations
 
 import contextlib
-import json
+import functools
 import os
 import select
 import shlex
@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from hookcli.errors import UsageError, first_line
+from hookcli.fmt import number
 from hookcli.watch.config import ARMED, ENV_CONFIG, ENV_OFF, ENV_PATH, WatchConfig, WatchGates
-from hookcli.watch.merge import Process, number, read_run, step_files
+from hookcli.watch.merge import Process, read_lines, read_run, step_files
 
 BOOTSTRAP = Path(__file__).resolve().parent / "bootstrap"
 _RELAYED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
@@ -181,15 +182,7 @@ class _Follower:
             if lines and lines[-1]:
                 self.rest[path] = lines.pop()
             process = self.processes.setdefault(path, Process(path))
-            for line in lines:
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict):
-                    process.add(record)
-                    if record.get("kind") == "step":
-                        self.on_record(process, record)
+            read_lines(lines, process, functools.partial(self.on_record, process))
 
 
 class _Status:

@@ -13,9 +13,10 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from hookcli.fmt import number
 from hookcli.render import fmt_float, fmt_pct
 from hookcli.report import CheckResult, Column, Report, Row
-from hookcli.watch.merge import First, Process, finite, firsts, number
+from hookcli.watch.merge import First, Process, finite, firsts
 
 COLUMNS = (
     Column("name", "Module"),
