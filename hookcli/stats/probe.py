@@ -208,9 +208,10 @@ def _dot_serves(chunk: int) -> bool:
 
     With several threads the blocked norms serve whatever the BLAS: they run on torch's
     own threads, like the other reductions of the chunk, where the BLAS dot runs on
-    its own. Forced on the AMD EPYC where MKL's dot fails the check at 2 threads (an
-    Intel Xeon's passes), the dot made stats 4-15% slower against its floor in the same
-    rounds (resnet50 b8; docs/performance.md, "stats on either CPU").
+    its own. Forced at 2 threads on an AMD EPYC, whose MKL dot fails the check there
+    (an Intel Xeon's passes), the dot made stats slower against its floor in three runs
+    of five, up to 2x with the other core busy, and 3-5% faster in the two quietest
+    (resnet50 b8; docs/performance.md, "stats on either CPU").
     """
     return torch.get_num_threads() == 1 and _dot_is_accurate(chunk)
 
