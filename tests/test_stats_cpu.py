@@ -146,6 +146,8 @@ def test_the_dot_decision_is_right_for_this_machine(monkeypatch, threads, size):
         exact = x.double().square().sum().item()
         dot_error = abs(torch.dot(x, x).item() - exact) / exact
         assert stats_mod._dot_is_accurate(size) is (dot_error <= 2e-6)
+        # the dot serves at one thread only, where it is accurate; else the norms
+        assert stats_mod._dot_serves(size) is (threads == 1 and dot_error <= 2e-6)
         for n in (size, size // 2 + 3, 3 * stats_mod._BLOCK + 7, 100):
             c = torch.randn(n, generator=_g()) * 3 + 1
             want = c.double().square().sum().item()
@@ -154,26 +156,40 @@ def test_the_dot_decision_is_right_for_this_machine(monkeypatch, threads, size):
         torch.set_num_threads(saved)
 
 
-def test_the_dot_is_asked_at_the_chunk_size_and_thread_count_in_use(monkeypatch):
-    # A dot that is trusted over one length need not be over another, nor at another
-    # thread count: host_vector asks about the chunk it takes, at the threads it runs.
+def test_the_dot_is_asked_at_the_chunk_size_in_use_and_serves_one_thread_only(monkeypatch):
+    # A dot that is trusted over one length need not be over another: host_vector asks
+    # about the chunk it takes. With several threads the sum of squares goes through
+    # the blocked norms on torch's threads, even where the BLAS dot would pass.
     asked: list[tuple[int, int]] = []
+    dots: dict[int, int] = {1: 0, 2: 0}
+    real_dot = torch.dot
 
     def probe(n: int) -> bool:
         asked.append((n, torch.get_num_threads()))
         return True
 
+    def counted_dot(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+        dots[torch.get_num_threads()] += 1
+        return real_dot(a, b)
+
     monkeypatch.setattr(stats_mod, "_dot_is_accurate", probe)
     saved = torch.get_num_threads()
+    x = torch.randn(stats_mod._MT_CHUNK + 5, generator=_g())
+    want = x.double().square().sum().item()
     try:
         for threads in (1, 2):
             torch.set_num_threads(threads)
-            host_vector(torch.randn(stats_mod._MT_CHUNK + 5, generator=_g()), Scratch())
+            with monkeypatch.context() as m:
+                m.setattr(torch, "dot", counted_dot)
+                vec = host_vector(x, Scratch())
+            n = x.numel()
+            assert vec[1] + vec[0] ** 2 == pytest.approx(want / n, rel=2e-6)
     finally:
         torch.set_num_threads(saved)
-    # one thread: chunks that stay in the L2 cache; several: few, large ones (each op
-    # wakes and joins the threads once)
-    assert set(asked) == {(stats_mod._CHUNK, 1), (stats_mod._MT_CHUNK, 2)}
+    # one thread: chunks that stay in the L2 cache, the dot asked about that length;
+    # several: few, large chunks (each op wakes and joins the threads once), no dot
+    assert set(asked) == {(stats_mod._CHUNK, 1)}
+    assert dots[1] > 0 and dots[2] == 0
 
 
 # The device reduction's variance overflows float32 where the CPU's falls back to float64.

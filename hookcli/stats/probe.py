@@ -202,10 +202,24 @@ def _dot_is_accurate(n: int) -> bool:
     return accurate
 
 
+def _dot_serves(chunk: int) -> bool:
+    """Whether a float32 chunk's sum of squares is taken by ``torch.dot``: at one torch
+    thread, where the machine's dot is accurate over ``chunk`` elements.
+
+    With several threads the blocked norms serve whatever the BLAS: they run on torch's
+    own threads, like the other reductions of the chunk, where the BLAS dot runs on
+    its own. Forced at 2 threads on an AMD EPYC, whose MKL dot fails the check there
+    (an Intel Xeon's passes), the dot made stats slower against its floor in three runs
+    of five, up to 2x with the other core busy, and 3-5% faster in the two quietest
+    (resnet50 b8; docs/performance.md, "stats on either CPU").
+    """
+    return torch.get_num_threads() == 1 and _dot_is_accurate(chunk)
+
+
 def _sum_sq(c: torch.Tensor, chunk: int) -> float:
     """Sum of squares of a 1-D chunk of at most ``chunk`` elements, as a Python float."""
     n = c.numel()
-    if c.dtype == torch.float64 or (n >= _BLOCK and _dot_is_accurate(chunk)):
+    if c.dtype == torch.float64 or (n >= _BLOCK and _dot_serves(chunk)):
         return float(torch.dot(c, c).item())
     if n < 2 * _BLOCK:
         return float(torch.linalg.vector_norm(c).double().square().item())
