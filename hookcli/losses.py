@@ -44,10 +44,21 @@ def _grad_tensors(output: Any) -> list[torch.Tensor]:
     ]
 
 
+class NothingToBackpropagate(UsageError):
+    """The loss has no floating-point tensor that requires grad to start backward from;
+    ``reason`` says what the output is (``the model's output is a int64 Tensor [8, 2]``)."""
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
 def _nothing(output: Any, what: str = "the model's output") -> UsageError:
-    return UsageError(
-        f"nothing to backpropagate: {what} is {describe_output(output)}; "
-        f"backward needs a floating-point tensor that requires grad in the output{_why(output)}"
+    reason = f"{what} is {describe_output(output)}"
+    return NothingToBackpropagate(
+        f"nothing to backpropagate: {reason}; backward needs a floating-point tensor that "
+        f"requires grad in the output{_why(output)}",
+        reason,
     )
 
 

@@ -35,3 +35,16 @@ def test_a_forward_that_can_train_keeps_its_training_total() -> None:
     totals = invoke_json("cost", f"{FIX}:InnerInferenceMode", "-i", "3x4")["totals"]
     # only a child is decorated: the root trains (its head), so the total stands
     assert totals["step_peak_bytes"] > 0 and "cannot_train" not in totals
+
+
+def test_an_output_without_a_gradient_has_no_training_peak_by_default() -> None:
+    # the forward runs with autograd, but its output (nonzero's int64 indices) carries no
+    # gradient: the default cost says so in place of a training peak; --backward, which
+    # asks for the backward, is refused as before
+    spec = "tests.fixtures.metaonly:NonzeroInForward"
+    totals = invoke_json("cost", spec, "-i", "2x4")["totals"]
+    assert totals["step_peak_bytes"] is None
+    assert totals["cannot_train"].startswith("the model's output is a int64 Tensor [")
+    assert totals["inference_peak_bytes"] > 0
+    asked = invoke("cost", spec, "-i", "2x4", "--backward")
+    assert asked.exit_code == 2 and "nothing to backpropagate" in asked.stderr

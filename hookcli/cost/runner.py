@@ -230,7 +230,7 @@ def step_memory(prepared: Prepared, plan: CostPlan, fsdp: FsdpPlan | None = None
     ``fsdp``: the step as one rank runs it under FSDP2 (``hookcli.memory.fsdp``)."""
     from hookcli import amp
     from hookcli.errors import HookcliError, UsageError, first_line
-    from hookcli.losses import make_loss
+    from hookcli.losses import NothingToBackpropagate, make_loss
     from hookcli.memory.step import track_inference, track_step
     from hookcli.preserve import kept_attributes, training_flags
 
@@ -296,6 +296,11 @@ def step_memory(prepared: Prepared, plan: CostPlan, fsdp: FsdpPlan | None = None
             _progress("one steady-state training step under the live-bytes tracker")
             try:
                 found = step(model, args, kwargs)
+            except NothingToBackpropagate as err:
+                if plan.backward:  # asked for: the counting pass says it as the error
+                    raise
+                out["step_peak_bytes"] = None  # the default figure: no training peak, why
+                out["cannot_train"] = err.reason
             except HookcliError:
                 raise
             except Exception as err:  # the model's own failure in train mode: said, not fatal
@@ -690,7 +695,7 @@ def build_report(
         totals["backward_macs"] = bwd // 2
     totals.update(memory_totals(model, probe, optimizer))
     totals.update(peaks or {})
-    cannot = None if probe.backward_ran else _cannot_train(model)
+    cannot = None if probe.backward_ran else _cannot_train(model) or totals.get("cannot_train")
     if cannot is not None:  # no training figure for a forward that cannot train
         totals["memory_parts"]["train_step_bytes"] = None
         totals["step_peak_bytes"] = None
