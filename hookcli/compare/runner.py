@@ -592,7 +592,7 @@ def _local_passes(
             for i, j in pairs.items()
             if i in pa.inputs
         }
-        partner = {(by_b[j].name, by_b[j].call): i for i, j in pairs.items()}
+        partner = _partners(alignment, by_b)
         outputs = {k: pa.outputs[i] for k, i in partner.items() if i in pa.outputs}
         backward = plan.backward and bool(pa.grad_outputs)
         sub = Substitute(
@@ -655,17 +655,14 @@ def _local_grad_report(
     its calls against A's, as A's accumulate, given only where every call of both was
     measured; tied parameters left out); and the first call, in A's backward order, out
     of tolerance."""
+    import collections
     import dataclasses
     import types
 
     by_a = {r.index: r for r in pa.records}
     by_b = {r.index: r for r in pb.records}
-    calls_a: dict[str, int] = {}
-    calls_b: dict[str, int] = {}
-    for r in pa.records:
-        calls_a[r.name] = calls_a.get(r.name, 0) + 1
-    for r in pb.records:
-        calls_b[r.name] = calls_b.get(r.name, 0) + 1
+    calls_a = collections.Counter(r.name for r in pa.records)
+    calls_b = collections.Counter(r.name for r in pb.records)
     summed = types.SimpleNamespace(
         param_grads={
             (f"{m}.{n}" if m else n): g for m, gs in sub.param_grads.items() for n, g in gs.items()
