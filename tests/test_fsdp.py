@@ -296,7 +296,8 @@ def test_inspect_stats_and_cost_fsdp_on_a_decoder(tmp_path: Path) -> None:
     import hookcli.schema
 
     jsonschema.validate(cost_report, hookcli.schema.load())
-    mem = {row["component"]: row for row in cost_report["memory_per_rank"]}
+    # the shard plan's parts (JSON only): each rank's shards against fully_shard's
+    mem = {row["component"]: row for row in cost_report["memory_parts_per_rank"]}
     assert mem["params"]["fsdp_bytes_per_rank"] == bytes_per_rank
     assert mem["params"]["ddp_bytes"] == n_params * 4
     assert mem["adam state"]["fsdp_bytes_per_rank"] == [2 * b for b in bytes_per_rank]

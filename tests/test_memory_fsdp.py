@@ -4,6 +4,7 @@ fake process group and measures the step at the CPU allocator, with no hookcli c
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,7 @@ from typing import Any
 import pytest
 import torch
 
+from hookcli.cost.sizes import parse_size
 from hookcli.memory.fsdp import FsdpPlan, padded_rows, shard_rows
 from hookcli.memory.step import track_inference, track_step
 from tests.fixtures.memory_models import fsdp_predicted
@@ -103,23 +105,29 @@ def test_rank_peak_matches_fsdp2_measured(spec: str, how: dict[str, Any]) -> Non
 def test_cost_fsdp_reports_each_ranks_peak_and_fit_per_rank(tmp_path: Path) -> None:
     case = {"world": 2, "blocks": "layers", "ids": (4, 64, 256)}
     real = [measured(DECODER, {**case, "rank": r}) for r in (0, 1)]
-    infer = measured(DECODER, {**case, "rank": 0, "eval": True})
+    infer = [measured(DECODER, {**case, "rank": r, "eval": True}) for r in (0, 1)]
 
-    run = torchrun(
-        tmp_path, "cost", DECODER, "--fsdp", "--backward", "-i", "int64:4x64:0..256", "-f", "json"
-    )
+    def near(mine: list[int], oracle: list[int], tol: float = 0.005) -> bool:
+        return all(abs(m - r) <= tol * r for m, r in zip(mine, oracle, strict=True))
+
+    ids = ("-i", "int64:4x64:0..256")
+    run = torchrun(tmp_path, "cost", DECODER, "--fsdp", "--backward", *ids, "-f", "json")
     assert run["returncode"] == 0, run
     report = report_of(run)
     t = report["totals"]
     peaks = t["fsdp_step_peak_bytes_per_rank"]
-    assert all(abs(p - r) <= 0.005 * r for p, r in zip(peaks, real, strict=True)), (peaks, real)
+    assert near(peaks, real), (peaks, real)
     assert t["step_peak_bytes"] == peaks[0] and t["step_peak_fsdp"] == {"rank": 0, "world_size": 2}
-    assert abs(t["inference_peak_bytes"] - infer) <= 0.005 * infer
+    inference = t["fsdp_inference_peak_bytes_per_rank"]
+    assert near(inference, infer), (inference, infer)
+    assert t["inference_peak_bytes"] == inference[0]
     kinds = t["step_peak_by_kind"]
     assert sum(kinds.values()) == peaks[0]
     assert kinds["unsharded_params"] > 0 and kinds["comm_buffers"] > 0
-    rows = {r["component"]: r for r in report["memory_per_rank"]}
-    assert rows["step peak (tracked)"]["fsdp_bytes_per_rank"] == peaks
+    # the plan's sums of parts are JSON only, marked as parts
+    assert "fsdp_train_step_bytes_per_rank" not in t and "memory_per_rank" not in report
+    assert len(t["memory_parts"]["fsdp_train_step_bytes_per_rank"]) == 2
+    assert report["memory_parts_per_rank"][-1]["component"] == "sum"
 
     # --fit per rank, on meta, against a real search: the largest batch the oracle
     # measures under the limit (halfway between batch 2's and batch 3's peaks)
@@ -143,6 +151,24 @@ def test_cost_fsdp_reports_each_ranks_peak_and_fit_per_rank(tmp_path: Path) -> N
     ft = report_of(fit)["totals"]
     assert ft["fsdp_fit_batch_per_rank"] == [2, 2]
     assert ft["fit_peak_bytes"] <= limit < ft["fit_next_peak_bytes"]
+
+    # the table: each rank's tracked peaks, read back against the oracle, and no sums
+    # (and with --fit on the CPU, searched on a meta copy: each rank's batch)
+    text = torchrun(tmp_path, "cost", DECODER, "--fsdp", *ids, "--fit", str(limit))
+    assert text["returncode"] == 0, text
+    table = text["ranks"][0]["stdout"]
+    head, *block = table[table.index("Memory per rank:") :].splitlines()
+    assert "each rank's step tracked" in head, head
+    block = list(itertools.takewhile(lambda line: line.startswith("  "), block))
+    rows = dict(line.strip().partition(":")[::2] for line in block)
+    (fits,) = (k for k in rows if k.startswith("fits in "))
+    assert rows.pop(fits).split() == ["batch", "2,", "batch", "2"], block
+    shown = {k: [parse_size(c) for c in v.split(",")] for k, v in rows.items()}
+    assert set(shown) == {"training peak", "inference peak"}, block
+    # two decimals of KiB/MiB: within 0.5% of the oracle, plus the rounding
+    assert near(shown["training peak"], real, 0.01), (shown, real)
+    assert near(shown["inference peak"], infer, 0.01), (shown, infer)
+    assert "training step" not in table and "adam state:" not in table
 
 
 @pytest.mark.distributed

@@ -761,7 +761,11 @@ def run_cost(prepared: Prepared, plan: CostPlan, launch: Launch | None = None) -
 def _memory_per_rank(
     prepared: Prepared, plan: CostPlan, launch: Any, once: Callable[..., Outcome]
 ) -> Outcome | None:
-    """The cost report, plus memory per rank under FSDP2 and under DDP (rank 0)."""
+    """The cost report, plus every rank's tracked peaks under FSDP2 (rank 0).
+
+    The table gives each rank's tracked training and inference peaks; the sums of the
+    shard plan's parts (FSDP2's per rank beside DDP's) stay in the JSON, marked as parts:
+    ``memory_parts_per_rank`` and ``memory_parts``' ``*_per_rank`` keys."""
     import dataclasses
 
     from hookcli.memory.fsdp import FsdpPlan
@@ -779,7 +783,7 @@ def _memory_per_rank(
             if name in units and name not in seen:
                 seen.append(name)
         mem = launch.memory(model, units, seen, STATE_COPIES[plan.optimizer])
-        for key in ("step_peak_bytes", "fit_batch"):  # this rank's tracked step
+        for key in ("step_peak_bytes", "inference_peak_bytes", "fit_batch"):  # this rank's
             mem[key] = report.totals.get(key)
         return report, error, mem
 
@@ -820,52 +824,43 @@ def _memory_per_rank(
             }
         )
     )
-    ddp_total = sum(ddp.values()) + buffers + saved
-    fsdp_totals = [sum(int(g[k]) for _, k in parts) + buffers + saved for g in gathered]
+    ddp_sum = sum(ddp.values()) + buffers + saved
+    fsdp_sums = [sum(int(g[k]) for _, k in parts) + buffers + saved for g in gathered]
     rows.append(
-        Row.of(
-            {
-                "component": "training step",
-                "ddp_bytes": ddp_total,
-                "fsdp_bytes_per_rank": fsdp_totals,
-            }
-        )
+        Row.of({"component": "sum", "ddp_bytes": ddp_sum, "fsdp_bytes_per_rank": fsdp_sums})
     )
     totals = {
         **t,
-        "ddp_train_step_bytes_per_rank": ddp_total,
-        "fsdp_train_step_bytes_per_rank": fsdp_totals,
-        "all_gather_peak_units": gathered[0]["all_gather_peak_units"],
+        "memory_parts": {
+            **t["memory_parts"],
+            "ddp_train_step_bytes": ddp_sum,
+            "fsdp_train_step_bytes_per_rank": fsdp_sums,
+            "all_gather_peak_units": gathered[0]["all_gather_peak_units"],
+        },
     }
-    peaks = [g["step_peak_bytes"] for g in gathered]
-    if all(p is not None for p in peaks):  # the step tracked on every rank
-        rows.append(
-            Row.of(
-                {
-                    "component": "step peak (tracked)",
-                    "ddp_bytes": None,
-                    "fsdp_bytes_per_rank": peaks,
-                }
-            )
-        )
-        totals["fsdp_step_peak_bytes_per_rank"] = peaks
-        if "fit_batch" in t:
-            totals["fsdp_fit_batch_per_rank"] = [g["fit_batch"] for g in gathered]
     lines = list(report.table_totals)
-    lines.append(("Memory per rank", f"DDP | FSDP2 on {len(gathered)} ranks (rank 0, 1, ...)"))
-    for row in rows:
-        d = row.data
-        fsdp = ", ".join(fmt_bytes(v, binary=True) for v in d["fsdp_bytes_per_rank"])
-        ddp_b = "-" if d["ddp_bytes"] is None else fmt_bytes(d["ddp_bytes"], binary=True)
-        lines.append((f"  {d['component']}", f"{ddp_b} | {fsdp}"))
-    peak_units = " + ".join(gathered[0]["all_gather_peak_units"])
-    lines.append(("  all-gather peak is", f"{peak_units}, unsharded"))
+    head = f"FSDP2 on {len(gathered)} ranks (rank 0, 1, ...), each rank's step tracked"
+    lines.append(("Memory per rank", head))
+    figures = [
+        ("training peak", "step_peak_bytes", "fsdp_step_peak_bytes_per_rank"),
+        ("inference peak", "inference_peak_bytes", "fsdp_inference_peak_bytes_per_rank"),
+    ]
+    for label, key, total in figures:
+        peaks = [g[key] for g in gathered]  # None: not measured on that rank (said above)
+        totals[total] = peaks
+        lines.append((f"  {label}", ", ".join("none" if p is None else _size(p) for p in peaks)))
+    if "fit_batch" in t:
+        batches = [g["fit_batch"] for g in gathered]
+        totals["fsdp_fit_batch_per_rank"] = batches
+        lines.append(
+            (f"  fits in {_size(t['fit_limit_bytes'])}", ", ".join(f"batch {b}" for b in batches))
+        )
     final = dataclasses.replace(
         report,
         model={**report.model, "class": type(model).__name__},
         settings=launch.unit_settings(report.settings, units),
         totals=totals,
-        lists={**report.lists, "memory_per_rank": tuple(rows)},
+        lists={**report.lists, "memory_parts_per_rank": tuple(rows)},
         notes=(launch.memory_note(units),),
         table_totals=tuple(lines),
     )
@@ -916,9 +911,8 @@ def _kinds(by_kind: dict[str, int], optimizer: Optimizer) -> str:
 def _peak_lines(t: dict[str, Any], optimizer: Optimizer, plan: CostPlan) -> list[tuple[str, str]]:
     """The two memory figures: the tracked training step's peak and inference's."""
     fsdp = t.get("step_peak_fsdp")
-    label = (
-        f"Training peak, rank {fsdp['rank']} of {fsdp['world_size']}" if fsdp else "Training peak"
-    )
+    of_rank = f", rank {fsdp['rank']} of {fsdp['world_size']}" if fsdp else ""
+    label, infer = f"Training peak{of_rank}", f"Inference peak{of_rank}"
     out: list[tuple[str, str]] = []
     if "step_peak_error" in t:
         out.append((label, f"not measured: {t['step_peak_error']}"))
@@ -944,11 +938,11 @@ def _peak_lines(t: dict[str, Any], optimizer: Optimizer, plan: CostPlan) -> list
         )
         out.append(("  alive at it", _kinds(t["step_peak_by_kind"], optimizer)))
     if "inference_peak_error" in t:
-        out.append(("Inference peak", f"not measured: {t['inference_peak_error']}"))
+        out.append((infer, f"not measured: {t['inference_peak_error']}"))
     elif "inference_peak_bytes" in t:
         out.append(
             (
-                "Inference peak",
+                infer,
                 f"{_size(t['inference_peak_bytes'])} at "
                 f"{t['inference_peak_module'] or '(outside any module)'} (one no_grad forward)",
             )

@@ -592,8 +592,8 @@ class Fsdp(Ranks):
     def memory_note(self, units: Sequence[str]) -> str:
         ctx = self.ctx
         return (
-            f"distributed: {ctx.world_size} ranks ({ctx.backend}, {ctx.env.source}); FSDP2 "
-            f"memory from the shard plan ({len(units)} units); DDP: every rank holds it all"
+            f"distributed: {ctx.world_size} ranks ({ctx.backend}, {ctx.env.source}); each "
+            f"rank's step tracked as FSDP2 runs it ({len(units)} units)"
         )
 
 
