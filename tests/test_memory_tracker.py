@@ -420,12 +420,48 @@ def test_state_made_without_a_first_step_peaks_as_after_one(optimizer: str, zero
 def test_made_state_is_the_state_a_first_step_makes(optimizer: str) -> None:
     """The state made directly has what torch's own first step makes: the same keys, and
     tensors of the same shape, dtype, device and strides."""
+    assert _assert_state_as_torchs_first_step(optimizer) == 0  # made, not stepped
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "adamw"])
+def test_without_torchs_private_scalar_dtype_a_first_step_makes_the_state(
+    optimizer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Adam's ``step`` count is made in the dtype torch's private
+    ``torch.optim.optimizer._get_scalar_dtype`` gives; on a torch without it, the
+    optimizer's own first step (on zero grads) makes the state: still the state and the
+    peak the allocator measures after a real first step."""
+    import torch.optim.optimizer as torch_optimizer
+
+    from hookcli.memory.step import _step_dtype
+
+    assert _step_dtype() is torch_optimizer._get_scalar_dtype()
+    monkeypatch.delattr(torch_optimizer, "_get_scalar_dtype")
+    assert _step_dtype() is None
+    assert _assert_state_as_torchs_first_step(optimizer) == 1  # the fallback: one step
+    torch.manual_seed(0)
+    for zero_grad in ("none", "zeros"):
+        for model, x in ((_HalfUsed(), torch.randn(64, 256)), _toy()):
+            tracked, measured = _both(model, x, optimizer=optimizer, zero_grad=zero_grad)
+            assert abs(tracked - measured) <= 16, (type(model).__name__, tracked, measured)
+
+
+def _assert_state_as_torchs_first_step(optimizer: str) -> int:
+    """The state ``_first_state`` makes against torch's own first step; the number of
+    optimizer steps ``_first_state`` took to make it."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
     from hookcli.memory.step import _first_state, make_optimizer
 
     model, x = _toy()
     params = list(model.parameters())
     made = make_optimizer(optimizer, params)
-    _first_state(made, optimizer, params, True)
+    steps: list[object] = []  # the optimizer steps _first_state took (torch's global hook)
+    hook = register_optimizer_step_post_hook(lambda o, a, k: steps.append(o))
+    try:
+        _first_state(made, optimizer, params, True)
+    finally:
+        hook.remove()
     real = make_optimizer(optimizer, params)
     model(x).sum().backward()
     real.step()  # type: ignore[union-attr]
@@ -437,3 +473,4 @@ def test_made_state_is_the_state_a_first_step_makes(optimizer: str) -> None:
         for k in a:
             shape = [(t.shape, t.dtype, t.device, t.stride()) for t in (a[k], b[k])]
             assert shape[0] == shape[1], (k, shape)
+    return len(steps)

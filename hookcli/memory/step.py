@@ -168,6 +168,21 @@ def _attribute_tensors(model: nn.Module) -> dict[str, list[torch.Tensor]]:
     return {"attributes": found} if found else {}
 
 
+def _step_dtype() -> torch.dtype | None:
+    """The dtype of Adam's ``step`` count as its first step makes it: torch's private
+    ``torch.optim.optimizer._get_scalar_dtype()`` (torch 2.6 to 2.15). None where this
+    torch has no such function, or one called otherwise: ``_first_state`` then lets the
+    optimizer's own first step make the state."""
+    from torch.optim import optimizer
+
+    get = getattr(optimizer, "_get_scalar_dtype", None)
+    try:
+        found = get() if callable(get) else None
+    except TypeError:
+        return None
+    return found if isinstance(found, torch.dtype) else None
+
+
 def _first_state(
     opt: torch.optim.Optimizer | None,
     name: str,
@@ -177,12 +192,14 @@ def _first_state(
     """The optimizer's state and the grads as a first training step leaves them (for the
     parameters that step gives a grad; ``track_step`` takes back what others get), without
     its forward and backward. Adam's, AdamW's and SGD's momentum are made as torch makes
-    them at their first step (zeros like the parameter, Adam's ``step`` count on the CPU);
-    another optimizer's by its own step on a zero grad. Parameters it moves (weight
-    decay) are put back by ``_kept``."""
+    them at their first step (zeros like the parameter, Adam's ``step`` count on the CPU,
+    in ``_step_dtype``); another optimizer's (and Adam's where ``_step_dtype`` is None) by
+    its own step on a zero grad. Parameters it moves (weight decay) are put back by
+    ``_kept``."""
     group = opt.defaults if opt is not None else {}
+    step_dtype = _step_dtype() if name in ("adam", "adamw") else None
     simple = name in ("none", "sgd", "sgd-momentum") or (
-        name in ("adam", "adamw")
+        step_dtype is not None
         and not any(group.get(k) for k in ("amsgrad", "fused", "capturable", "differentiable"))
     )
     with torch.no_grad():
@@ -193,14 +210,12 @@ def _first_state(
                 opt.step()
                 opt.zero_grad(set_to_none=set_to_none)
             return
-        from torch.optim.optimizer import _get_scalar_dtype
-
         for p in stepped:
             zeros = functools.partial(torch.zeros_like, p, memory_format=torch.preserve_format)
             if name == "sgd-momentum":
                 opt.state[p] = {"momentum_buffer": zeros()}
             elif name in ("adam", "adamw"):
-                step = torch.tensor(1.0, dtype=_get_scalar_dtype(), device="cpu")
+                step = torch.tensor(1.0, dtype=step_dtype, device="cpu")
                 opt.state[p] = {"step": step, "exp_avg": zeros(), "exp_avg_sq": zeros()}
 
 
