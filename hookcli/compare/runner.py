@@ -1,8 +1,8 @@
 """``compare``'s run: build both sides, run A and B (propagated, then local), align,
 measure, and build the report.
 
-Each mode runs each model once. Where it can (``_can_step``), A runs in a thread of its
-own in step with B (``record.Handoff``): A lends each output B's partner call will
+Each mode runs each model once. Where it can (``_can_step``), A runs in a greenlet of
+its own in step with B (``record.Handoff``): A lends each output B's partner call will
 measure and waits until it is measured, so nothing of A's is copied unless B asks
 first for a later one. Else A runs first and keeps a copy of every call's inputs and
 outputs (the reference), and B runs after it. B's outputs are measured as they come
@@ -300,14 +300,20 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
 
 
 def _can_step(a: Side, b: Side, plan: Plan, mode: Mode, meta: bool) -> bool:
-    """Whether A and B can run in step (A in a thread of its own): on the CPU, in eval,
-    forward only, with partners foreseen by name, two distinct models, and no setting
-    that is the process's rather than the thread's (autocast as hookcli sets it, the
-    thread count, determinism, the global seed, a compiled B). Else they run one after
-    the other, A's outputs copied."""
+    """Whether A and B can run in step (A in a greenlet of its own): on the CPU, in eval,
+    forward only, with partners foreseen by name, two distinct models, no profiler or
+    tracer, and no setting that is the process's rather than the run's (autocast as
+    hookcli sets it, the thread count, determinism, the global seed, a compiled B). Else
+    they run one after the other, A's outputs copied."""
+    import sys
+
     vs = b.vs
     if (
         meta
+        # a profiler or tracer (cProfile, coverage, a debugger) keeps one frame stack per
+        # thread: a switch between A's stack and B's would cross it
+        or sys.getprofile() is not None
+        or sys.gettrace() is not None
         or plan.copy_weights
         or plan.backward
         or plan.align == "order"
@@ -353,9 +359,12 @@ class _Wanted:
 
 def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_rest: bool,
              run_b: Any) -> tuple[Pass, Any, Any]:  # fmt: skip
-    """A's pass in a thread of its own, offering its tensors to ``run_b`` (B's pass, in
-    this thread) through ``handoff``; A's errors raised here once both ended."""
-    import threading
+    """A's pass in a greenlet of its own, offering its tensors to ``run_b`` (B's pass,
+    here) through ``handoff``; A's errors raised here once both ended. Both passes run
+    under one ``inference_mode`` entered here (each session enters its own inside it), so
+    that the two passes' grad-mode contexts, entered and left in step, restore only
+    what they found."""
+    import torch
 
     from hookcli.compare.record import Offer
 
@@ -365,18 +374,17 @@ def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_re
     def run_a() -> None:
         try:
             done["pass"] = _run_pass(a, a_call[0], a_call[1], mode, keep=set(), extra=[offer])
-        except BaseException as err:  # raised in the caller's thread below
+        except BaseException as err:  # raised in B's run below
             done["error"] = err
         finally:
             handoff.a_finished()
 
-    thread = threading.Thread(target=run_a, name="hookcli-compare-A", daemon=True)
-    thread.start()
-    try:
-        pb = run_b()
-    finally:
-        handoff.b_finished()
-        thread.join()
+    with torch.inference_mode():
+        handoff.start(run_a)
+        try:
+            pb = run_b()
+        finally:
+            handoff.b_finished()
     if "error" in done:
         raise done["error"]
     return done["pass"], pb, offer
