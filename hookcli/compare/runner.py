@@ -664,22 +664,16 @@ def _local_grad_report(
     measured; tied parameters left out); and the first call, in A's backward order, out
     of tolerance."""
     import collections
-    import dataclasses
-    import types
 
     by_a = {r.index: r for r in pa.records}
     by_b = {r.index: r for r in pb.records}
     calls_a = collections.Counter(r.name for r in pa.records)
     calls_b = collections.Counter(r.name for r in pb.records)
-    summed = types.SimpleNamespace(
-        param_grads={
-            (f"{m}.{n}" if m else n): g for m, gs in sub.param_grads.items() for n, g in gs.items()
-        }
-    )
-    if tied_a:  # A's grads of tied parameters hold every holder's part: not compared
-        pa = dataclasses.replace(
-            pa, param_grads={n: g for n, g in pa.param_grads.items() if n not in tied_a}
-        )
+    summed = {
+        (f"{m}.{n}" if m else n): g for m, gs in sub.param_grads.items() for n, g in gs.items()
+    }
+    # A's grads of tied parameters hold every holder's part: not compared
+    grads_a = {n: g for n, g in pa.param_grads.items() if n not in tied_a}
     cols: dict[int, dict[str, Any]] = {}
     diverged: dict[int, str] = {}
     for i, j in alignment.pairs.items():
@@ -695,7 +689,7 @@ def _local_grad_report(
             and calls_a[ra.name] == calls_b[rb.name] == sub.grad_calls.get(rb.name, 0)
             and not sub.grad_missed.get(rb.name)
         )
-        pg = _param_grads(pa, summed, i, j, by_a, by_b, plan) if whole else None  # type: ignore[arg-type]
+        pg = _param_grads(grads_a, summed, ra, rb, plan) if whole else None
         if pg is not None:
             cd, names = pg
             data.update(cd.summary("local_param_grad_"))
@@ -737,15 +731,14 @@ def _worst(diffs: Sequence[CallDiff]) -> CallDiff:
 
 
 def _param_grads(
-    pa: Pass, pb: Pass, i: int, j: int, by_a: Any, by_b: Any, plan: Plan
+    grads_a: Mapping[str, Any], grads_b: Mapping[str, Any], ra: Any, rb: Any, plan: Plan
 ) -> tuple[CallDiff, list[tuple[str, str]]] | None:
-    """The grads of A's module's own parameters against its partner's (by local name, else
-    by position; a Linear/Conv1D weight transposed)."""
+    """The grads of A's call's module's own parameters (``grads_a``: by qualified name)
+    against its partner's (by local name, else by position; a Linear/Conv1D weight
+    transposed)."""
     from hookcli.compare.metrics import CallDiff, tensor_diff
 
-    ra, rb = by_a[i], by_b[j]
-
-    def own(grads: dict[str, Any], module: str) -> list[tuple[str, Any]]:
+    def own(grads: Mapping[str, Any], module: str) -> list[tuple[str, Any]]:
         prefix = f"{module}." if module else ""
         return [
             (n[len(prefix) :], g)
@@ -753,7 +746,7 @@ def _param_grads(
             if n.startswith(prefix) and "." not in n[len(prefix) :]
         ]
 
-    ga, gb = own(pa.param_grads, ra.name), own(pb.param_grads, rb.name)
+    ga, gb = own(grads_a, ra.name), own(grads_b, rb.name)
     if not ga:
         return None
     named_b = dict(gb)
@@ -790,7 +783,8 @@ def _grad_report(
             data.update(gi.summary("grad_input_"))
             if gi.diverged:
                 diverged[i] = "grad_input"
-        pg = _param_grads(pa, pb, i, j, by_a, by_b, plan) if by_a[i].call == 0 else None
+        ra, rb = by_a[i], by_b[j]
+        pg = _param_grads(pa.param_grads, pb.param_grads, ra, rb, plan) if ra.call == 0 else None
         if pg is not None:
             cd, names = pg
             data.update(cd.summary("param_grad_"))
