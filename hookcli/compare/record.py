@@ -504,6 +504,8 @@ class Handoff:
         self.copied = 0
         self._a: Any = None  # A's greenlet (``start``)
         self._b: Any = None  # the one that started it: B's
+        # A's run ended by Ctrl-C or an exit: raised in B's run at once, not at its end
+        self.interrupt: BaseException | None = None
 
     def start(self, run_a: Callable[[], None]) -> None:
         """(B's side, before its run) A's run, started at B's first ``get``."""
@@ -542,6 +544,8 @@ class Handoff:
         while item not in self.items and item not in self.passed and not self.a_done:
             self.waiting = item
             self._resume_a()
+            if self.interrupt is not None:
+                raise self.interrupt
         self.waiting = None
         return self.items.get(item)
 

@@ -374,8 +374,10 @@ def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_re
     def run_a() -> None:
         try:
             done["pass"] = _run_pass(a, a_call[0], a_call[1], mode, keep=set(), extra=[offer])
-        except BaseException as err:  # raised in B's run below
+        except BaseException as err:  # raised once both ended (Ctrl-C: at once, in B's run)
             done["error"] = err
+            if not isinstance(err, Exception):
+                handoff.interrupt = err
         finally:
             handoff.a_finished()
 
