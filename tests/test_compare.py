@@ -529,6 +529,8 @@ def test_in_step_a_lends_its_outputs_and_keeps_no_copy(monkeypatch: pytest.Monke
     args = ("compare", f"{M}:Decoder", f"{M}:Decoder", "--b-kwargs", "bug='gelu'")
     stepped = invoke_json(*args)
     assert len(made) == 2  # the propagated mode and the local mode
+    # A's pass ran in a greenlet beside B's: the grad modes they entered are left as found
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
     assert all(h.copied == 0 and not h.items for h in made)
     monkeypatch.setattr(runner, "_can_step", lambda *a: False)
     apart = invoke_json(*args)
@@ -537,3 +539,65 @@ def test_in_step_a_lends_its_outputs_and_keeps_no_copy(monkeypatch: pytest.Monke
     for r, s in zip(stepped["calls"], apart["calls"], strict=True):
         assert [r[k] for k in keys] == [s[k] for k in keys], r["name"]
     assert stepped["first_divergence"] == apart["first_divergence"]
+
+
+def test_under_a_profiler_a_and_b_run_one_after_the_other(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A profiler keeps one frame stack per thread (cProfile crashes when a switch between
+    two forwards crosses it): under one, compare does not run A and B in step, and its
+    figures are the same."""
+    import cProfile
+    import sys
+
+    from hookcli.compare import record
+
+    made: list[Any] = []
+    real = record.Handoff.__init__
+
+    def init(self: record.Handoff, wanted: Any) -> None:
+        real(self, wanted)
+        made.append(self)
+
+    monkeypatch.setattr(record.Handoff, "__init__", init)
+    args = ("compare", f"{M}:Decoder", f"{M}:Decoder", "--b-kwargs", "bug='gelu'")
+    stepped = invoke_json(*args)
+    assert len(made) == 2
+    profiler = cProfile.Profile()
+    profiler.enable()
+    try:
+        profiled = invoke_json(*args)
+    finally:
+        profiler.disable()
+    assert sys.getprofile() is None
+    assert len(made) == 2  # no run in step under the profiler
+    assert profiled["first_divergence"] == stepped["first_divergence"]
+    keys = ("max_abs", "rel_l2", "local_max_abs", "local_rel_l2")
+    for r, s in zip(stepped["calls"], profiled["calls"], strict=True):
+        assert [r[k] for k in keys] == [s[k] for k in keys], r["name"]
+
+
+def test_ctrl_c_in_a_stops_b_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A KeyboardInterrupt raised in A's forward (run in step, in its greenlet) reaches the
+    caller before B's forward goes on to its end, and both models are left as found."""
+    from hookcli.api import compare
+    from tests.test_compare_models import Decoder
+
+    a, b = Decoder(), Decoder()
+    calls_b: list[str] = []
+    b.register_forward_hook(lambda *_: calls_b.append("root"))
+    for name, m in b.named_modules():
+        if name:
+            m.register_forward_hook(lambda mod, i, o, name=name: calls_b.append(name))
+    block = next(m for name, m in a.named_modules() if name.endswith("mlp"))
+
+    def interrupt(*_: Any) -> None:
+        raise KeyboardInterrupt
+
+    handle = block.register_forward_hook(interrupt)
+    before_a, before_b = len(a._forward_hooks), len(b._forward_hooks)
+    x = torch.randint(0, 50, (2, 8))
+    with pytest.raises(KeyboardInterrupt):
+        compare(a, b, (x,))
+    handle.remove()
+    assert "root" not in calls_b  # B stopped before the end of its forward
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+    assert len(a._forward_hooks) == before_a and len(b._forward_hooks) == before_b

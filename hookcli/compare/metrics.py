@@ -1,10 +1,11 @@
 """Per output tensor: how far B's value is from A's (A is the reference).
 
-The figures come from whole-tensor passes over the pair in float32 (float64 where a side
-is float64; B's cast to A's device): ``b - a`` once (rounded once, to half an ulp of the
-difference), sums of squares of a, b and b - a by short rows summed in float64 (each to
-about 1e-7 relative), the extremes of b - a, and the count beyond the tolerance; a pair
-with a NaN or Inf (or a sum past float32's range) takes a chunked float64 sweep:
+The figures come from passes over the pair a piece at a time (256Ki elements: nothing as
+large as the pair is made) in float32 (float64 where a side is float64; B's cast to A's
+device): ``b - a`` once (rounded once, to half an ulp of the difference), sums of squares
+of a, b and b - a by short rows summed in float64 (each to about 1e-7 relative), the
+extremes of b - a, and the count beyond the tolerance; a pair with a NaN or Inf (or a sum
+past float32's range) takes a chunked float64 sweep:
 
     max_abs  = max |b - a|
     rel_l2   = ||b - a|| / ||a||          (0 when both are zero, inf when only a is)
@@ -112,6 +113,7 @@ _CHUNK = 1 << 16  # elements per step: the float64 buffers stay small, reused an
 
 
 _FAST = ("float16", "bfloat16", "float32", "float64")
+_PIECE = 1 << 18  # elements per piece of ``_reduce``: a multiple of ``_ROW``
 _ROW = 1024  # sums of squares by rows of this length: each row's norm is exact to ~1e-7
 _scratch: dict[tuple[Any, Any, int], torch.Tensor] = {}  # (device, dtype) -> reused buffer
 
@@ -166,35 +168,60 @@ def _first(x: torch.Tensor, value: float, largest: bool) -> int:
 
 
 def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float]:
-    """The figures of one pair, from whole-tensor passes in float32 (float64 where either
-    side is float64) where every value is finite, else from the float64 sweep
-    (``_sweep``): b - a once (rounded once, to half an ulp of the difference itself),
-    the three sums of squares by rows (``_sumsq``), the extremes of b - a, and only where
-    max |b - a| passes atol the count of elements beyond the tolerance."""
+    """The figures of one pair, from passes over pieces of ``_PIECE`` elements in float32
+    (float64 where either side is float64) where every value is finite, else from the
+    float64 sweep (``_sweep``): per piece, b - a once (rounded once, to half an ulp of
+    the difference itself) into a buffer reused from piece to piece, the three sums of
+    squares by rows (``_sumsq``) and the extremes of b - a, all read to the host at once;
+    then, only in the pieces whose max |b - a| passes atol, the count of elements beyond
+    the tolerance, and the worst element in its piece. Nothing as large as the pair is
+    made (a piece's buffers, 1 MiB each, are all)."""
     import torch
 
     if dtype_name(a.dtype) not in _FAST or dtype_name(b.dtype) not in _FAST:
         return _sweep(a, b, rt, at)
     wide = torch.float64 if torch.float64 in (a.dtype, b.dtype) else torch.float32
-    af, bf = a.reshape(-1).to(wide), b.reshape(-1).to(device=a.device, dtype=wide)
-    n = af.numel()
-    d = torch.sub(bf, af, out=_buffer(n, af, 0))
-    sums = torch.stack([_sumsq(af), _sumsq(bf), _sumsq(d), *torch.aminmax(d)]).tolist()
-    sq_a, sq_b, sq_d, lo, hi = sums
+    af, bf = a.reshape(-1), b.reshape(-1)
+    starts = range(0, af.numel(), _PIECE)
+
+    def piece(s: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        pa = af[s : s + _PIECE].to(wide)
+        pb = bf[s : s + _PIECE].to(device=af.device, dtype=wide)
+        return pa, pb, torch.sub(pb, pa, out=_buffer(pa.numel(), pa, 0))
+
+    figures = []
+    for s in starts:
+        pa, pb, d = piece(s)
+        figures.append(torch.stack([_sumsq(pa), _sumsq(pb), _sumsq(d), *torch.aminmax(d)]))
+    rows = (figures[0].unsqueeze(0) if len(figures) == 1 else torch.stack(figures)).tolist()
+    sq_a, sq_b, sq_d = (math.fsum(r[i] for r in rows) for i in range(3))
     if not (math.isfinite(sq_a) and math.isfinite(sq_b) and math.isfinite(sq_d)):
         return _sweep(a, b, rt, at)  # NaN or Inf somewhere (or a sum past float's range)
+    lo, hi = min(r[3] for r in rows), max(r[4] for r in rows)
     largest = abs(hi) >= abs(lo)
-    k = _first(d, hi if largest else lo, largest)
-    raw = abs(hi) if largest else abs(lo)
+    col, extreme = (4, hi) if largest else (3, lo)
+    at_piece = next(i for i, r in enumerate(rows) if r[col] == extreme)
+    raw = abs(extreme)
+    # (one piece: its b - a is still in the buffer; else made again, in its piece only)
+    d = d if len(rows) == 1 else piece(starts[at_piece])[2]
+    k = starts[at_piece] + _first(d, extreme, largest)
+    va, vb = float(af[k]), float(bf[k])
     bad = 0
     if raw > at:  # else no element can pass atol + rtol * |a|
-        tol = torch.abs(af, out=_buffer(n, af, 1))
-        torch.sub(d.abs_(), tol, alpha=rt, out=d)
-        bad = int(torch.count_nonzero(torch.gt(d, at)))
+        counts = []
+        for s, r in zip(starts, rows, strict=True):
+            if max(-r[3], r[4]) <= at:
+                continue
+            pa, _, d = (pa, pb, d) if len(rows) == 1 else piece(s)
+            tol = torch.abs(pa, out=_buffer(pa.numel(), pa, 1))
+            torch.sub(d.abs_(), tol, alpha=rt, out=d)
+            # the elements past atol: sign(d - atol) clipped at 0, summed (1.0 each: exact
+            # up to 2**24; a float sum, where a comparison to bool is a slow kernel)
+            counts.append(d.sub_(at).sign_().relu_().sum())
+        bad = int(torch.stack(counts).sum()) if counts else 0
     # <a, b> from the three sums: (|a|^2 + |b|^2 - |b - a|^2) / 2, exact enough for the
     # cosine (its error is that of the sums, relative to |a| |b|)
     dot = (sq_a + sq_b - sq_d) / 2.0
-    va, vb = float(af[k]), float(bf[k])
     return [raw, sq_a, sq_b, sq_d, dot, 0, 0, bad, va, vb, k]
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import weakref
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from typing import Any
 
 import torch
@@ -485,18 +485,16 @@ Key = tuple[str, tuple[str, int]]  # ("in" | "out", (A's module name, call))
 
 
 class Handoff:
-    """A's tensors handed to B's pass as A's run makes them: A runs in a thread of its
-    own, in step with B. At each tensor list B will ask for (``wanted``) A stops and
-    waits, its own tensors lent, not copied, until B took them, or B waits for a list A
-    has not reached (A keeps a copy and goes on: held per call until taken), or B's run
-    ended. B asks with ``get`` (waiting until A offered that list or went past it) and
-    gives back with ``take``."""
+    """A's tensors handed to B's pass as A's run makes them: A runs in a greenlet of its
+    own, in step with B, on B's thread (one thread: one pool of intra-op threads, no
+    second core, nothing runs while the other side computes). B asks with ``get``: A's
+    run resumes until it offers that list (lent, not copied, until B takes it with
+    ``take``) or goes past it or ends. A list A offers that B is not waiting for but will
+    ask for later (``wanted``) is copied and held until taken. When B's run ends, A's
+    runs to its end (``b_finished``)."""
 
     def __init__(self, wanted: Container[Key]) -> None:
-        import threading
-
         self.wanted = wanted
-        self.cond = threading.Condition()
         self.items: dict[Key, tuple[int, list[torch.Tensor]]] = {}
         self.passed: set[Key] = set()
         self.waiting: Key | None = None
@@ -504,50 +502,55 @@ class Handoff:
         self.b_done = False
         self.no_inputs = False  # B asks for no more inputs (it saw a divergence)
         self.copied = 0
+        self._a: Any = None  # A's greenlet (``start``)
+        self._b: Any = None  # the one that started it: B's
+        # A's run ended by Ctrl-C or an exit: raised in B's run at once, not at its end
+        self.interrupt: BaseException | None = None
+
+    def start(self, run_a: Callable[[], None]) -> None:
+        """(B's side, before its run) A's run, started at B's first ``get``."""
+        import greenlet
+
+        self._b = greenlet.getcurrent()
+        self._a = greenlet.greenlet(run_a)
+
+    def _resume_a(self) -> None:
+        if self._a is not None and not self._a.dead:
+            self._a.switch()
 
     def offer(self, item: Key, index: int, tensors: list[torch.Tensor]) -> None:
-        """(A's thread) the list ``item``, then wait until B took it or went elsewhere."""
-        with self.cond:
-            self.passed.add(item)
-            if item not in self.wanted or self.b_done or (item[0] == "in" and self.no_inputs):
-                if self.waiting is not None:
-                    self.cond.notify_all()
-                return
-            self.items[item] = (index, tensors)
-            self.cond.notify_all()
-            while item in self.items and not self.b_done and not self._elsewhere(item):
-                self.cond.wait()
-            if item in self.items:  # B went on without it: a copy, held until taken
-                self.items[item] = (index, [t.detach().clone() for t in tensors])
-                self.copied += 1
-
-    def _elsewhere(self, item: Key) -> bool:
-        return self.waiting is not None and self.waiting != item and self.waiting not in self.items
+        """(A's run) the list ``item``: lent to B if B waits for it, back when B asks
+        for another; a copy if B will ask for it later."""
+        self.passed.add(item)
+        if item not in self.wanted or self.b_done or (item[0] == "in" and self.no_inputs):
+            return
+        self.items[item] = (index, tensors)
+        if self.waiting == item:
+            self._b.switch()  # back here when B waits for another list, or ended
+        if item in self.items:  # B went on without it: a copy, held until taken
+            self.items[item] = (index, [t.detach().clone() for t in tensors])
+            self.copied += 1
 
     def a_finished(self) -> None:
-        with self.cond:
-            self.a_done = True
-            self.cond.notify_all()
+        self.a_done = True
 
     def b_finished(self) -> None:
-        with self.cond:
-            self.b_done = True
-            self.cond.notify_all()
+        """(B's side) B's run ended: A's runs to its end (it offers nothing more)."""
+        self.b_done = True
+        self._resume_a()
 
     def get(self, item: Key) -> tuple[int, list[torch.Tensor]] | None:
-        """(B's thread) A's list ``item``: None if A went past it without one."""
-        with self.cond:
-            while item not in self.items and item not in self.passed and not self.a_done:
-                self.waiting = item
-                self.cond.notify_all()
-                self.cond.wait()
-            self.waiting = None
-            return self.items.get(item)
+        """(B's run) A's list ``item``: None if A went past it without one."""
+        while item not in self.items and item not in self.passed and not self.a_done:
+            self.waiting = item
+            self._resume_a()
+            if self.interrupt is not None:
+                raise self.interrupt
+        self.waiting = None
+        return self.items.get(item)
 
     def take(self, item: Key) -> None:
-        with self.cond:
-            if self.items.pop(item, None) is not None:
-                self.cond.notify_all()
+        self.items.pop(item, None)
 
     def left(self, kind: str) -> dict[int, list[torch.Tensor]]:
         """The lists of that kind B never took (copies by now), by A's call index."""
@@ -619,11 +622,9 @@ class Lent(Mapping[Any, list[torch.Tensor]]):
     def stop(self) -> None:
         """B asks for no more lists of this kind: A offers none and drops those offered."""
         h = self.handoff
-        with h.cond:
-            h.no_inputs = True
-            for item in [k for k in h.items if k[0] == self.kind]:
-                del h.items[item]
-            h.cond.notify_all()
+        h.no_inputs = True
+        for item in [k for k in h.items if k[0] == self.kind]:
+            del h.items[item]
 
     def release(self, key: Any) -> None:
         item = self._item(key)

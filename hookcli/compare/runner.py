@@ -1,8 +1,8 @@
 """``compare``'s run: build both sides, run A and B (propagated, then local), align,
 measure, and build the report.
 
-Each mode runs each model once. Where it can (``_can_step``), A runs in a thread of its
-own in step with B (``record.Handoff``): A lends each output B's partner call will
+Each mode runs each model once. Where it can (``_can_step``), A runs in a greenlet of
+its own in step with B (``record.Handoff``): A lends each output B's partner call will
 measure and waits until it is measured, so nothing of A's is copied unless B asks
 first for a later one. Else A runs first and keeps a copy of every call's inputs and
 outputs (the reference), and B runs after it. B's outputs are measured as they come
@@ -300,14 +300,20 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
 
 
 def _can_step(a: Side, b: Side, plan: Plan, mode: Mode, meta: bool) -> bool:
-    """Whether A and B can run in step (A in a thread of its own): on the CPU, in eval,
-    forward only, with partners foreseen by name, two distinct models, and no setting
-    that is the process's rather than the thread's (autocast as hookcli sets it, the
-    thread count, determinism, the global seed, a compiled B). Else they run one after
-    the other, A's outputs copied."""
+    """Whether A and B can run in step (A in a greenlet of its own): on the CPU, in eval,
+    forward only, with partners foreseen by name, two distinct models, no profiler or
+    tracer, and no setting that is the process's rather than the run's (autocast as
+    hookcli sets it, the thread count, determinism, the global seed, a compiled B). Else
+    they run one after the other, A's outputs copied."""
+    import sys
+
     vs = b.vs
     if (
         meta
+        # a profiler or tracer (cProfile, coverage, a debugger) keeps one frame stack per
+        # thread: a switch between A's stack and B's would cross it
+        or sys.getprofile() is not None
+        or sys.gettrace() is not None
         or plan.copy_weights
         or plan.backward
         or plan.align == "order"
@@ -353,9 +359,12 @@ class _Wanted:
 
 def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_rest: bool,
              run_b: Any) -> tuple[Pass, Any, Any]:  # fmt: skip
-    """A's pass in a thread of its own, offering its tensors to ``run_b`` (B's pass, in
-    this thread) through ``handoff``; A's errors raised here once both ended."""
-    import threading
+    """A's pass in a greenlet of its own, offering its tensors to ``run_b`` (B's pass,
+    here) through ``handoff``; A's errors raised here once both ended. Both passes run
+    under one ``inference_mode`` entered here (each session enters its own inside it), so
+    that the two passes' grad-mode contexts, entered and left in step, restore only
+    what they found."""
+    import torch
 
     from hookcli.compare.record import Offer
 
@@ -365,18 +374,19 @@ def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_re
     def run_a() -> None:
         try:
             done["pass"] = _run_pass(a, a_call[0], a_call[1], mode, keep=set(), extra=[offer])
-        except BaseException as err:  # raised in the caller's thread below
+        except BaseException as err:  # raised once both ended (Ctrl-C: at once, in B's run)
             done["error"] = err
+            if not isinstance(err, Exception):
+                handoff.interrupt = err
         finally:
             handoff.a_finished()
 
-    thread = threading.Thread(target=run_a, name="hookcli-compare-A", daemon=True)
-    thread.start()
-    try:
-        pb = run_b()
-    finally:
-        handoff.b_finished()
-        thread.join()
+    with torch.inference_mode():
+        handoff.start(run_a)
+        try:
+            pb = run_b()
+        finally:
+            handoff.b_finished()
     if "error" in done:
         raise done["error"]
     return done["pass"], pb, offer
@@ -656,22 +666,16 @@ def _local_grad_report(
     measured; tied parameters left out); and the first call, in A's backward order, out
     of tolerance."""
     import collections
-    import dataclasses
-    import types
 
     by_a = {r.index: r for r in pa.records}
     by_b = {r.index: r for r in pb.records}
     calls_a = collections.Counter(r.name for r in pa.records)
     calls_b = collections.Counter(r.name for r in pb.records)
-    summed = types.SimpleNamespace(
-        param_grads={
-            (f"{m}.{n}" if m else n): g for m, gs in sub.param_grads.items() for n, g in gs.items()
-        }
-    )
-    if tied_a:  # A's grads of tied parameters hold every holder's part: not compared
-        pa = dataclasses.replace(
-            pa, param_grads={n: g for n, g in pa.param_grads.items() if n not in tied_a}
-        )
+    summed = {
+        (f"{m}.{n}" if m else n): g for m, gs in sub.param_grads.items() for n, g in gs.items()
+    }
+    # A's grads of tied parameters hold every holder's part: not compared
+    grads_a = {n: g for n, g in pa.param_grads.items() if n not in tied_a}
     cols: dict[int, dict[str, Any]] = {}
     diverged: dict[int, str] = {}
     for i, j in alignment.pairs.items():
@@ -687,7 +691,7 @@ def _local_grad_report(
             and calls_a[ra.name] == calls_b[rb.name] == sub.grad_calls.get(rb.name, 0)
             and not sub.grad_missed.get(rb.name)
         )
-        pg = _param_grads(pa, summed, i, j, by_a, by_b, plan) if whole else None  # type: ignore[arg-type]
+        pg = _param_grads(grads_a, summed, ra, rb, plan) if whole else None
         if pg is not None:
             cd, names = pg
             data.update(cd.summary("local_param_grad_"))
@@ -729,15 +733,14 @@ def _worst(diffs: Sequence[CallDiff]) -> CallDiff:
 
 
 def _param_grads(
-    pa: Pass, pb: Pass, i: int, j: int, by_a: Any, by_b: Any, plan: Plan
+    grads_a: Mapping[str, Any], grads_b: Mapping[str, Any], ra: Any, rb: Any, plan: Plan
 ) -> tuple[CallDiff, list[tuple[str, str]]] | None:
-    """The grads of A's module's own parameters against its partner's (by local name, else
-    by position; a Linear/Conv1D weight transposed)."""
+    """The grads of A's call's module's own parameters (``grads_a``: by qualified name)
+    against its partner's (by local name, else by position; a Linear/Conv1D weight
+    transposed)."""
     from hookcli.compare.metrics import CallDiff, tensor_diff
 
-    ra, rb = by_a[i], by_b[j]
-
-    def own(grads: dict[str, Any], module: str) -> list[tuple[str, Any]]:
+    def own(grads: Mapping[str, Any], module: str) -> list[tuple[str, Any]]:
         prefix = f"{module}." if module else ""
         return [
             (n[len(prefix) :], g)
@@ -745,7 +748,7 @@ def _param_grads(
             if n.startswith(prefix) and "." not in n[len(prefix) :]
         ]
 
-    ga, gb = own(pa.param_grads, ra.name), own(pb.param_grads, rb.name)
+    ga, gb = own(grads_a, ra.name), own(grads_b, rb.name)
     if not ga:
         return None
     named_b = dict(gb)
@@ -782,7 +785,8 @@ def _grad_report(
             data.update(gi.summary("grad_input_"))
             if gi.diverged:
                 diverged[i] = "grad_input"
-        pg = _param_grads(pa, pb, i, j, by_a, by_b, plan) if by_a[i].call == 0 else None
+        ra, rb = by_a[i], by_b[j]
+        pg = _param_grads(pa.param_grads, pb.param_grads, ra, rb, plan) if ra.call == 0 else None
         if pg is not None:
             cd, names = pg
             data.update(cd.summary("param_grad_"))

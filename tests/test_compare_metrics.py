@@ -1,0 +1,64 @@
+"""compare's per-tensor figures on tensors of several pieces (``metrics._PIECE``), against
+a float64 computation by hand: the sums, the worst element and the count beyond the
+tolerance come out as on one piece, wherever in the tensor they are."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from hookcli.compare import metrics
+
+
+def _by_hand(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> dict[str, float]:
+    a64, b64 = a.double().reshape(-1), b.double().reshape(-1)
+    d = b64 - a64
+    na, nd = float(a64.norm()), float(d.norm())
+    return {
+        "max_abs": float(d.abs().max()),
+        "rel_l2": nd / na,
+        "cosine": float(a64 @ b64) / (na * float(b64.norm())),
+        "sqnr_db": 10 * math.log10(na * na / (nd * nd)),
+        "mismatched": int((~torch.isclose(b64, a64, rtol=rtol, atol=atol)).sum()),
+        "worst": int(d.abs().argmax()),
+    }
+
+
+@pytest.mark.parametrize("dtype_b", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("where", ["first", "middle", "last"])
+def test_figures_over_several_pieces_equal_float64_by_hand(
+    dtype_b: torch.dtype, where: str
+) -> None:
+    piece = metrics._PIECE
+    n = 3 * piece + 1234  # three whole pieces and a short one (not a multiple of a row)
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(n, generator=gen)
+    b = (a + 1e-7 * torch.randn(n, generator=gen)).to(dtype_b)
+    spot = {"first": 5, "middle": 2 * piece + 77, "last": n - 3}[where]
+    b[spot] += 0.5  # the worst element, in one piece only
+    b[piece + 10 : piece + 20] += 1e-3  # beyond atol in the second piece as well
+    shape = (n // 2, 2) if n % 2 == 0 else (n,)
+    got = metrics.tensor_diff(0, a.reshape(shape), b.reshape(shape))
+    rtol, atol = got.rtol, got.atol
+    want = _by_hand(a, b.float(), rtol, atol)
+    assert got.max_abs == pytest.approx(want["max_abs"], rel=1e-6)
+    assert got.rel_l2 == pytest.approx(want["rel_l2"], rel=1e-5)
+    assert got.cosine == pytest.approx(want["cosine"], rel=1e-9)
+    assert got.sqnr_db == pytest.approx(want["sqnr_db"], rel=1e-5)
+    assert got.mismatched == want["mismatched"]
+    flat = want["worst"]
+    assert got.worst == ((flat // 2, flat % 2) if len(shape) == 2 else (flat,))
+    assert got.value_a == float(a[flat]) and got.value_b == float(b[flat].float())
+
+
+def test_nonfinite_in_a_later_piece_takes_the_float64_sweep() -> None:
+    n = 2 * metrics._PIECE + 5
+    a = torch.ones(n)
+    b = a.clone()
+    b[metrics._PIECE + 3] = float("nan")
+    got = metrics.tensor_diff(0, a, b)
+    assert got.nonfinite_b == 1 and got.nonfinite_a == 0
+    assert got.mismatched == 1
+    assert got.worst == (metrics._PIECE + 3,)
