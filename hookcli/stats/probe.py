@@ -284,8 +284,10 @@ def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
     full = scratch.get(f.dtype, size)
     if full.numel() != size:
         full = full[:size]
-    # the dot for every chunk of at least _BLOCK elements (float64: always)
-    dot_from = 0 if f.dtype == torch.float64 else _BLOCK if _dot_serves(chunk) else n + 1
+    # the dot for every chunk of at least _BLOCK elements (float64: always); a tensor
+    # shorter than that never asks whether the dot serves
+    serves = size >= _BLOCK and _dot_serves(chunk)
+    dot_from = 0 if f.dtype == torch.float64 else _BLOCK if serves else n + 1
     lo, hi = math.inf, -math.inf
     s = q = abs_sum = 0.0
     zeros = 0
