@@ -27,7 +27,8 @@ thread; with more, torch's threads also spend CPU time waiting for each other).
 
 ``--baseline FILE`` times another version of ``hookcli/stats/probe.py`` in the same
 rounds (``git show REV:hookcli/stats/probe.py > FILE``), for a before/after under the
-same load.
+same load: the session alone with that module's probe (``baseline``) and with this
+one's (``session``), each against the floor of its round.
 
 Usage: ``python benchmarks/bench_stats.py [--rounds 7] [--threads 1,2] [--time-only]
 [--baseline FILE]`` (``python benchmarks/run.py stats`` runs the defaults).
@@ -162,6 +163,8 @@ TIMING = textwrap.dedent(
         sys.modules["baseline_stats"] = module
         spec.loader.exec_module(module)
         runs["baseline"] = lambda: run_session(prepared, [module.StatsProbe()], mode=Mode.EVAL)
+        from hookcli.stats.probe import StatsProbe
+        runs["session"] = lambda: run_session(prepared, [StatsProbe()], mode=Mode.EVAL)
     wall = {k: [] for k in runs}
     cpu = {k: [] for k in runs}
     for fn in runs.values():
@@ -234,8 +237,11 @@ def _time(threads: int, n: int, baseline: str) -> float:
     print("    " + target_line(label, st["floor_ratio"], f"stats_vs_floor_{threads}t"))
     record(f"stats_vs_floor_{threads}t", float(st["floor_ratio"]), what=label, threads=threads)
     if "baseline" in res:
-        bl = res["baseline"]
-        print(f"    baseline probe: {bl['wall']:.3f} s; baseline/bare {bl['ratio']:.2f}")
+        bl, se = res["baseline"], res["session"]
+        print(
+            f"    session alone, this probe: {se['wall']:.3f} s, / floor {se['floor_ratio']:.3f}; "
+            f"baseline probe: {bl['wall']:.3f} s, / floor {bl['floor_ratio']:.3f}"
+        )
     fl = res["floor"]
     print(
         f"    floor (plain hooks reading each output once, one sum): {fl['wall']:.3f} s; "
@@ -249,7 +255,7 @@ def _time(threads: int, n: int, baseline: str) -> float:
     )
     cpu = f"bare {b['cpu']:.3f} s, stats {st['cpu']:.3f} s, ratio {st['cpu'] / b['cpu']:.2f}"
     if "baseline" in res:
-        cpu += f"; baseline {res['baseline']['cpu']:.3f} s"
+        cpu += f"; session {res['session']['cpu']:.3f} s, baseline {res['baseline']['cpu']:.3f} s"
     print(f"    CPU time of the process: {cpu}")
     return float(st["ratio"])
 

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from hookcli.options import HookKind, Mode, ModelOptions, RunOptions
 from hookcli.pipeline import prepare, run_session
@@ -220,6 +221,59 @@ def test_finite_tensor_takes_no_counting_pass(monkeypatch):
     monkeypatch.setattr(stats_mod, "_abs_sum_min", forbidden)
     x = _randn(4, 5000).exp()
     check(host_vector(x, Scratch()), reference(x))
+
+
+class _AtenCalls(TorchDispatchMode):
+    """Every aten op below autograd, by name (what each one costs is its dispatch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.calls: list[str] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # type: ignore[no-untyped-def]
+        self.calls.append(func.overloadpacket.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+def _aten_calls(x: torch.Tensor) -> tuple[list[str], list[float]]:
+    mode = _AtenCalls()
+    with mode:
+        vec = host_vector(x, Scratch())
+    return mode.calls, vec
+
+
+@pytest.mark.parametrize("kind", ["positive", "mixed", "relu"])
+def test_a_chunk_costs_its_reductions_and_their_reads_alone(kind, monkeypatch):
+    # What does not change from chunk to chunk (the cut, the scratch buffer's size,
+    # whether the dot serves) is settled once per tensor: each further chunk adds
+    # exactly its reductions and one read of each, not a slice or a buffer view.
+    monkeypatch.setattr(stats_mod, "_CHUNK", 1000)
+    monkeypatch.setattr(stats_mod, "_dot_is_accurate", lambda n: True)
+    saved = torch.get_num_threads()
+    torch.set_num_threads(1)
+    make = {
+        "positive": lambda n: torch.rand(n, generator=_g()) + 0.5,
+        "mixed": lambda n: torch.randn(n, generator=_g()),
+        "relu": lambda n: torch.randn(n, generator=_g()).relu(),
+    }[kind]
+    try:
+        one, vec1 = _aten_calls(make(1000))
+        eight, vec8 = _aten_calls(make(8000))
+    finally:
+        torch.set_num_threads(saved)
+    per_chunk = {  # reductions (each read once) a chunk of this kind needs
+        "positive": ["amin", "amax", "sum", "dot"],
+        "mixed": ["amin", "amax", "sum", "dot", "abs", "sum", "amin"],
+        "relu": ["amin", "amax", "sum", "dot", "ne", "sum"],
+    }[kind]
+    reads = sum(name not in ("abs", "ne") for name in per_chunk)
+    extra = sorted(eight)
+    for name in one:
+        extra.remove(name)
+    extra.remove("split")  # eight chunks are cut in one op
+    assert extra == sorted(per_chunk * 7 + ["_local_scalar_dense"] * (reads * 7))
+    for x, vec in ((make(1000), vec1), (make(8000), vec8)):
+        check(vec, reference(x))
 
 
 @pytest.mark.parametrize("cpu_reads", [True, False], ids=["cpu", "device"])

@@ -249,17 +249,15 @@ class Scratch:
 
 
 def _abs_sum_min(c: torch.Tensor, buf: torch.Tensor) -> tuple[float, float]:
-    """Sum and min of |x| over one chunk, through ``buf``."""
-    b = buf[: c.numel()]
-    torch.abs(c, out=b)
-    return float(b.sum().item()), float(b.amin().item())
+    """Sum and min of |x| over one chunk, through ``buf`` (of the chunk's length)."""
+    torch.abs(c, out=buf)
+    return buf.sum().item(), buf.amin().item()
 
 
 def _nonzero_count(c: torch.Tensor, buf: torch.Tensor) -> int:
-    """How many elements of one chunk are not zero, through ``buf``."""
-    b = buf[: c.numel()]
-    torch.ne(c, 0, out=b)  # 1.0 or 0.0: a chunk's sum is an exact integer
-    return round(b.sum().item())
+    """How many elements of one chunk are not zero, through ``buf`` (of its length)."""
+    torch.ne(c, 0, out=buf)  # 1.0 or 0.0: a chunk's sum is an exact integer
+    return round(buf.sum().item())
 
 
 def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
@@ -270,6 +268,11 @@ def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
     then only the passes that its min and max leave open (see the module docstring).
     A finite chunk of one sign without zeros takes four reductions; one whose sign
     changes, an |x| step more. The chunks' figures add up in float64.
+
+    What does not change from chunk to chunk is settled once per tensor: the chunks
+    are cut in one ``split``, the scratch buffer is sized once (again only for a
+    shorter last chunk), and whether ``torch.dot`` serves is asked once. A chunk then
+    costs its reductions and their reads alone (docs/stats-speed.md counts them).
     """
     x = t.detach()
     if x.dtype in LOW_PRECISION:
@@ -277,31 +280,42 @@ def host_vector(t: torch.Tensor, scratch: Scratch) -> list[float]:
     f = flat_view(x)
     n = f.numel()
     chunk = _chunk_size()
-    buf = scratch.get(f.dtype, min(n, chunk))
+    size = min(n, chunk)
+    full = scratch.get(f.dtype, size)
+    if full.numel() != size:
+        full = full[:size]
+    # the dot for every chunk of at least _BLOCK elements (float64: always); a tensor
+    # shorter than that never asks whether the dot serves
+    serves = size >= _BLOCK and _dot_serves(chunk)
+    dot_from = 0 if f.dtype == torch.float64 else _BLOCK if serves else n + 1
     lo, hi = math.inf, -math.inf
     s = q = abs_sum = 0.0
     zeros = 0
-    for start in range(0, n, chunk):
-        c = f[start : start + chunk]
+    for c in f.split(chunk) if n > chunk else (f,):
+        m = c.numel()
+        buf = full if m == size else full[:m]
         # amin and amax propagate NaN and show any Inf. Two ops, yet less time than one
         # aminmax, whose CPU kernel is slower than the two together (on AMD EPYC
         # 20 us against 13 us for 2**17 float32 at one thread; docs/stats-speed.md).
         c_lo, c_hi = c.amin().item(), c.amax().item()
         if not (math.isfinite(c_lo) and math.isfinite(c_hi)):
             return tensor_vector(x).tolist()  # NaN/Inf to count: every exact pass
-        lo, hi = min(lo, c_lo), max(hi, c_hi)
-        c_sum = float(c.sum().item())
+        if c_lo < lo:
+            lo = c_lo
+        if c_hi > hi:
+            hi = c_hi
+        c_sum = c.sum().item()
         s += c_sum
-        q += _sum_sq(c, chunk)
+        q += torch.dot(c, c).item() if m >= dot_from else _sum_sq(c, chunk)
         if c_lo >= 0 or c_hi <= 0:  # one sign: |x| sums to |sum|
             abs_sum += abs(c_sum)
             if c_lo == 0 or c_hi == 0:
-                zeros += c.numel() - _nonzero_count(c, buf)
+                zeros += m - _nonzero_count(c, buf)
         else:
             c_abs, c_abs_min = _abs_sum_min(c, buf)
             abs_sum += c_abs
             if c_abs_min == 0:
-                zeros += c.numel() - _nonzero_count(c, buf)
+                zeros += m - _nonzero_count(c, buf)
     mean = s / n
     var = q / n - mean * mean
     if not (math.isfinite(q) and q / n <= _CANCEL * var):
