@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 import json
 import math
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -601,3 +602,94 @@ def test_ctrl_c_in_a_stops_b_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
     assert "root" not in calls_b  # B stopped before the end of its forward
     assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
     assert len(a._forward_hooks) == before_a and len(b._forward_hooks) == before_b
+
+
+class _Noisy(nn.Module):  # draws from the global generator in eval (as some models do)
+    def __init__(self):
+        super().__init__()
+        self.l1, self.l2, self.l3 = nn.Linear(8, 8), nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x):
+        x = self.l1(x)
+        x = x + torch.randn_like(x)
+        x = self.l2(x)
+        x = x + torch.randn_like(x)
+        return self.l3(x)
+
+
+class _Autocast(nn.Module):  # an autocast region of its own, around one child
+    def __init__(self, on):
+        super().__init__()
+        self.on = on
+        self.l1, self.l2, self.l3 = nn.Linear(64, 64), nn.Linear(64, 64), nn.Linear(64, 64)
+
+    def forward(self, x):
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.on):
+            x = self.l1(x)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error" if self.on else "ignore")
+            x = self.l2(x.float())
+        return self.l3(x)
+
+
+def _in_step_and_apart(
+    monkeypatch: pytest.MonkeyPatch, a: nn.Module, b: nn.Module, x: torch.Tensor
+) -> tuple[Any, Any]:
+    from hookcli.api import compare
+    from hookcli.compare import runner
+
+    stepped = compare(a, b, (x,)).to_dict()
+    with monkeypatch.context() as m:
+        m.setattr(runner, "_can_step", lambda *_: False)
+        apart = compare(a, b, (x,)).to_dict()
+    return stepped, apart
+
+
+def test_in_step_each_side_keeps_its_random_generator_autocast_and_warning_filters(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A and B share one thread when in step: what one model's forward sets for the thread
+    (draws from the random generator, an autocast region, warning filters) is its own, as
+    when they run one after the other (the oracle here: a copy of A draws the same noise
+    and matches A exactly; B's bf16 region is the first divergence)."""
+    import copy
+
+    torch.manual_seed(0)
+    a = _Noisy().eval()
+    stepped, apart = _in_step_and_apart(monkeypatch, a, copy.deepcopy(a), torch.randn(2, 8))
+    assert [c["max_abs"] for c in stepped["calls"]] == [0.0] * 4
+    assert stepped["first_divergence"] is None and apart["first_divergence"] is None
+    filters = list(warnings.filters)
+    a2 = _Autocast(False).eval()
+    b2 = copy.deepcopy(a2)
+    b2.on = True
+    stepped, apart = _in_step_and_apart(monkeypatch, a2, b2, torch.randn(4, 64))
+    assert stepped["first_divergence"]["module"] == "l1"
+    for s, p in zip(stepped["calls"], apart["calls"], strict=True):
+        assert s["max_abs"] == p["max_abs"], s["name"]
+    assert list(warnings.filters) == filters
+    assert not torch.is_autocast_enabled("cpu") and torch.is_grad_enabled()
+
+
+def test_an_error_in_b_stops_a_where_it_is() -> None:
+    """B fails at its first module: A's forward is not run on to its end (it had not
+    started), the error names B, and both models are left as found."""
+    from hookcli.api import compare
+    from hookcli.errors import RunError
+    from tests.test_compare_models import Decoder
+
+    a, b = Decoder(), Decoder()
+    ran_a: list[str] = []
+    for name, m in a.named_modules():
+        m.register_forward_hook(lambda *_, name=name: ran_a.append(name))
+
+    def boom(*_: Any) -> None:
+        raise ValueError("boom in B")
+
+    first_b = next(m for name, m in b.named_modules() if name)
+    handle = first_b.register_forward_pre_hook(boom)
+    with pytest.raises(RunError, match="boom in B"):
+        compare(a, b, (torch.randint(0, 50, (2, 8)),))
+    handle.remove()
+    assert "" not in ran_a  # A's root never returned
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()

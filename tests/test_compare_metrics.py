@@ -62,3 +62,11 @@ def test_nonfinite_in_a_later_piece_takes_the_float64_sweep() -> None:
     assert got.nonfinite_b == 1 and got.nonfinite_a == 0
     assert got.mismatched == 1
     assert got.worst == (metrics._PIECE + 3,)
+
+
+def test_the_count_beyond_tolerance_is_exact_past_float32_integers() -> None:
+    """Each piece counts in float32 (exact up to 2**24 a piece); the pieces' counts add up
+    exactly past 2**24 elements."""
+    n = (1 << 24) + 3
+    got = metrics.tensor_diff(0, torch.zeros(n), torch.ones(n))
+    assert got.mismatched == n

@@ -218,7 +218,8 @@ def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[floa
             # the elements past atol: sign(d - atol) clipped at 0, summed (1.0 each: exact
             # up to 2**24; a float sum, where a comparison to bool is a slow kernel)
             counts.append(d.sub_(at).sign_().relu_().sum())
-        bad = int(torch.stack(counts).sum()) if counts else 0
+        # (each piece's count is exact in float32; their sum is taken in float64)
+        bad = int(torch.stack(counts).to(torch.float64).sum()) if counts else 0
     # <a, b> from the three sums: (|a|^2 + |b|^2 - |b - a|^2) / 2, exact enough for the
     # cosine (its error is that of the sums, relative to |a| |b|)
     dot = (sq_a + sq_b - sq_d) / 2.0

@@ -484,6 +484,45 @@ def diverged(
 Key = tuple[str, tuple[str, int]]  # ("in" | "out", (A's module name, call))
 
 
+class AFailed(BaseException):
+    """Raised in B's run when A's run failed: B stops at once (a BaseException, so that
+    B's session does not take it for an error of B's); the caller raises A's error."""
+
+
+def _run_state() -> tuple[Any, ...]:
+    """What one forward may set for the thread and the other must not see: grad mode,
+    CPU autocast, the CPU random generator, the warning filters."""
+    import warnings
+
+    import torch
+
+    return (
+        torch.is_grad_enabled(),
+        torch.is_autocast_enabled("cpu"),
+        torch.get_autocast_dtype("cpu"),
+        torch.get_rng_state(),
+        warnings.filters,
+        warnings.showwarning,
+    )
+
+
+def _set_run_state(state: tuple[Any, ...]) -> None:
+    import warnings
+
+    import torch
+
+    grad, cast, cast_dtype, rng, filters, show = state
+    torch._C._set_grad_enabled(grad)
+    torch.set_autocast_enabled("cpu", cast)
+    torch.set_autocast_dtype("cpu", cast_dtype)
+    torch.set_rng_state(rng)
+    warnings.filters = filters
+    warnings.showwarning = show
+    mutated = getattr(warnings, "_filters_mutated", None)  # (the filters' cache)
+    if mutated is not None:
+        mutated()
+
+
 class Handoff:
     """A's tensors handed to B's pass as A's run makes them: A runs in a greenlet of its
     own, in step with B, on B's thread (one thread: one pool of intra-op threads, no
@@ -491,7 +530,9 @@ class Handoff:
     run resumes until it offers that list (lent, not copied, until B takes it with
     ``take``) or goes past it or ends. A list A offers that B is not waiting for but will
     ask for later (``wanted``) is copied and held until taken. When B's run ends, A's
-    runs to its end (``b_finished``)."""
+    runs to its end (``b_finished``); when either fails, the other stops at once. Each
+    side keeps its own grad mode, autocast, random generator and warning filters
+    (``_run_state``) across the switches, as on a thread of its own."""
 
     def __init__(self, wanted: Container[Key]) -> None:
         self.wanted = wanted
@@ -504,19 +545,40 @@ class Handoff:
         self.copied = 0
         self._a: Any = None  # A's greenlet (``start``)
         self._b: Any = None  # the one that started it: B's
-        # A's run ended by Ctrl-C or an exit: raised in B's run at once, not at its end
-        self.interrupt: BaseException | None = None
+        self.a_error: BaseException | None = None  # A's run failed: B stops at once
 
     def start(self, run_a: Callable[[], None]) -> None:
-        """(B's side, before its run) A's run, started at B's first ``get``."""
+        """(B's side, before its run) A's run, started at B's first ``get`` from the
+        state the thread has now."""
         import greenlet
 
+        first = _run_state()
+
+        def run() -> None:
+            _set_run_state(first)
+            run_a()
+
         self._b = greenlet.getcurrent()
-        self._a = greenlet.greenlet(run_a)
+        self._a = greenlet.greenlet(run)
+
+    def _switch(self, to: Any, *throw: Any) -> None:
+        """To the other side; back here with this side's state as it was."""
+        mine = _run_state()
+        try:
+            to.throw(*throw) if throw else to.switch()
+        finally:
+            _set_run_state(mine)
+
+    def _here(self, side: Any) -> bool:
+        """Whether this is ``side``'s greenlet (a module run on a thread of the model's
+        own cannot switch: it is served as if the other side were elsewhere)."""
+        import greenlet
+
+        return greenlet.getcurrent() is side
 
     def _resume_a(self) -> None:
         if self._a is not None and not self._a.dead:
-            self._a.switch()
+            self._switch(self._a)
 
     def offer(self, item: Key, index: int, tensors: list[torch.Tensor]) -> None:
         """(A's run) the list ``item``: lent to B if B waits for it, back when B asks
@@ -525,28 +587,41 @@ class Handoff:
         if item not in self.wanted or self.b_done or (item[0] == "in" and self.no_inputs):
             return
         self.items[item] = (index, tensors)
-        if self.waiting == item:
-            self._b.switch()  # back here when B waits for another list, or ended
+        if self.waiting == item and self._here(self._a):
+            self._switch(self._b)  # back here when B waits for another list, or ended
         if item in self.items:  # B went on without it: a copy, held until taken
             self.items[item] = (index, [t.detach().clone() for t in tensors])
             self.copied += 1
 
-    def a_finished(self) -> None:
+    def a_finished(self, error: BaseException | None = None) -> None:
         self.a_done = True
+        self.a_error = error
 
-    def b_finished(self) -> None:
-        """(B's side) B's run ended: A's runs to its end (it offers nothing more)."""
+    def b_finished(self, failed: bool = False) -> None:
+        """(B's side) B's run ended: A's runs to its end (it offers nothing more), or
+        with ``failed``, stops where it is (or never starts)."""
+        import greenlet
+
         self.b_done = True
-        self._resume_a()
+        if self._a is None or self._a.dead:
+            return
+        if failed:
+            self._switch(self._a, greenlet.GreenletExit)
+        else:
+            self._resume_a()
 
     def get(self, item: Key) -> tuple[int, list[torch.Tensor]] | None:
         """(B's run) A's list ``item``: None if A went past it without one."""
+        if not self._here(self._b):
+            return self.items.get(item)
         while item not in self.items and item not in self.passed and not self.a_done:
             self.waiting = item
             self._resume_a()
-            if self.interrupt is not None:
-                raise self.interrupt
         self.waiting = None
+        if self.a_error is not None:
+            if isinstance(self.a_error, Exception):
+                raise AFailed
+            raise self.a_error  # Ctrl-C, an exit: as it came
         return self.items.get(item)
 
     def take(self, item: Key) -> None:

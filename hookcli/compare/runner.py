@@ -360,33 +360,37 @@ class _Wanted:
 def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_rest: bool,
              run_b: Any) -> tuple[Pass, Any, Any]:  # fmt: skip
     """A's pass in a greenlet of its own, offering its tensors to ``run_b`` (B's pass,
-    here) through ``handoff``; A's errors raised here once both ended. Both passes run
+    here) through ``handoff``; an error of either stops the other at once, and A's is
+    raised here. Both passes run
     under one ``inference_mode`` entered here (each session enters its own inside it), so
     that the two passes' grad-mode contexts, entered and left in step, restore only
     what they found."""
     import torch
 
-    from hookcli.compare.record import Offer
+    from hookcli.compare.record import AFailed, Offer
 
     offer = Offer(handoff, keep_rest)
     done: dict[str, Any] = {}
 
     def run_a() -> None:
+        error = None
         try:
             done["pass"] = _run_pass(a, a_call[0], a_call[1], mode, keep=set(), extra=[offer])
-        except BaseException as err:  # raised once both ended (Ctrl-C: at once, in B's run)
-            done["error"] = err
-            if not isinstance(err, Exception):
-                handoff.interrupt = err
+        except BaseException as err:  # raised here (B stops at its next ask for A's)
+            error = done["error"] = err
         finally:
-            handoff.a_finished()
+            handoff.a_finished(error)
 
     with torch.inference_mode():
         handoff.start(run_a)
         try:
             pb = run_b()
-        finally:
-            handoff.b_finished()
+        except AFailed:
+            pb = None
+        except BaseException:
+            handoff.b_finished(failed=True)  # A stops where it is
+            raise
+        handoff.b_finished()
     if "error" in done:
         raise done["error"]
     return done["pass"], pb, offer
