@@ -7,26 +7,29 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from hookcli.norms import BLOCKED_FROM, LOW_PRECISION, blocked_norm
+from hookcli.norms import BLOCK, BLOCKED_FROM, LOW_PRECISION, flat_view
 
 
 @dataclass(frozen=True)
 class _Plan:
     """How to take the norms of a list of tensors: one fused ``_foreach_norm`` per
     (device, dtype) group of dense floating tensors, as ``clip_grad_norm_`` does (half
-    types in float32), except that a large CPU tensor is read by rows
-    (``hookcli.norms.blocked_norm``: closer to the exact norm, and on both threads);
-    sparse and other tensors one by one."""
+    types in float32), except that a large CPU tensor is read by rows (``_Rows``:
+    closer to the exact norm, and on both threads); sparse and other tensors one by
+    one."""
 
     groups: tuple[tuple[bool, tuple[int, ...]], ...]  # (low precision, fused indices)
     others: tuple[int, ...]
     single: bool  # every tensor of one device and dtype (the fused copies below)
     blocked: tuple[int, ...] = ()  # large CPU tensors, out of their groups: norms by rows
+    rows: _Rows | None = None  # how ``blocked`` is read
+    # where each tensor's norm is in _norms' vector (None: in order already)
+    inverse: torch.Tensor | None = field(default=None, compare=False)
 
     @staticmethod
     def of(tensors: list[torch.Tensor]) -> _Plan:
@@ -42,7 +45,88 @@ class _Plan:
             else:
                 groups.setdefault((t.device, t.dtype), []).append(i)
         plan = tuple((dtype in LOW_PRECISION, tuple(idx)) for (_, dtype), idx in groups.items())
-        return _Plan(plan, tuple(others), len(plan) == 1 and not others, tuple(blocked))
+        rows = _Rows.of([tensors[i] for i in blocked]) if blocked else None
+        order = [i for _, idx in plan for i in idx] + blocked + others
+        inverse = None
+        if order != sorted(order):
+            inverse = torch.empty(len(order), dtype=torch.long)
+            inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
+        single = len(plan) == 1 and not others
+        return _Plan(plan, tuple(others), single, tuple(blocked), rows, inverse)
+
+
+# a row shorter than this is read as part of BLOCK-element rows of the flat tensor
+_MIN_ROW = 512
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The norms of large CPU tensors in a few operations, as accurate as
+    ``hookcli.norms.blocked_norm``: each tensor's rows (the elements under one index of
+    its leading dimensions, ``_MIN_ROW`` to ``BLOCK`` of them: one reduction over its
+    other dimensions, wherever they lie in memory; else ``BLOCK``-element rows of its
+    flat view) normed in float32, and every row norm then summed into its tensor's norm
+    in float64 with one ``index_add_``. NaN and Inf come through as
+    ``torch.linalg.vector_norm`` gives them (a NaN anywhere in a tensor: NaN)."""
+
+    shapes: tuple[torch.Size, ...]
+    dims: tuple[tuple[int, ...] | None, ...]  # reduced dimensions; None: flat rows
+    low: tuple[bool, ...]
+    # the tensor (0..n-1) of each row norm: follows from the shapes and dims
+    segments: torch.Tensor = field(compare=False)
+
+    @staticmethod
+    def of(tensors: list[torch.Tensor]) -> _Rows:
+        dims: list[tuple[int, ...] | None] = []
+        counts = []
+        for t in tensors:
+            n = t.numel()
+            found = None
+            for j in range(1, t.dim()):
+                row = math.prod(t.shape[j:])
+                if row <= BLOCK:
+                    if row >= _MIN_ROW:
+                        found = tuple(range(j, t.dim()))
+                    break
+            dims.append(found)
+            if found is not None:
+                counts.append(n // math.prod(t.shape[found[0] :]))
+            else:
+                counts.append(n // BLOCK + (1 if n % BLOCK else 0))
+        segments = torch.repeat_interleave(
+            torch.arange(len(tensors)), torch.tensor(counts, dtype=torch.long)
+        )
+        return _Rows(
+            tuple(t.shape for t in tensors),
+            tuple(dims),
+            tuple(t.dtype in LOW_PRECISION for t in tensors),
+            segments,
+        )
+
+    def norms(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+        """Each tensor's norm, one float64 vector (a shape other than the plan's:
+        ``RuntimeError``, which plans again)."""
+        parts = []
+        for t, shape, dims, low in zip(tensors, self.shapes, self.dims, self.low, strict=True):
+            if t.shape != shape:
+                raise RuntimeError("a tensor changed its shape")
+            dtype = torch.float32 if low else None
+            if dims is not None:
+                parts.append(torch.linalg.vector_norm(t, dim=dims, dtype=dtype).reshape(-1))
+                continue
+            flat = flat_view(t)
+            n = flat.numel()
+            k = n // BLOCK
+            parts.append(
+                torch.linalg.vector_norm(flat[: k * BLOCK].view(k, BLOCK), dim=1, dtype=dtype)
+            )
+            if k * BLOCK < n:
+                parts.append(
+                    torch.linalg.vector_norm(flat[k * BLOCK :], dim=0, keepdim=True, dtype=dtype)
+                )
+        squares = torch.cat(parts).to(torch.float64).square_()
+        sums = torch.zeros(len(tensors), dtype=torch.float64)
+        return sums.index_add_(0, self.segments, squares).sqrt_()
 
 
 def _copies(
@@ -104,23 +188,21 @@ def _norm_vector(
 def _norms(tensors: list[torch.Tensor], plan: _Plan) -> torch.Tensor:
     if plan.single and not plan.blocked:
         return torch.stack(_foreach(tensors, plan.groups[0][0]))
-    out: list[torch.Tensor | None] = [None] * len(tensors)
+    # one float64 vector in the plan's order (its groups, the large CPU tensors, the
+    # others), then in the tensors' order
+    pieces: list[torch.Tensor] = []
     for low, idx in plan.groups:
         if idx:
-            for i, n in zip(idx, _foreach([tensors[i] for i in idx], low), strict=True):
-                out[i] = n
-    for i in plan.blocked:
-        out[i] = blocked_norm(tensors[i])
+            pieces.append(torch.stack(_foreach([tensors[i] for i in idx], low)))
+    if plan.rows is not None:
+        pieces.append(plan.rows.norms([tensors[i] for i in plan.blocked]))
     if plan.others:
         from hookcli.grads.probe import tensor_norm
 
-        for i in plan.others:
-            out[i] = tensor_norm(tensors[i]).float()
-    norms = [n for n in out if n is not None]
-    device = norms[0].device
-    if any(n.device != device for n in norms):
-        norms = [n.to(device) for n in norms]
-    return torch.stack(norms).to(torch.float64)  # stack promotes float32 to float64
+        pieces.append(torch.stack([tensor_norm(tensors[i]).float() for i in plan.others]))
+    device = pieces[0].device
+    flat = torch.cat([p.to(device=device, dtype=torch.float64) for p in pieces])
+    return flat if plan.inverse is None else flat[plan.inverse.to(device)]
 
 
 class _Host:
