@@ -56,7 +56,7 @@ class _Plan:
 
 
 # a row shorter than this is read as part of BLOCK-element rows of the flat tensor
-_MIN_ROW = 512
+_MIN_ROW = 128
 
 
 @dataclass(frozen=True)
@@ -112,7 +112,8 @@ class _Rows:
                 raise RuntimeError("a tensor changed its shape")
             dtype = torch.float32 if low else None
             if dims is not None:
-                parts.append(torch.linalg.vector_norm(t, dim=dims, dtype=dtype).reshape(-1))
+                rows = torch.linalg.vector_norm(t, dim=dims, dtype=dtype)
+                parts.append(rows if dims[0] == 1 else rows.reshape(-1))
                 continue
             flat = flat_view(t)
             n = flat.numel()
@@ -206,9 +207,9 @@ def _norms(tensors: list[torch.Tensor], plan: _Plan) -> torch.Tensor:
 
 
 class _Host:
-    """1-D tensors read on the host: on the CPU at once (``tolist``: exact floats); on
-    CUDA copied together into pinned memory without a sync, read when ``values`` is
-    called (an event says when they are there)."""
+    """Tensors read on the host, each as a list of its values: on the CPU at once
+    (``tolist``: exact floats); on CUDA copied together into pinned memory without a
+    sync, read when ``values`` is called (an event says when they are there)."""
 
     def __init__(self, parts: list[torch.Tensor | None]) -> None:
         self.sizes = [0 if p is None else p.numel() for p in parts]
@@ -217,7 +218,7 @@ class _Host:
         self._event: Any = None
         self._buffer: torch.Tensor | None = None
         if all(p is None or p.device.type == "cpu" for p in parts):
-            self._lists = [[] if p is None else p.reshape(-1).tolist() for p in parts]
+            self._lists = [_listed(p) for p in parts]
             return
         present = [p.reshape(-1).to(torch.float64) for p in parts if p is not None]
         devices = {p.device for p in present}
@@ -252,6 +253,16 @@ class _Host:
         return out
 
 
+def _listed(p: torch.Tensor | None) -> list[float]:
+    """A CPU tensor's values, one list (a 0-dim or 1-D tensor without a reshape)."""
+    if p is None:
+        return []
+    n = p.dim()
+    if n == 1:
+        return p.tolist()
+    return [p.item()] if n == 0 else p.reshape(-1).tolist()
+
+
 def _hypot(values: list[float]) -> float:
     return math.hypot(*values) if values else 0.0
 
@@ -283,8 +294,9 @@ def _stats(t: torch.Tensor) -> torch.Tensor:
     if t.dtype in LOW_PRECISION or t.element_size() == 1:
         t = t.float()
     mn, mx = torch.aminmax(t)
-    parts = [t.sum(), torch.linalg.vector_norm(t), mn, mx, t.ne(0).sum()]
-    return torch.stack([v.to(mn.dtype) for v in parts])
+    # the sum and the norm come in t's dtype already: only the count is converted
+    count = t.ne(0).sum().to(mn.dtype)
+    return torch.stack([t.sum(), torch.linalg.vector_norm(t), mn, mx, count])
 
 
 def _nonfinite_flag(t: torch.Tensor) -> Any:

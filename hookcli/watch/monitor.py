@@ -747,11 +747,10 @@ class Monitor:
         return None
 
     def _host_pre(self, step: _Step) -> _Host:
-        losses = [t.reshape(1) for t in step.losses]
         lrs = [torch.as_tensor(lr).reshape(1) for lr in step.lrs if isinstance(lr, torch.Tensor)]
         act = [step.act[i][0] for i in step.act_order]
         host = _Host(
-            [step.norms, step.weights, step.pre_norms, step.pre_total, *losses, *lrs, *act]
+            [step.norms, step.weights, step.pre_norms, step.pre_total, *step.losses, *lrs, *act]
         )
         step._host = host  # type: ignore[attr-defined]
         return host
