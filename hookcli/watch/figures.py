@@ -103,13 +103,20 @@ class _Rows:
             segments,
         )
 
-    def norms(self, tensors: list[torch.Tensor]) -> torch.Tensor:
+    def norms(
+        self, tensors: list[torch.Tensor], each: Callable[[int], Any] | None = None
+    ) -> torch.Tensor:
         """Each tensor's norm, one float64 vector (a shape other than the plan's:
-        ``RuntimeError``, which plans again)."""
+        ``RuntimeError``, which plans again). ``each(j)`` runs just before tensor j is
+        read (its copy or difference made while the tensor is in the cache)."""
         parts = []
-        for t, shape, dims, low in zip(tensors, self.shapes, self.dims, self.low, strict=True):
+        for j, (t, shape, dims, low) in enumerate(
+            zip(tensors, self.shapes, self.dims, self.low, strict=True)
+        ):
             if t.shape != shape:
                 raise RuntimeError("a tensor changed its shape")
+            if each is not None:
+                each(j)
             dtype = torch.float32 if low else None
             if dims is not None:
                 rows = torch.linalg.vector_norm(t, dim=dims, dtype=dtype)
@@ -159,6 +166,74 @@ def _differences(
     return before
 
 
+def _fused_plan(params: list[torch.Tensor], plans: dict[Any, _Plan]) -> _Plan | None:
+    """The parameters' plan where a copy or difference and its norm can go tensor by
+    tensor (large CPU tensors of one dtype, shapes as planned); else None."""
+    plan = plans.get("weights")
+    if plan is None:
+        plan = plans["weights"] = _Plan.of(params)
+    if plan.rows is None or not plan.single:
+        return None
+    shapes = plan.rows.shapes
+    if len(params) != len(plan.blocked) + len(plan.groups[0][1]) or any(
+        params[i].shape != s for i, s in zip(plan.blocked, shapes, strict=True)
+    ):
+        return None
+    return plan
+
+
+def _copies_normed(
+    params: list[torch.Tensor], plans: dict[Any, _Plan], kept: list[torch.Tensor] | None
+) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+    """``_norm_vector(params, plans, "weights")`` and ``_copies(params, plans, kept)``,
+    the same values; on the CPU each large parameter is normed just after its copy,
+    while it is in the cache (read from memory once, not twice)."""
+    plan = _fused_plan(params, plans)
+    if plan is None:
+        return _norm_vector(params, plans, "weights"), _copies(params, plans, kept)
+    small = plan.groups[0][1]
+    big = plan.blocked
+    out: list[torch.Tensor]
+    if kept is not None and len(kept) == len(params):
+        out = kept
+        if small:
+            torch._foreach_copy_([kept[i] for i in small], [params[i] for i in small])
+
+        def each(j: int) -> None:
+            kept[big[j]].copy_(params[big[j]])
+
+    else:
+        out = list(params)  # every entry replaced below
+        if small:
+            copies = torch._foreach_mul([params[i] for i in small], 1.0)
+            for i, c in zip(small, copies, strict=True):
+                out[i] = c
+
+        def each(j: int) -> None:
+            out[big[j]] = params[big[j]].mul(1.0)
+
+    return _norms(params, plan, each), out
+
+
+def _updates_normed(
+    params: list[torch.Tensor], before: list[torch.Tensor], plans: dict[Any, _Plan]
+) -> torch.Tensor | None:
+    """``_norm_vector(_differences(params, before, plans), plans, "weights")``, the same
+    values; on the CPU each large difference is normed just after it is made."""
+    plan = _fused_plan(params, plans)
+    if plan is None or len(before) != len(params):
+        return _norm_vector(_differences(params, before, plans), plans, "weights")
+    small = plan.groups[0][1]
+    big = plan.blocked
+    if small:
+        torch._foreach_sub_([before[i] for i in small], [params[i] for i in small])
+
+    def each(j: int) -> None:
+        before[big[j]].sub_(params[big[j]])
+
+    return _norms(before, plan, each)
+
+
 def _foreach(group: list[torch.Tensor], low: bool) -> tuple[torch.Tensor, ...]:
     if low:
         return tuple(torch._foreach_norm(group, 2, dtype=torch.float32))
@@ -186,7 +261,10 @@ def _norm_vector(
         return _norms(tensors, fresh)
 
 
-def _norms(tensors: list[torch.Tensor], plan: _Plan) -> torch.Tensor:
+def _norms(
+    tensors: list[torch.Tensor], plan: _Plan, each: Callable[[int], Any] | None = None
+) -> torch.Tensor:
+    """The norm vector of ``_norm_vector`` (``each``: see ``_Rows.norms``)."""
     if plan.single and not plan.blocked:
         return torch.stack(_foreach(tensors, plan.groups[0][0]))
     # one float64 vector in the plan's order (its groups, the large CPU tensors, the
@@ -196,7 +274,7 @@ def _norms(tensors: list[torch.Tensor], plan: _Plan) -> torch.Tensor:
         if idx:
             pieces.append(torch.stack(_foreach([tensors[i] for i in idx], low)))
     if plan.rows is not None:
-        pieces.append(plan.rows.norms([tensors[i] for i in plan.blocked]))
+        pieces.append(plan.rows.norms([tensors[i] for i in plan.blocked], each))
     if plan.others:
         from hookcli.grads.probe import tensor_norm
 
