@@ -962,13 +962,22 @@ def test_large_cpu_tensors_are_normed_by_rows_to_float64_accuracy() -> None:
     """From ``hookcli.norms.BLOCKED_FROM`` elements a CPU tensor's norm is taken by rows:
     every grad, weight and update figure within 1e-6 of float64 (a one-pass float32 norm
     of 4M elements drifts further than that on the CPU), a channels-last gradient read
-    where it lies, a tensor whose size is no multiple of the row, and a NaN or an Inf in
-    one element of a large gradient still seen on its step."""
+    where it lies, a tensor whose size is no multiple of the row, a 1-D tensor (read as
+    rows of its flat view, the last one shorter), and a NaN or an Inf in one element of
+    a large gradient still seen on its step."""
     import torch
     from torch import nn
 
     import hookcli
     from hookcli.norms import BLOCK, BLOCKED_FROM
+
+    class Offset(nn.Module):
+        def __init__(self, n):
+            super().__init__()
+            self.table = nn.Parameter(torch.randn(n) / 100)
+
+        def forward(self, x):
+            return x + self.table.square().mean()
 
     torch.manual_seed(0)
     model = nn.Sequential(
@@ -977,10 +986,11 @@ def test_large_cpu_tensors_are_normed_by_rows_to_float64_accuracy() -> None:
         nn.Linear(128 * 4 * 4, 2048),  # 4,194,304 weights
         nn.ReLU(),
         nn.Linear(2048, 500),  # 1,024,000 weights: a last, shorter row
+        Offset(3 * BLOCK + 77),  # one dimension
     ).to(memory_format=torch.channels_last)
-    conv, big, odd = model[0].weight, model[2].weight, model[4].weight
+    conv, big, odd, flat = model[0].weight, model[2].weight, model[4].weight, model[5].table
     assert not conv.is_contiguous() and big.numel() >= BLOCKED_FROM
-    assert odd.numel() % BLOCK != 0
+    assert odd.numel() % BLOCK != 0 and flat.dim() == 1 and flat.numel() % BLOCK != 0
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     poison = {2: float("nan"), 3: float("inf")}  # step -> what one element of big's grad becomes
     now = {"step": 0}
@@ -1028,6 +1038,11 @@ def test_large_cpu_tensors_are_normed_by_rows_to_float64_accuracy() -> None:
         assert math.isclose(s["modules"][name]["weight_norm"], want, rel_tol=1e-6), name
         ratio = math.hypot(moved[f"{name}.weight"], moved[f"{name}.bias"]) / want
         assert math.isclose(s["modules"][name]["update_ratio"], ratio, rel_tol=1e-6), name
+    entry = s["modules"]["5"]
+    assert math.isclose(entry["grad_norm"], grads["5.table"], rel_tol=1e-6)
+    assert math.isclose(entry["weight_norm"], weights["5.table"], rel_tol=1e-6)
+    ratio = moved["5.table"] / weights["5.table"]
+    assert math.isclose(entry["update_ratio"], ratio, rel_tol=1e-6)
     assert math.isnan(float(steps[1]["grad_norm"]))
     assert float(steps[2]["grad_norm"]) == math.inf
     found = {(r["step"], r["what"]) for r in w.records if r["kind"] == "nonfinite"}

@@ -7,26 +7,29 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from hookcli.norms import BLOCKED_FROM, LOW_PRECISION, blocked_norm
+from hookcli.norms import BLOCK, BLOCKED_FROM, LOW_PRECISION, flat_view
 
 
 @dataclass(frozen=True)
 class _Plan:
     """How to take the norms of a list of tensors: one fused ``_foreach_norm`` per
     (device, dtype) group of dense floating tensors, as ``clip_grad_norm_`` does (half
-    types in float32), except that a large CPU tensor is read by rows
-    (``hookcli.norms.blocked_norm``: closer to the exact norm, and on both threads);
-    sparse and other tensors one by one."""
+    types in float32), except that a large CPU tensor is read by rows (``_Rows``:
+    closer to the exact norm, and on both threads); sparse and other tensors one by
+    one."""
 
     groups: tuple[tuple[bool, tuple[int, ...]], ...]  # (low precision, fused indices)
     others: tuple[int, ...]
     single: bool  # every tensor of one device and dtype (the fused copies below)
     blocked: tuple[int, ...] = ()  # large CPU tensors, out of their groups: norms by rows
+    rows: _Rows | None = None  # how ``blocked`` is read
+    # where each tensor's norm is in _norms' vector (None: in order already)
+    inverse: torch.Tensor | None = field(default=None, compare=False)
 
     @staticmethod
     def of(tensors: list[torch.Tensor]) -> _Plan:
@@ -42,7 +45,96 @@ class _Plan:
             else:
                 groups.setdefault((t.device, t.dtype), []).append(i)
         plan = tuple((dtype in LOW_PRECISION, tuple(idx)) for (_, dtype), idx in groups.items())
-        return _Plan(plan, tuple(others), len(plan) == 1 and not others, tuple(blocked))
+        rows = _Rows.of([tensors[i] for i in blocked]) if blocked else None
+        order = [i for _, idx in plan for i in idx] + blocked + others
+        inverse = None
+        if order != sorted(order):
+            inverse = torch.empty(len(order), dtype=torch.long)
+            inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
+        single = len(plan) == 1 and not others
+        return _Plan(plan, tuple(others), single, tuple(blocked), rows, inverse)
+
+
+# a row shorter than this is read as part of BLOCK-element rows of the flat tensor
+_MIN_ROW = 128
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """The norms of large CPU tensors in a few operations, as accurate as
+    ``hookcli.norms.blocked_norm``: each tensor's rows (the elements under one index of
+    its leading dimensions, ``_MIN_ROW`` to ``BLOCK`` of them: one reduction over its
+    other dimensions, wherever they lie in memory; else ``BLOCK``-element rows of its
+    flat view) normed in float32, and every row norm then summed into its tensor's norm
+    in float64 with one ``index_add_``. NaN and Inf come through as
+    ``torch.linalg.vector_norm`` gives them (a NaN anywhere in a tensor: NaN)."""
+
+    shapes: tuple[torch.Size, ...]
+    dims: tuple[tuple[int, ...] | None, ...]  # reduced dimensions; None: flat rows
+    low: tuple[bool, ...]
+    # the tensor (0..n-1) of each row norm: follows from the shapes and dims
+    segments: torch.Tensor = field(compare=False)
+
+    @staticmethod
+    def of(tensors: list[torch.Tensor]) -> _Rows:
+        dims: list[tuple[int, ...] | None] = []
+        counts = []
+        for t in tensors:
+            n = t.numel()
+            found = None
+            for j in range(1, t.dim()):
+                row = math.prod(t.shape[j:])
+                if row <= BLOCK:
+                    if row >= _MIN_ROW:
+                        found = tuple(range(j, t.dim()))
+                    break
+            dims.append(found)
+            if found is not None:
+                counts.append(n // math.prod(t.shape[found[0] :]))
+            else:
+                counts.append(n // BLOCK + (1 if n % BLOCK else 0))
+        segments = torch.repeat_interleave(
+            torch.arange(len(tensors)), torch.tensor(counts, dtype=torch.long)
+        )
+        return _Rows(
+            tuple(t.shape for t in tensors),
+            tuple(dims),
+            tuple(t.dtype in LOW_PRECISION for t in tensors),
+            segments,
+        )
+
+    def norms(
+        self, tensors: list[torch.Tensor], each: Callable[[int], Any] | None = None
+    ) -> torch.Tensor:
+        """Each tensor's norm, one float64 vector (a shape other than the plan's:
+        ``RuntimeError``, which plans again). ``each(j)`` runs just before tensor j is
+        read (its copy or difference made while the tensor is in the cache)."""
+        parts = []
+        for j, (t, shape, dims, low) in enumerate(
+            zip(tensors, self.shapes, self.dims, self.low, strict=True)
+        ):
+            if t.shape != shape:
+                raise RuntimeError("a tensor changed its shape")
+            if each is not None:
+                each(j)
+            dtype = torch.float32 if low else None
+            if dims is not None:
+                rows = torch.linalg.vector_norm(t, dim=dims, dtype=dtype)
+                parts.append(rows if dims[0] == 1 else rows.reshape(-1))
+                continue
+            flat = flat_view(t)
+            n = flat.numel()
+            k = n // BLOCK
+            parts.append(
+                torch.linalg.vector_norm(flat[: k * BLOCK].view(k, BLOCK), dim=1, dtype=dtype)
+            )
+            if k * BLOCK < n:
+                parts.append(
+                    torch.linalg.vector_norm(flat[k * BLOCK :], dim=0, keepdim=True, dtype=dtype)
+                )
+        squares = torch.cat(parts).to(torch.float64).square_()
+        sums = torch.zeros(len(tensors), dtype=torch.float64)
+        return sums.index_add_(0, self.segments, squares).sqrt_()
 
 
 def _copies(
@@ -74,6 +166,74 @@ def _differences(
     return before
 
 
+def _fused_plan(params: list[torch.Tensor], plans: dict[Any, _Plan]) -> _Plan | None:
+    """The parameters' plan where a copy or difference and its norm can go tensor by
+    tensor (large CPU tensors of one dtype, shapes as planned); else None."""
+    plan = plans.get("weights")
+    if plan is None:
+        plan = plans["weights"] = _Plan.of(params)
+    if plan.rows is None or not plan.single:
+        return None
+    shapes = plan.rows.shapes
+    if len(params) != len(plan.blocked) + len(plan.groups[0][1]) or any(
+        params[i].shape != s for i, s in zip(plan.blocked, shapes, strict=True)
+    ):
+        return None
+    return plan
+
+
+def _copies_normed(
+    params: list[torch.Tensor], plans: dict[Any, _Plan], kept: list[torch.Tensor] | None
+) -> tuple[torch.Tensor | None, list[torch.Tensor]]:
+    """``_norm_vector(params, plans, "weights")`` and ``_copies(params, plans, kept)``,
+    the same values; on the CPU each large parameter is normed just after its copy,
+    while it is in the cache (read from memory once, not twice)."""
+    plan = _fused_plan(params, plans)
+    if plan is None:
+        return _norm_vector(params, plans, "weights"), _copies(params, plans, kept)
+    small = plan.groups[0][1]
+    big = plan.blocked
+    out: list[torch.Tensor]
+    if kept is not None and len(kept) == len(params):
+        out = kept
+        if small:
+            torch._foreach_copy_([kept[i] for i in small], [params[i] for i in small])
+
+        def each(j: int) -> None:
+            kept[big[j]].copy_(params[big[j]])
+
+    else:
+        out = list(params)  # every entry replaced below
+        if small:
+            copies = torch._foreach_mul([params[i] for i in small], 1.0)
+            for i, c in zip(small, copies, strict=True):
+                out[i] = c
+
+        def each(j: int) -> None:
+            out[big[j]] = params[big[j]].mul(1.0)
+
+    return _norms(params, plan, each), out
+
+
+def _updates_normed(
+    params: list[torch.Tensor], before: list[torch.Tensor], plans: dict[Any, _Plan]
+) -> torch.Tensor | None:
+    """``_norm_vector(_differences(params, before, plans), plans, "weights")``, the same
+    values; on the CPU each large difference is normed just after it is made."""
+    plan = _fused_plan(params, plans)
+    if plan is None or len(before) != len(params):
+        return _norm_vector(_differences(params, before, plans), plans, "weights")
+    small = plan.groups[0][1]
+    big = plan.blocked
+    if small:
+        torch._foreach_sub_([before[i] for i in small], [params[i] for i in small])
+
+    def each(j: int) -> None:
+        before[big[j]].sub_(params[big[j]])
+
+    return _norms(before, plan, each)
+
+
 def _foreach(group: list[torch.Tensor], low: bool) -> tuple[torch.Tensor, ...]:
     if low:
         return tuple(torch._foreach_norm(group, 2, dtype=torch.float32))
@@ -101,32 +261,33 @@ def _norm_vector(
         return _norms(tensors, fresh)
 
 
-def _norms(tensors: list[torch.Tensor], plan: _Plan) -> torch.Tensor:
+def _norms(
+    tensors: list[torch.Tensor], plan: _Plan, each: Callable[[int], Any] | None = None
+) -> torch.Tensor:
+    """The norm vector of ``_norm_vector`` (``each``: see ``_Rows.norms``)."""
     if plan.single and not plan.blocked:
         return torch.stack(_foreach(tensors, plan.groups[0][0]))
-    out: list[torch.Tensor | None] = [None] * len(tensors)
+    # one float64 vector in the plan's order (its groups, the large CPU tensors, the
+    # others), then in the tensors' order
+    pieces: list[torch.Tensor] = []
     for low, idx in plan.groups:
         if idx:
-            for i, n in zip(idx, _foreach([tensors[i] for i in idx], low), strict=True):
-                out[i] = n
-    for i in plan.blocked:
-        out[i] = blocked_norm(tensors[i])
+            pieces.append(torch.stack(_foreach([tensors[i] for i in idx], low)))
+    if plan.rows is not None:
+        pieces.append(plan.rows.norms([tensors[i] for i in plan.blocked], each))
     if plan.others:
         from hookcli.grads.probe import tensor_norm
 
-        for i in plan.others:
-            out[i] = tensor_norm(tensors[i]).float()
-    norms = [n for n in out if n is not None]
-    device = norms[0].device
-    if any(n.device != device for n in norms):
-        norms = [n.to(device) for n in norms]
-    return torch.stack(norms).to(torch.float64)  # stack promotes float32 to float64
+        pieces.append(torch.stack([tensor_norm(tensors[i]).float() for i in plan.others]))
+    device = pieces[0].device
+    flat = torch.cat([p.to(device=device, dtype=torch.float64) for p in pieces])
+    return flat if plan.inverse is None else flat[plan.inverse.to(device)]
 
 
 class _Host:
-    """1-D tensors read on the host: on the CPU at once (``tolist``: exact floats); on
-    CUDA copied together into pinned memory without a sync, read when ``values`` is
-    called (an event says when they are there)."""
+    """Tensors read on the host, each as a list of its values: on the CPU at once
+    (``tolist``: exact floats); on CUDA copied together into pinned memory without a
+    sync, read when ``values`` is called (an event says when they are there)."""
 
     def __init__(self, parts: list[torch.Tensor | None]) -> None:
         self.sizes = [0 if p is None else p.numel() for p in parts]
@@ -135,7 +296,7 @@ class _Host:
         self._event: Any = None
         self._buffer: torch.Tensor | None = None
         if all(p is None or p.device.type == "cpu" for p in parts):
-            self._lists = [[] if p is None else p.reshape(-1).tolist() for p in parts]
+            self._lists = [_listed(p) for p in parts]
             return
         present = [p.reshape(-1).to(torch.float64) for p in parts if p is not None]
         devices = {p.device for p in present}
@@ -170,6 +331,16 @@ class _Host:
         return out
 
 
+def _listed(p: torch.Tensor | None) -> list[float]:
+    """A CPU tensor's values, one list (a 0-dim or 1-D tensor without a reshape)."""
+    if p is None:
+        return []
+    n = p.dim()
+    if n == 1:
+        return p.tolist()
+    return [p.item()] if n == 0 else p.reshape(-1).tolist()
+
+
 def _hypot(values: list[float]) -> float:
     return math.hypot(*values) if values else 0.0
 
@@ -201,8 +372,9 @@ def _stats(t: torch.Tensor) -> torch.Tensor:
     if t.dtype in LOW_PRECISION or t.element_size() == 1:
         t = t.float()
     mn, mx = torch.aminmax(t)
-    parts = [t.sum(), torch.linalg.vector_norm(t), mn, mx, t.ne(0).sum()]
-    return torch.stack([v.to(mn.dtype) for v in parts])
+    # the sum and the norm come in t's dtype already: only the count is converted
+    count = t.ne(0).sum().to(mn.dtype)
+    return torch.stack([t.sum(), torch.linalg.vector_norm(t), mn, mx, count])
 
 
 def _nonfinite_flag(t: torch.Tensor) -> Any:

@@ -56,14 +56,14 @@ from hookcli.watch.closure import closure_of, with_closure
 from hookcli.watch.config import STEPS_SCHEMA, WatchConfig, logged
 from hookcli.watch.figures import (
     NanOrigin,
-    _copies,
-    _differences,
+    _copies_normed,
     _first_float,
     _Host,
     _hypot,
     _nonfinite_kind,
     _norm_vector,
     _stats,
+    _updates_normed,
 )
 from hookcli.watch.records import LOSSES, MAX_NAMES, _num, _sum, nonfinite_event, step_record
 from hookcli.watch.registry import Registry, _compiling_in_use, _modules, _objects, _roots, _tops
@@ -709,14 +709,15 @@ class Monitor:
             weights = before = None
             if log:
                 params = _weights(track)
-                weights = _norm_vector(params, track.plans, "weights")
                 if track.mode == "optimizer":
-                    before = _copies(params, track.plans, track.kept)
+                    weights, before = _copies_normed(params, track.plans, track.kept)
                     if all(b.device.type == "cpu" for b in before[:1]):
                         # On the CPU a new buffer of the parameters' size costs its page
                         # faults again on every logged step: the copy is kept for the
                         # next one (CUDA's caching allocator reuses a freed one anyway).
                         track.kept = before
+                else:
+                    weights = _norm_vector(params, track.plans, "weights")
         losses, self._losses = self._losses, []
         step = _Step(
             step=k,
@@ -747,11 +748,10 @@ class Monitor:
         return None
 
     def _host_pre(self, step: _Step) -> _Host:
-        losses = [t.reshape(1) for t in step.losses]
         lrs = [torch.as_tensor(lr).reshape(1) for lr in step.lrs if isinstance(lr, torch.Tensor)]
         act = [step.act[i][0] for i in step.act_order]
         host = _Host(
-            [step.norms, step.weights, step.pre_norms, step.pre_total, *losses, *lrs, *act]
+            [step.norms, step.weights, step.pre_norms, step.pre_total, *step.losses, *lrs, *act]
         )
         step._host = host  # type: ignore[attr-defined]
         return host
@@ -797,8 +797,7 @@ class Monitor:
         post: _Host | None = None
         if step.before is not None:
             with torch.no_grad():
-                diffs = _differences(_weights(track), step.before, track.plans)
-                step.updates = _norm_vector(diffs, track.plans, "weights")
+                step.updates = _updates_normed(_weights(track), step.before, track.plans)
             step.before = None
             post = _Host([step.updates])
         track.next_logged = logged(track.steps + 1, self.config.every)

@@ -98,6 +98,8 @@ def step_record(
     losses = [v[0] for v in values[LOSSES : LOSSES + n_loss]]
     tensor_lrs = iter(v[0] for v in values[LOSSES + n_loss :])
     lrs = [next(tensor_lrs) if isinstance(lr, torch.Tensor) else _num(lr) for lr in step.lrs]
+    applied = _hypot(norms) if step.pos else None
+    pre = (_hypot(pre_norms) if clipped else applied) if pre_pos else None
     record: dict[str, Any] = {
         "kind": "step",
         "model": track.label,
@@ -107,8 +109,8 @@ def step_record(
         "step_time": step.step_time,
         "loss": _sum(losses) if losses else None,
         "backwards": n_loss,
-        "grad_norm": values[3][0] if values[3] else _hypot(pre_norms) if pre_pos else None,
-        "grad_norm_applied": _hypot(norms) if step.pos else None,
+        "grad_norm": values[3][0] if values[3] else pre,
+        "grad_norm_applied": applied,
         "lr": lrs,
     }
     if step.logged:

@@ -100,13 +100,12 @@ def _params_of(opts: list[Any]) -> tuple[list[torch.Tensor], set[int]]:
 
 def _grads(track: _Track) -> tuple[list[torch.Tensor], list[int]]:
     """The gradients of ``track``'s parameters that have one, and where they are."""
-    grads: list[torch.Tensor] = []
-    pos: list[int] = []
-    for i, p in enumerate(track.params):
-        g = p.grad
-        if g is not None:
-            grads.append(g)
-            pos.append(i)
+    found = [p.grad for p in track.params]
+    grads = [g for g in found if g is not None]
+    if len(grads) == len(found):
+        pos = list(range(len(found)))
+    else:
+        pos = [i for i, g in enumerate(found) if g is not None]
     if track.sharded:
         grads = _locals(grads)
     return grads, pos
