@@ -693,3 +693,47 @@ def test_an_error_in_b_stops_a_where_it_is() -> None:
     handle.remove()
     assert "" not in ran_a  # A's root never returned
     assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+
+
+class _Scaled(nn.Module):  # returns its child's output, scaled in place after the child
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x):
+        out = self.fc(x)
+        if self.scale != 1.0:
+            out.mul_(self.scale)
+        return out
+
+
+class _Stack(nn.Module):
+    def __init__(self, scale=1.0):
+        super().__init__()
+        self.body = nn.Sequential(_Scaled(1.0), nn.ReLU(inplace=True), _Scaled(scale))
+
+    def forward(self, x):
+        return self.body(x)
+
+
+def test_an_output_measured_already_is_measured_again_when_either_side_changed_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A container returning its last child's output (the same tensor) takes the child's
+    figures, unless one side changed it in place since (here A's last block scales its
+    child's output in place, B's does not): in step, every call's figures equal those of
+    the run one after the other (A's outputs copied there, nothing taken as seen)."""
+    import copy
+
+    torch.manual_seed(0)
+    a = _Stack(scale=3.0).eval()
+    b = copy.deepcopy(a)
+    b.body[2].scale = 1.0
+    stepped, apart = _in_step_and_apart(monkeypatch, a, b, torch.randn(4, 16))
+    for s, p in zip(stepped["calls"], apart["calls"], strict=True):
+        assert (s["name"], s["max_abs"], s["rel_l2"]) == (p["name"], p["max_abs"], p["rel_l2"])
+    by_name = {c["name"]: c for c in stepped["calls"]}
+    assert by_name["body.2.fc"]["max_abs"] == 0.0  # the same child output, before the scale
+    assert by_name["body.2"]["max_abs"] > 0.0  # A's scaled in place after it
+    assert by_name["body"]["max_abs"] == by_name["body.2"]["max_abs"]

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import weakref
 from collections.abc import Callable, Container, Mapping
 from typing import Any
@@ -384,8 +385,10 @@ class Measure(Probe):
         self.input_refs: dict[int, tuple[list[torch.Tensor], list[int]]] = {}
         self.seen_divergence = False
         # a tensor measured already (a container's output that is its last child's, the
-        # same object, unchanged): (A's copy, weak B, B's version) -> its figures
-        self._done: dict[tuple[int, int, int], tuple[Any, int, Any]] = {}
+        # same objects, unchanged): (position, A's, B's) -> (weak A, A's version, weak B,
+        # B's version, its figures). Version counters: B's pass runs under no_grad
+        self._done: dict[tuple[int, int, int], tuple[Any, int, Any, int, Any]] = {}
+        self.needs_versions = True
 
     def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
         i = self.partner.get((frame.name, frame.call))
@@ -427,17 +430,23 @@ class Measure(Probe):
             if a is None or b is None:
                 tensors.append(tensor_diff(pos, a, b, self.rtol, self.atol))
                 continue
-            if b.is_inference():  # (no version counter: measured each time)
+            if a.is_inference() or b.is_inference():  # (no version counter: measured)
                 tensors.append(tensor_diff(pos, a, b, self.rtol, self.atol))
                 continue
             key = (pos, id(a), id(b))
             seen = self._done.get(key)
-            if seen is not None and seen[0]() is b and seen[1] == b._version:
-                tensors.append(seen[2])
+            if (
+                seen is not None
+                and seen[0]() is a
+                and seen[1] == a._version
+                and seen[2]() is b
+                and seen[3] == b._version
+            ):
+                tensors.append(dataclasses.replace(seen[4], index=pos))
                 continue
             d = tensor_diff(pos, a, b, self.rtol, self.atol)
             with contextlib.suppress(TypeError):  # a tensor subclass without weak references
-                self._done[key] = (weakref.ref(b), b._version, d)
+                self._done[key] = (weakref.ref(a), a._version, weakref.ref(b), b._version, d)
             tensors.append(d)
         _release(self.ref_outputs, i)
         diff = CallDiff(tuple(tensors))
@@ -640,6 +649,7 @@ class Offer(Probe):
     def __init__(self, handoff: Handoff, keep_rest: bool) -> None:
         self.handoff = handoff
         self.keep_rest = keep_rest
+        self.needs_versions = True  # A's pass under no_grad, as B's (``Measure``)
         self.outputs: dict[int, list[torch.Tensor]] = {}
         self.inputs: dict[int, list[torch.Tensor]] = {}
 
@@ -654,7 +664,9 @@ class Offer(Probe):
         self, frame: Frame, module: nn.Module, args: Any, kwargs: Any, output: Any
     ) -> None:
         item = ("out", (frame.name, frame.call))
-        refs = [t.detach() for t in iter_tensors(output)]
+        # (the tensors themselves where no graph hangs on them: B's ``Measure`` knows
+        # an output measured already by its identity and version)
+        refs = [t.detach() if t.requires_grad else t for t in iter_tensors(output)]
         if self.keep_rest and item not in self.handoff.wanted:
             self.outputs[frame.index] = [t.clone() for t in refs]
         self.handoff.offer(item, frame.index, refs)

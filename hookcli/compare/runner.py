@@ -361,10 +361,8 @@ def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_re
              run_b: Any) -> tuple[Pass, Any, Any]:  # fmt: skip
     """A's pass in a greenlet of its own, offering its tensors to ``run_b`` (B's pass,
     here) through ``handoff``; an error of either stops the other at once, and A's is
-    raised here. Both passes run
-    under one ``inference_mode`` entered here (each session enters its own inside it), so
-    that the two passes' grad-mode contexts, entered and left in step, restore only
-    what they found."""
+    raised here. Both passes run under ``no_grad`` (their probes read version
+    counters), entered here too."""
     import torch
 
     from hookcli.compare.record import AFailed, Offer
@@ -381,7 +379,7 @@ def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_re
         finally:
             handoff.a_finished(error)
 
-    with torch.inference_mode():
+    with torch.no_grad():
         handoff.start(run_a)
         try:
             pb = run_b()
