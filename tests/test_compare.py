@@ -512,43 +512,12 @@ def test_csv_and_markdown_carry_the_call_rows(fmt: str) -> None:
     assert "fc3" in result.stdout
 
 
-def test_in_step_a_lends_its_outputs_and_keeps_no_copy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two models named alike run in step: every output of A that B measures is lent, not
-    copied (issue 47's cost: no copy of a whole activation beyond one module's), and the
-    figures are those of the run one after the other (itself checked against plain hooks
-    above)."""
-    from hookcli.compare import record, runner
-
-    made: list[record.Handoff] = []
-    real = record.Handoff.__init__
-
-    def init(self: record.Handoff, wanted: Any) -> None:
-        real(self, wanted)
-        made.append(self)
-
-    monkeypatch.setattr(record.Handoff, "__init__", init)
-    args = ("compare", f"{M}:Decoder", f"{M}:Decoder", "--b-kwargs", "bug='gelu'")
-    stepped = invoke_json(*args)
-    assert len(made) == 2  # the propagated mode and the local mode
-    # A's pass ran in a greenlet beside B's: the grad modes they entered are left as found
-    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
-    assert all(h.copied == 0 and not h.items for h in made)
-    monkeypatch.setattr(runner, "_can_step", lambda *a: False)
-    apart = invoke_json(*args)
-    assert len(made) == 2
-    keys = ("max_abs", "rel_l2", "cosine", "local_max_abs", "local_rel_l2", "local_cosine")
-    for r, s in zip(stepped["calls"], apart["calls"], strict=True):
-        assert [r[k] for k in keys] == [s[k] for k in keys], r["name"]
-    assert stepped["first_divergence"] == apart["first_divergence"]
+_DECODERS = ("compare", f"{M}:Decoder", f"{M}:Decoder", "--b-kwargs", "bug='gelu'")
 
 
-def test_under_a_profiler_a_and_b_run_one_after_the_other(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A profiler keeps one frame stack per thread (cProfile crashes when a switch between
-    two forwards crosses it): under one, compare does not run A and B in step, and its
-    figures are the same."""
-    import cProfile
-    import sys
-
+@pytest.fixture
+def handoffs(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """Every ``record.Handoff`` made (one per mode that runs A and B in step)."""
     from hookcli.compare import record
 
     made: list[Any] = []
@@ -559,13 +528,47 @@ def test_under_a_profiler_a_and_b_run_one_after_the_other(monkeypatch: pytest.Mo
         made.append(self)
 
     monkeypatch.setattr(record.Handoff, "__init__", init)
-    args = ("compare", f"{M}:Decoder", f"{M}:Decoder", "--b-kwargs", "bug='gelu'")
-    stepped = invoke_json(*args)
+    return made
+
+
+def test_in_step_a_lends_its_outputs_and_keeps_no_copy(
+    monkeypatch: pytest.MonkeyPatch, handoffs: list[Any]
+) -> None:
+    """Two models named alike run in step: every output of A that B measures is lent, not
+    copied (issue 47's cost: no copy of a whole activation beyond one module's), and the
+    figures are those of the run one after the other (itself checked against plain hooks
+    above)."""
+    from hookcli.compare import runner
+
+    made = handoffs
+    stepped = invoke_json(*_DECODERS)
+    assert len(made) == 2  # the propagated mode and the local mode
+    # A's pass ran in a greenlet beside B's: the grad modes they entered are left as found
+    assert torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+    assert all(h.copied == 0 and not h.items for h in made)
+    monkeypatch.setattr(runner, "_can_step", lambda *a: False)
+    apart = invoke_json(*_DECODERS)
+    assert len(made) == 2
+    keys = ("max_abs", "rel_l2", "cosine", "local_max_abs", "local_rel_l2", "local_cosine")
+    for r, s in zip(stepped["calls"], apart["calls"], strict=True):
+        assert [r[k] for k in keys] == [s[k] for k in keys], r["name"]
+    assert stepped["first_divergence"] == apart["first_divergence"]
+
+
+def test_under_a_profiler_a_and_b_run_one_after_the_other(handoffs: list[Any]) -> None:
+    """A profiler keeps one frame stack per thread (cProfile crashes when a switch between
+    two forwards crosses it): under one, compare does not run A and B in step, and its
+    figures are the same."""
+    import cProfile
+    import sys
+
+    made = handoffs
+    stepped = invoke_json(*_DECODERS)
     assert len(made) == 2
     profiler = cProfile.Profile()
     profiler.enable()
     try:
-        profiled = invoke_json(*args)
+        profiled = invoke_json(*_DECODERS)
     finally:
         profiler.disable()
     assert sys.getprofile() is None
