@@ -15,7 +15,7 @@ import torch
 from torch import nn
 
 import hookcli
-from tests.conftest import invoke, run_hookcli, run_json
+from tests.conftest import invoke, invoke_json, run_hookcli
 from tests.fixtures import memory_models
 from tests.memory_oracle import measure_inference, measure_step, steady_step
 
@@ -119,11 +119,11 @@ def test_fit_on_the_cpu_answers_what_the_allocator_says() -> None:
 
 
 def test_fit_says_when_the_search_stops_at_its_bound() -> None:
-    rep = run_json("cost", "sample_models.basic:Net", "--device", "meta", "--fit", "1EiB")
+    rep = invoke_json("cost", "sample_models.basic:Net", "--device", "meta", "--fit", "1EiB")
     t = rep["totals"]
     assert t["fit_at_bound"] and t["fit_batch"] == t["fit_search_bound"]
     assert t["fit_peak_bytes"] <= 2**60
-    res = run_hookcli("cost", "sample_models.basic:Net", "--device", "meta", "--fit", "1EiB")
+    res = invoke("cost", "sample_models.basic:Net", "--device", "meta", "--fit", "1EiB")
     line = next(ln for ln in res.stdout.splitlines() if ln.startswith("Fits in"))
     assert "or more: the search stops at its bound" in line, line
 
