@@ -4,8 +4,10 @@ a ``--weights`` checkpoint, files inside packages and loose files with sibling i
 modules that read ``sys.argv`` when imported, models that change the working folder, and
 ``settings.kwargs`` / ``settings.weights`` with ``diff`` flagging them.
 
-Every run is a subprocess ``python -m hookcli ...``; figures are checked against the model
-built here directly (``sum(p.numel())``, output shapes from calling it).
+Runs from the repository root are in-process (``tests.conftest.invoke``); those from
+another working folder, and the module that reads ``sys.argv`` when imported, are a
+subprocess ``python -m hookcli ...``. Figures are checked against the model built here
+directly (``sum(p.numel())``, output shapes from calling it).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import pytest
 import torch
 
+from tests.conftest import invoke
 from tests.fixtures import configmodels as cm
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -30,7 +33,12 @@ FIX = ROOT / "tests" / "fixtures"
 CM = "tests/fixtures/configmodels.py"
 
 
-def hookcli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+def hookcli(*args: str, cwd: Path = ROOT, fresh: bool = False) -> subprocess.CompletedProcess[str]:
+    """The command's exit status and streams: in-process from the repository root, else
+    (``cwd`` elsewhere, or ``fresh``) ``python -m hookcli`` started in ``cwd``."""
+    if cwd == ROOT and Path.cwd() == ROOT and not fresh:
+        r = invoke(*args)
+        return subprocess.CompletedProcess(args, r.exit_code, r.stdout, r.stderr)
     return subprocess.run(
         [sys.executable, "-m", "hookcli", *args],
         cwd=cwd,
@@ -416,7 +424,7 @@ def test_argv_at_import_and_a_chdir_keep_the_command_line_paths(tmp_path: Path) 
 
 
 def test_a_dotted_module_is_imported_with_its_own_argv() -> None:
-    r = hookcli("params", "tests.fixtures.argv_script:Net", "--seed", "1")
+    r = hookcli("params", "tests.fixtures.argv_script:Net", "--seed", "1", fresh=True)
     assert r.returncode == 0, r.stderr
 
 

@@ -25,6 +25,7 @@ from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
 import hookcli
+from tests.conftest import invoke_json
 from tests.fixtures import meta_llama as ml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +72,12 @@ def attributes(model: nn.Module) -> dict[str, torch.Tensor]:
 
 
 @pytest.fixture(scope="module")
+def cost_llama() -> dict[str, Any]:
+    """``cost --backward`` of Meta's Llama from the command line, run once for the module."""
+    return run_json("cost", f"{FIX}:llama", *INPUTS, "--backward")
+
+
+@pytest.fixture(scope="module")
 def oracle() -> tuple[int, int]:
     with_cache = flops_of(ml.llama)
     assert with_cache == flops_of(ml.llama_no_cache)  # the cache adds no counted FLOP
@@ -79,9 +86,9 @@ def oracle() -> tuple[int, int]:
 
 
 def test_cost_backward_runs_on_metas_kv_cache_and_counts_flopcountermode(
-    oracle: tuple[int, int],
+    oracle: tuple[int, int], cost_llama: dict[str, Any]
 ) -> None:
-    report = run_json("cost", f"{FIX}:llama", *INPUTS, "--backward")
+    report = cost_llama
     totals = report["totals"]
     assert report.get("error") is None
     assert (totals["flops"], totals["backward_flops"]) == oracle
@@ -99,9 +106,9 @@ def test_profile_backward_runs_on_metas_kv_cache(oracle: tuple[int, int]) -> Non
     assert totals["backward_ms"] > 0
 
 
-def test_the_no_cache_model_gives_the_same_figures(oracle: tuple[int, int]) -> None:
-    with_cache = run_json("cost", f"{FIX}:llama", *INPUTS, "--backward")["totals"]
-    without = run_json("cost", f"{FIX}:llama_no_cache", *INPUTS, "--backward")["totals"]
+def test_the_no_cache_model_gives_the_same_figures(cost_llama: dict[str, Any]) -> None:
+    with_cache = cost_llama["totals"]
+    without = invoke_json("cost", f"{FIX}:llama_no_cache", *INPUTS, "--backward")["totals"]
     for key in ("flops", "backward_flops", "params", "step_peak_bytes"):
         if key == "step_peak_bytes":  # the cache's own bytes are held in both
             assert with_cache[key] >= without[key] > 0

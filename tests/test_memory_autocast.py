@@ -25,7 +25,7 @@ from hookcli.cost.probe import _FusedAttentionOnMeta
 from hookcli.memory import autocast
 from hookcli.memory.autocast import cast_of, emulated, registered
 from hookcli.memory.step import track_step
-from tests.conftest import run_hookcli, run_json
+from tests.conftest import invoke_json, run_hookcli
 from tests.fixtures import memory_models
 from tests.memory_oracle import measure_step, steady_step
 
@@ -317,8 +317,8 @@ def test_cost_amp_on_meta_emulates_the_cuda_policy() -> None:
     """--amp bf16 on meta: said in settings; a Linear's output is bfloat16, its weight's
     copy saved for backward (this small decoder saves more than in float32); with
     --checkpoint the step runs (the recomputation under the emulation too)."""
-    fp32 = run_json(*DECODER, "--optimizer", "sgd", "--backward")
-    bf16 = run_json(*DECODER, "--optimizer", "sgd", "--backward", "--amp", "bf16")
+    fp32 = invoke_json(*DECODER, "--optimizer", "sgd", "--backward")
+    bf16 = invoke_json(*DECODER, "--optimizer", "sgd", "--backward", "--amp", "bf16")
     assert bf16["settings"]["amp"] == "bf16" and bf16["settings"]["amp_policy"] == "cuda"
     assert "amp_policy" not in fp32["settings"]
     out = {r["name"]: r["output_bytes"] for r in fp32["layers"]}
@@ -326,7 +326,7 @@ def test_cost_amp_on_meta_emulates_the_cuda_policy() -> None:
     assert half["lm_head"] * 2 == out["lm_head"]  # a Linear's output: bfloat16
     # the bfloat16 copies of the weights, cast once, saved for backward
     assert bf16["totals"]["saved_bytes"] > fp32["totals"]["saved_bytes"]
-    ck = run_json(*DECODER, "--optimizer", "sgd", "--amp", "fp16", "--checkpoint", "Block")
+    ck = invoke_json(*DECODER, "--optimizer", "sgd", "--amp", "fp16", "--checkpoint", "Block")
     assert ck["totals"]["step_checkpointed_modules"] > 0 and "step_peak_bytes" in ck["totals"]
     assert "step_peak_error" not in ck["totals"]
 
@@ -344,7 +344,7 @@ def test_the_issues_example_on_one_layer() -> None:
     --fit SIZE`` (one layer of the 7B shape): the step runs on meta in train mode (the
     packed-sequence check transformers makes there reads values: hookcli's stand-ins)
     and --fit answers."""
-    rep = run_json(
+    rep = invoke_json(
         "cost", "hf:llama:causal-lm", "-k", "num_hidden_layers=1", "--device", "meta",
         "-i", "int64:1x4096:0..32000", "--amp", "bf16", "--checkpoint", "LlamaDecoderLayer",
         "--fit", "24GiB",

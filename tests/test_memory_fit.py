@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from hookcli.memory.fit import MAX_BATCH, batch_of, largest_fitting, rebatched
-from tests.conftest import run_hookcli, run_json
+from tests.conftest import invoke, invoke_json, run_hookcli
 from tests.fixtures import memory_models
 from tests.memory_oracle import measure_step, steady_step
 
@@ -76,7 +76,7 @@ def test_fit_equals_a_real_search_on_a_small_decoder() -> None:
     assert all(measured[b] < measured[b + 1] for b in range(1, 8))
     limit = (measured[5] + measured[6]) // 2
     real = max(b for b, p in measured.items() if p <= limit)
-    rep = run_json(
+    rep = invoke_json(
         "cost",
         *DECODER,
         "--device",
@@ -99,11 +99,11 @@ def test_fit_equals_a_real_search_on_a_small_decoder() -> None:
 def test_fit_needs_no_meta() -> None:
     """On the CPU, --fit searches on a meta copy of the model and says so on stderr."""
     args = ("cost", *DECODER, "-i", "int64:1x64:0..512", "--optimizer", "sgd", "--fit", "64MiB")
-    on_cpu = run_json(*args)["totals"]
-    on_meta = run_json(*args, "--device", "meta")["totals"]
+    on_cpu = invoke_json(*args)["totals"]
+    on_meta = invoke_json(*args, "--device", "meta")["totals"]
     assert on_cpu["fit_batch"] == on_meta["fit_batch"] > 0
-    res = run_hookcli(*args)
-    assert res.returncode == 0 and "--fit searches batch sizes on meta" in res.stderr
+    res = invoke(*args)
+    assert res.exit_code == 0 and "--fit searches batch sizes on meta" in res.stderr
 
 
 def test_fit_line_in_the_table() -> None:

@@ -17,7 +17,7 @@ from torch import nn
 
 from hookcli.memory.step import track_inference, track_step
 from hookcli.memory.tracker import KINDS
-from tests.conftest import run_hookcli, run_json
+from tests.conftest import invoke, invoke_json, run_json
 from tests.fixtures import memory_models
 from tests.memory_oracle import measure_inference, measure_step, steady_step
 
@@ -207,19 +207,17 @@ def test_cost_backward_reports_the_step_peak() -> None:
 
 
 def test_cost_checkpoint_of_a_missing_class_is_a_usage_error() -> None:
-    res = run_hookcli("cost", "sample_models.basic:BNMLP", "--checkpoint", "NoSuchBlock")
-    assert res.returncode == 2
+    res = invoke("cost", "sample_models.basic:BNMLP", "--checkpoint", "NoSuchBlock")
+    assert res.exit_code == 2
     assert "no module of that class" in res.stderr and "Traceback" not in res.stderr
 
 
 def test_cost_max_memory_checks_the_step_peak() -> None:
-    t = run_json("cost", "sample_models.basic:BNMLP", "--backward")["totals"]
+    t = invoke_json("cost", "sample_models.basic:BNMLP", "--backward")["totals"]
     peak = t["step_peak_bytes"]
-    ok = run_hookcli("cost", "sample_models.basic:BNMLP", "--backward", "--max-memory", str(peak))
-    over = run_hookcli(
-        "cost", "sample_models.basic:BNMLP", "--backward", "--max-memory", str(peak - 1)
-    )
-    assert ok.returncode == 0 and over.returncode != 0
+    ok = invoke("cost", "sample_models.basic:BNMLP", "--backward", "--max-memory", str(peak))
+    over = invoke("cost", "sample_models.basic:BNMLP", "--backward", "--max-memory", str(peak - 1))
+    assert ok.exit_code == 0 and over.exit_code != 0
 
 
 def test_a_step_the_model_fails_in_is_said_not_fatal(tmp_path: Any) -> None:
@@ -238,8 +236,8 @@ def test_a_step_the_model_fails_in_is_said_not_fatal(tmp_path: Any) -> None:
         "            raise Boom('no training here')\n"
         "        return self.fc(x)\n"
     )
-    res = run_hookcli("cost", f"{src}:M", "--backward", "-f", "json")
-    assert res.returncode == 0, res.stderr
+    res = invoke("cost", f"{src}:M", "--backward", "-f", "json")
+    assert res.exit_code == 0, res.stderr
     import json
 
     t = json.loads(res.stdout)["totals"]
@@ -265,8 +263,8 @@ def test_cost_foreach_on_meta() -> None:
     """--foreach: the implementation CUDA picks, planned on meta: Adam's foreach step
     holds one temporary of every parameter at once (the for-loop one, two of one)."""
     args = ("cost", "sample_models.decoder:Decoder", "--device", "meta", "--optimizer", "adam")
-    on = run_json(*args, "--foreach")["totals"]
-    off = run_json(*args, "--no-foreach")["totals"]
+    on = invoke_json(*args, "--foreach")["totals"]
+    off = invoke_json(*args, "--no-foreach")["totals"]
     assert on["step_optimizer_foreach"] is True and off["step_optimizer_foreach"] is False
     assert on["step_peak_phase"] == "step" and on["step_peak_module"].endswith("foreach)")
     assert on["step_peak_by_kind"]["activations"] >= on["param_bytes"]

@@ -1,9 +1,10 @@
 """``--loss``, mixed inputs and errors that name the right party, on models written the way
 public projects write theirs (issue 29, points 3-5; tests/fixtures/real_models.py).
 
-Every run is a subprocess ``python -m hookcli ...``; the loss and gradient figures are checked
-against plain PyTorch autograd on the same model (built after ``torch.manual_seed(0)``, as
-``--seed 0`` builds it) and the same inputs.
+The commands run in-process (``tests.conftest.invoke``, the CLI's own entry), but one:
+``python -m hookcli`` from another folder, a loss file found on its path; the loss and
+gradient figures are checked against plain PyTorch autograd on the same model (built
+after ``torch.manual_seed(0)``, as ``--seed 0`` builds it) and the same inputs.
 """
 
 from __future__ import annotations
@@ -29,16 +30,10 @@ GPT = (f"{FIX}:tiny_gpt", "--inputs-from", f"{FIX}:gpt_inputs")
 REL = 1e-5
 
 
-def hookcli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "COLUMNS": "200"}
-    return subprocess.run(
-        [sys.executable, "-m", "hookcli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+def hookcli(*args: str) -> subprocess.CompletedProcess[str]:
+    """The command in-process, its exit status and streams as a process's."""
+    result = invoke(*args)
+    return subprocess.CompletedProcess(args, result.exit_code, result.stdout, result.stderr)
 
 
 def report_of(*args: str) -> tuple[dict[str, Any], str]:

@@ -1,14 +1,20 @@
-"""A small decoder whose layers are written as Meta's Llama reference (``llama/model.py``)
-writes them: fairscale's ``ParallelEmbedding``, ``ColumnParallelLinear`` and
-``RowParallelLinear`` with ``init_method=lambda x: x`` (the weights come from a checkpoint),
-heads divided by ``fs_init.get_model_parallel_world_size()``, a ``ModelArgs`` dataclass.
+"""A small decoder built from Meta's Llama reference (``llama/model.py``) as
+``tests/fixtures/llama_fairscale.py`` keeps it: its ``ModelArgs``, ``RMSNorm`` and
+``FeedForward`` (fairscale's ``ColumnParallelLinear`` and ``RowParallelLinear`` with
+``init_method=lambda x: x``), and below the published attention and decoder with three
+things left out, each for the real tier's plain side and ``-i`` alone:
 
-Building it needs torch.distributed and fairscale's model-parallel group. Left out of the
-reference: rotary embeddings, the KV cache and the ``@torch.inference_mode()`` forward
-(other cases of the tier), and the float32 upcasts (they matter in half precision only)."""
+- rotary embeddings and the KV cache: the published ``Attention.__init__`` makes its cache
+  with ``.cuda()``, which the plain side cannot build without a GPU;
+- ``start_pos``: the published ``forward(tokens, start_pos)`` takes a Python int, which
+  ``-i`` does not give (``tests/test_model_parallel.py`` runs the published module whole,
+  with ``--inputs-from``);
+- the float32 upcasts of the scores (they matter in half precision only; the float64
+  reference swaps ``RMSNorm``'s own, ``test_real_pending.py``).
+
+Building it needs torch.distributed and fairscale's model-parallel group."""
 
 import math
-from dataclasses import dataclass
 
 import fairscale.nn.model_parallel.initialize as fs_init
 import torch
@@ -20,29 +26,7 @@ from fairscale.nn.model_parallel.layers import (
 )
 from torch import nn
 
-
-@dataclass
-class ModelArgs:
-    dim: int = 4096
-    n_layers: int = 32
-    n_heads: int = 32
-    vocab_size: int = -1  # defined later by tokenizer
-    multiple_of: int = 256  # make SwiGLU hidden layer size multiple of large power of 2
-    norm_eps: float = 1e-5
-    max_seq_len: int = 2048
-
-
-class RMSNorm(torch.nn.Module):
-    def __init__(self, dim: int, eps: float = 1e-6):
-        super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(dim))
-
-    def _norm(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
-
-    def forward(self, x):
-        return self._norm(x) * self.weight
+from tests.fixtures.llama_fairscale import FeedForward, ModelArgs, RMSNorm
 
 
 class Attention(nn.Module):
@@ -97,26 +81,6 @@ class Attention(nn.Module):
         return self.wo(output)
 
 
-class FeedForward(nn.Module):
-    def __init__(self, dim: int, hidden_dim: int, multiple_of: int):
-        super().__init__()
-        hidden_dim = int(2 * hidden_dim / 3)
-        hidden_dim = multiple_of * ((hidden_dim + multiple_of - 1) // multiple_of)
-
-        self.w1 = ColumnParallelLinear(
-            dim, hidden_dim, bias=False, gather_output=False, init_method=lambda x: x
-        )
-        self.w2 = RowParallelLinear(
-            hidden_dim, dim, bias=False, input_is_parallel=True, init_method=lambda x: x
-        )
-        self.w3 = ColumnParallelLinear(
-            dim, hidden_dim, bias=False, gather_output=False, init_method=lambda x: x
-        )
-
-    def forward(self, x):
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
-
-
 class TransformerBlock(nn.Module):
     def __init__(self, layer_id: int, args: ModelArgs):
         super().__init__()
@@ -125,7 +89,10 @@ class TransformerBlock(nn.Module):
         self.head_dim = args.dim // args.n_heads
         self.attention = Attention(args)
         self.feed_forward = FeedForward(
-            dim=args.dim, hidden_dim=4 * args.dim, multiple_of=args.multiple_of
+            dim=args.dim,
+            hidden_dim=4 * args.dim,
+            multiple_of=args.multiple_of,
+            ffn_dim_multiplier=args.ffn_dim_multiplier,
         )
         self.layer_id = layer_id
         self.attention_norm = RMSNorm(args.dim, eps=args.norm_eps)

@@ -1,7 +1,7 @@
 """Published code that needs issue 44's options, from the command line alone:
 
 - fairscale's model-parallel layers (a decoder written as Meta's Llama reference writes
-  them, ``tests/real/llama_mp.py``) built with ``--model-parallel 1`` and loaded from a
+  them, ``tests/real/llama_mp.py``, from ``tests/fixtures/llama_fairscale.py``) built with ``--model-parallel 1`` and loaded from a
   checkpoint with ``--weights``, as Llama loads ``consolidated.00.pth``; the plain side
   builds the same module in a gloo process group of world size 1 with fairscale's
   model-parallel group of size 1, as torchrun would give it;
@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -56,6 +57,20 @@ def model_parallel_group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[N
         dist.destroy_process_group()
 
 
+@contextlib.contextmanager
+def rms_norm_in_own_dtype() -> Iterator[None]:
+    """Llama's ``RMSNorm`` normalises in float32 (``x.float()``), then casts back: for the
+    float64 reference, the same normalisation in float64."""
+    from tests.real.llama_mp import RMSNorm
+
+    saved = RMSNorm.forward
+    RMSNorm.forward = lambda self, x: self._norm(x) * self.weight  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        RMSNorm.forward = saved  # type: ignore[method-assign]
+
+
 def random_state(model: nn.Module, seed: int) -> dict[str, torch.Tensor]:
     """A checkpoint for ``model``: matrices ~ N(0, 1/fan_in), vectors (norm gains) ~ 1."""
     g = torch.Generator().manual_seed(seed)
@@ -88,6 +103,7 @@ class TestFairscaleModelParallel(PackageChecks):
             kwargs={f"params.{key}": value for key, value in LLAMA_ARGS.items()},
             inputs=("int64:2x8:0..64",),
             options=("--model-parallel", "1", "--weights", str(checkpoint)),
+            float64_patch=rms_norm_in_own_dtype,
         )
 
 
