@@ -361,10 +361,8 @@ def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_re
              run_b: Any) -> tuple[Pass, Any, Any]:  # fmt: skip
     """A's pass in a greenlet of its own, offering its tensors to ``run_b`` (B's pass,
     here) through ``handoff``; an error of either stops the other at once, and A's is
-    raised here. Both passes run under ``no_grad`` (their probes read version
-    counters), entered here too."""
-    import torch
-
+    raised here. Each session enters its own grad mode (``no_grad``: their probes read
+    version counters); ``Handoff`` keeps each side's across the switches."""
     from hookcli.compare.record import AFailed, Offer
 
     offer = Offer(handoff, keep_rest)
@@ -379,16 +377,15 @@ def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_re
         finally:
             handoff.a_finished(error)
 
-    with torch.no_grad():
-        handoff.start(run_a)
-        try:
-            pb = run_b()
-        except AFailed:
-            pb = None
-        except BaseException:
-            handoff.b_finished(failed=True)  # A stops where it is
-            raise
-        handoff.b_finished()
+    handoff.start(run_a)
+    try:
+        pb = run_b()
+    except AFailed:
+        pb = None
+    except BaseException:
+        handoff.b_finished(failed=True)  # A stops where it is
+        raise
+    handoff.b_finished()
     if "error" in done:
         raise done["error"]
     return done["pass"], pb, offer
@@ -682,36 +679,54 @@ def _local_grad_report(
     diverged: dict[int, str] = {}
     for i, j in alignment.pairs.items():
         ra, rb = by_a[i], by_b[j]
-        data: dict[str, Any] = {}
         gi = sub.grad_diffs.get((rb.name, rb.call))
-        if gi is not None:
-            data.update(gi.summary("local_grad_input_"))
-            if gi.diverged:
-                diverged[i] = "grad_input"
         whole = (
             ra.call == 0
             and calls_a[ra.name] == calls_b[rb.name] == sub.grad_calls.get(rb.name, 0)
             and not sub.grad_missed.get(rb.name)
         )
         pg = _param_grads(grads_a, summed, ra, rb, plan) if whole else None
-        if pg is not None:
-            cd, names = pg
-            data.update(cd.summary("local_param_grad_"))
-            data["local_param_grads"] = [
-                {"a": a, "b": b, **t.to_dict()} for (a, b), t in zip(names, cd.tensors, strict=True)
-            ]
-            if cd.diverged:
-                diverged.setdefault(i, "param_grad")
+        data = _grad_columns(i, gi, pg, "local_", diverged)
         if data:
             cols[i] = data
-    first = None
+    return cols, _first_in_backward(pa, diverged, by_a, by_b, alignment)
+
+
+def _grad_columns(
+    i: int,
+    gi: CallDiff | None,
+    pg: tuple[CallDiff, list[tuple[str, str]]] | None,
+    prefix: str,
+    diverged: dict[int, str],
+) -> dict[str, Any]:
+    """A call's gradient columns (``PREFIXgrad_input_*``, ``PREFIXparam_grad_*`` and the
+    per-parameter list), noting in ``diverged`` what of A's call ``i`` diverged."""
+    data: dict[str, Any] = {}
+    if gi is not None:
+        data.update(gi.summary(f"{prefix}grad_input_"))
+        if gi.diverged:
+            diverged[i] = "grad_input"
+    if pg is not None:
+        cd, names = pg
+        data.update(cd.summary(f"{prefix}param_grad_"))
+        data[f"{prefix}param_grads"] = [
+            {"a": a, "b": b, **t.to_dict()} for (a, b), t in zip(names, cd.tensors, strict=True)
+        ]
+        if cd.diverged:
+            diverged.setdefault(i, "param_grad")
+    return data
+
+
+def _first_in_backward(
+    pa: Pass, diverged: Mapping[int, str], by_a: Any, by_b: Any, alignment: Alignment
+) -> dict[str, Any] | None:
+    """The first call of ``diverged``, in A's backward order, with its partner."""
     for i in pa.backward_order:
         if i in diverged:
             ra, rb = by_a[i], by_b[alignment.pairs[i]]
-            first = {"module": ra.name, "partner": rb.name, "call": ra.call,
-                     "partner_call": rb.call, "what": diverged[i]}  # fmt: skip
-            break
-    return cols, first
+            return {"module": ra.name, "partner": rb.name, "call": ra.call,
+                    "partner_call": rb.call, "what": diverged[i]}  # fmt: skip
+    return None
 
 
 def _handed(handed: Sequence[tuple[Any, CallDiff]], name_a: Any) -> list[CallDiff]:
@@ -780,37 +795,13 @@ def _grad_report(
     cols: dict[int, dict[str, Any]] = {}
     diverged: dict[int, str] = {}
     for i, j in alignment.pairs.items():
-        data: dict[str, Any] = {}
         gi = None
         if i in pa.grad_inputs and j in pb.grad_inputs:
             gi = call_diff(pa.grad_inputs[i], pb.grad_inputs[j], plan.rtol, plan.atol)
-            data.update(gi.summary("grad_input_"))
-            if gi.diverged:
-                diverged[i] = "grad_input"
         ra, rb = by_a[i], by_b[j]
         pg = _param_grads(pa.param_grads, pb.param_grads, ra, rb, plan) if ra.call == 0 else None
-        if pg is not None:
-            cd, names = pg
-            data.update(cd.summary("param_grad_"))
-            data["param_grads"] = [
-                {"a": a, "b": b, **t.to_dict()} for (a, b), t in zip(names, cd.tensors, strict=True)
-            ]
-            if cd.diverged:
-                diverged.setdefault(i, "param_grad")
-        cols[i] = data
-    first = None
-    for i in pa.backward_order:
-        if i in diverged:
-            ra, rb = by_a[i], by_b[alignment.pairs[i]]
-            first = {
-                "module": ra.name,
-                "partner": rb.name,
-                "call": ra.call,
-                "partner_call": rb.call,
-                "what": diverged[i],
-            }
-            break
-    return cols, first
+        cols[i] = _grad_columns(i, gi, pg, "", diverged)
+    return cols, _first_in_backward(pa, diverged, by_a, by_b, alignment)
 
 
 def _diffs(pa: Pass, pb: Pass | None, alignment: Alignment, plan: Plan) -> dict[int, CallDiff]:
