@@ -1235,26 +1235,11 @@ def _totals_lines(
                     else f"{g['module'] or '(root)'} <-> {g['partner'] or '(root)'} ({g['what']})",
                 )
             )
-    adding = [r for r in ranking if r["rel_l2"]]
-    if adding:
-        lines.append(
-            (
-                "Local ranking",
-                ", ".join(
-                    f"{r['module'] or '(root)'} {fmt_float(r['rel_l2'])}" for r in adding[:3]
-                ),
-            )
-        )
-    adding_g = [r for r in grad_ranking if r["rel_l2"]]
-    if adding_g:
-        lines.append(
-            (
-                "Local grad ranking",
-                ", ".join(
-                    f"{r['module'] or '(root)'} {fmt_float(r['rel_l2'])}" for r in adding_g[:3]
-                ),
-            )
-        )
+    for label, ranks in (("Local ranking", ranking), ("Local grad ranking", grad_ranking)):
+        adding = [r for r in ranks if r["rel_l2"]]
+        if adding:
+            top = (f"{r['module'] or '(root)'} {fmt_float(r['rel_l2'])}" for r in adding[:3])
+            lines.append((label, ", ".join(top)))
     tol = (
         "assert_close's defaults by dtype"
         if plan.rtol is None and plan.atol is None
