@@ -70,3 +70,30 @@ def test_the_count_beyond_tolerance_is_exact_past_float32_integers() -> None:
     n = (1 << 24) + 3
     got = metrics.tensor_diff(0, torch.zeros(n), torch.ones(n))
     assert got.mismatched == n
+
+
+@pytest.mark.parametrize("size", [1, 777, "small", "small+1", "piece+1"])
+@pytest.mark.parametrize("dtype_b", [torch.float32, torch.float16])
+def test_small_and_large_pairs_equal_float64_by_hand(size: int | str, dtype_b: torch.dtype) -> None:
+    """Pairs up to ``_SMALL`` elements take the float64 path, larger ones the pieces: both
+    give float64's figures, the count isclose's and the first of equal worst elements."""
+    n = {"small": metrics._SMALL, "small+1": metrics._SMALL + 1, "piece+1": metrics._PIECE + 1}
+    numel = n.get(str(size), size)
+    assert isinstance(numel, int)
+    gen = torch.Generator().manual_seed(numel)
+    a = torch.randn(numel, generator=gen)
+    b = (a * (1 + 3e-6) + 1e-6 * torch.randn(numel, generator=gen)).to(dtype_b)
+    if numel > 3:  # two equal worst elements (exact in either dtype): the first is named
+        for i in (numel // 3, numel - 2):
+            a[i], b[i] = 1.0, 1.25
+    got = metrics.tensor_diff(0, a, b)
+    want = _by_hand(a, b.float(), got.rtol, got.atol)
+    assert got.max_abs == pytest.approx(want["max_abs"], rel=1e-6)
+    assert got.rel_l2 == pytest.approx(want["rel_l2"], rel=1e-5)
+    assert got.cosine == pytest.approx(want["cosine"], rel=1e-9)
+    assert got.mismatched == want["mismatched"]
+    assert got.worst == (want["worst"],)
+    if numel > 3:
+        assert want["worst"] == numel // 3
+    assert got.value_a == float(a[want["worst"]])
+    assert got.value_b == float(b[want["worst"]].float())

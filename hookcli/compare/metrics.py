@@ -2,10 +2,11 @@
 
 The figures come from passes over the pair a piece at a time (256Ki elements: nothing as
 large as the pair is made) in float32 (float64 where a side is float64; B's cast to A's
-device): ``b - a`` once (rounded once, to half an ulp of the difference), sums of squares
-of a, b and b - a by short rows summed in float64 (each to about 1e-7 relative), the
-extremes of b - a, and the count beyond the tolerance; a pair with a NaN or Inf (or a sum
-past float32's range) takes a chunked float64 sweep:
+device): ``|b - a|`` once (rounded once, to half an ulp of the difference), norms of
+rows of a, b and b - a squared and summed in float64 (each sum to about 1e-7 relative),
+the largest ``|b - a|`` and where, and the count beyond the tolerance; a pair of at most
+16Ki elements is read in float64; a pair with a NaN or Inf (or a sum past float32's
+range) takes a chunked float64 sweep:
 
     max_abs  = max |b - a|
     rel_l2   = ||b - a|| / ||a||          (0 when both are zero, inf when only a is)
@@ -113,6 +114,7 @@ _CHUNK = 1 << 16  # elements per step: the float64 buffers stay small, reused an
 
 
 _FAST = ("float16", "bfloat16", "float32", "float64")
+_SMALL = 1 << 14  # pairs up to this many elements take ``_reduce_small``
 _PIECE = 1 << 18  # elements per piece of ``_reduce``: a multiple of ``_ROW``
 _ROW = 1024  # sums of squares by rows of this length: each row's norm is exact to ~1e-7
 _scratch: dict[tuple[Any, Any, int], torch.Tensor] = {}  # (device, dtype) -> reused buffer
@@ -135,21 +137,6 @@ def _buffer(n: int, like: torch.Tensor, slot: int) -> torch.Tensor:
     return buf[:n]
 
 
-def _sumsq(x: torch.Tensor) -> torch.Tensor:
-    """sum(x * x) in float64, reading ``x`` once: float norms of rows of ``_ROW``
-    elements (short sums, so each is exact to ~1e-7), squared and summed in float64."""
-    import torch
-
-    main = x.numel() - x.numel() % _ROW
-    parts = []
-    if main:
-        rows = torch.linalg.vector_norm(x[:main].view(-1, _ROW), dim=1)
-        parts.append(rows.to(torch.float64).square().sum())
-    if main < x.numel():
-        parts.append(x[main:].to(torch.float64).square().sum())
-    return parts[0] if len(parts) == 1 else parts[0] + parts[1]
-
-
 def _first(x: torch.Tensor, value: float, largest: bool) -> int:
     """The first index where ``x`` (1-D) holds ``value``, its max (or min): the row that
     holds it, then the place in that row (a whole-tensor argmax is a slow kernel)."""
@@ -170,60 +157,92 @@ def _first(x: torch.Tensor, value: float, largest: bool) -> int:
 def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float]:
     """The figures of one pair, from passes over pieces of ``_PIECE`` elements in float32
     (float64 where either side is float64) where every value is finite, else from the
-    float64 sweep (``_sweep``): per piece, b - a once (rounded once, to half an ulp of
-    the difference itself) into a buffer reused from piece to piece, the three sums of
-    squares by rows (``_sumsq``) and the extremes of b - a, all read to the host at once;
-    then, only in the pieces whose max |b - a| passes atol, the count of elements beyond
-    the tolerance, and the worst element in its piece. Nothing as large as the pair is
-    made (a piece's buffers, 1 MiB each, are all)."""
+    float64 sweep (``_sweep``). Per piece: |b - a| once (b - a rounded once, to half an
+    ulp of the difference itself) into a buffer reused from piece to piece; the norms of
+    its rows and of a's and b's (``_ROW`` elements each) into one small buffer; its max
+    and where it is first read to the host; and, only where that max passes atol, the
+    count of elements beyond the tolerance, while |b - a| is still in the buffer. The
+    rows' norms are squared and summed in float64 once per pair. Nothing as large as the
+    pair is made (a piece's buffers, 1 MiB each)."""
     import torch
 
     if dtype_name(a.dtype) not in _FAST or dtype_name(b.dtype) not in _FAST:
         return _sweep(a, b, rt, at)
+    if a.numel() <= _SMALL:
+        return _reduce_small(a, b, rt, at)
     wide = torch.float64 if torch.float64 in (a.dtype, b.dtype) else torch.float32
     af, bf = a.reshape(-1), b.reshape(-1)
-    starts = range(0, af.numel(), _PIECE)
+    numel = af.numel()
+    starts = range(0, numel, _PIECE)
+    full = numel // _ROW  # rows of ``_ROW`` elements; the rest (< _ROW) is the tail
+    norms = torch.empty((3, full), dtype=wide, device=af.device)
+    counts = torch.zeros(len(starts), dtype=wide, device=af.device)
+    tail = [0.0, 0.0, 0.0]
 
-    def piece(s: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    raw, k = -1.0, 0
+    for i, s in enumerate(starts):
         pa = af[s : s + _PIECE].to(wide)
         pb = bf[s : s + _PIECE].to(device=af.device, dtype=wide)
-        return pa, pb, torch.sub(pb, pa, out=_buffer(pa.numel(), pa, 0))
-
-    figures = []
-    for s in starts:
-        pa, pb, d = piece(s)
-        figures.append(torch.stack([_sumsq(pa), _sumsq(pb), _sumsq(d), *torch.aminmax(d)]))
-    rows = (figures[0].unsqueeze(0) if len(figures) == 1 else torch.stack(figures)).tolist()
-    sq_a, sq_b, sq_d = (math.fsum(r[i] for r in rows) for i in range(3))
+        d = torch.sub(pb, pa, out=_buffer(pa.numel(), pa, 0)).abs_()
+        n = pa.numel()
+        r0, r1 = s // _ROW, (s + n) // _ROW  # this piece's whole rows
+        main = (r1 - r0) * _ROW
+        for j, x in enumerate((pa, pb, d)):
+            if main:
+                torch.linalg.vector_norm(x[:main].view(-1, _ROW), dim=1, out=norms[j, r0:r1])
+            if main < n:
+                tail[j] = float(x[main:].to(torch.float64).square().sum())
+        # the piece's largest |b - a| and the first place that holds it: the rows' maxima
+        # in one pass, then the row that holds it (a whole-piece argmax is a slow kernel)
+        m, at_k = -1.0, 0
+        if main:
+            top, row = d[:main].view(-1, _ROW).amax(dim=1).max(dim=0)
+            m, r = float(top), int(row)
+            if m > raw:
+                at_k = r * _ROW + int(d[r * _ROW : (r + 1) * _ROW].argmax())
+        if main < n:
+            top, where = d[main:].max(dim=0)
+            if float(top) > m:
+                m, at_k = float(top), main + int(where)
+        if m > raw:
+            raw, k = m, s + at_k
+        if m > at:  # else no element of this piece can pass atol + rtol * |a|
+            tol = torch.abs(pa, out=_buffer(n, pa, 1))
+            torch.sub(d, tol, alpha=rt, out=d)  # |b - a| - rtol * |a|
+            # the elements past atol, 1.0 each (exact in the piece's float sum; a
+            # comparison to bool is a slow kernel), into the piece's slot
+            torch.sum(torch.gt(d, at, out=tol), dim=0, out=counts[i])
+    sums = norms.to(torch.float64).square_().sum(dim=1).tolist()
+    sq_a, sq_b, sq_d = (sums[j] + tail[j] for j in range(3))
     if not (math.isfinite(sq_a) and math.isfinite(sq_b) and math.isfinite(sq_d)):
         return _sweep(a, b, rt, at)  # NaN or Inf somewhere (or a sum past float's range)
-    lo, hi = min(r[3] for r in rows), max(r[4] for r in rows)
-    largest = abs(hi) >= abs(lo)
-    col, extreme = (4, hi) if largest else (3, lo)
-    at_piece = next(i for i, r in enumerate(rows) if r[col] == extreme)
-    raw = abs(extreme)
-    # (one piece: its b - a is still in the buffer; else made again, in its piece only)
-    d = d if len(rows) == 1 else piece(starts[at_piece])[2]
-    k = starts[at_piece] + _first(d, extreme, largest)
     va, vb = float(af[k]), float(bf[k])
-    bad = 0
-    if raw > at:  # else no element can pass atol + rtol * |a|
-        counts = []
-        for s, r in zip(starts, rows, strict=True):
-            if max(-r[3], r[4]) <= at:
-                continue
-            pa, _, d = (pa, pb, d) if len(rows) == 1 else piece(s)
-            tol = torch.abs(pa, out=_buffer(pa.numel(), pa, 1))
-            torch.sub(d.abs_(), tol, alpha=rt, out=d)
-            # the elements past atol: sign(d - atol) clipped at 0, summed (1.0 each: exact
-            # up to 2**24; a float sum, where a comparison to bool is a slow kernel)
-            counts.append(d.sub_(at).sign_().relu_().sum())
-        # (each piece's count is exact in float32; their sum is taken in float64)
-        bad = int(torch.stack(counts).to(torch.float64).sum()) if counts else 0
+    bad = int(counts.to(torch.float64).sum())  # (each piece's count exact; summed in float64)
     # <a, b> from the three sums: (|a|^2 + |b|^2 - |b - a|^2) / 2, exact enough for the
     # cosine (its error is that of the sums, relative to |a| |b|)
     dot = (sq_a + sq_b - sq_d) / 2.0
     return [raw, sq_a, sq_b, sq_d, dot, 0, 0, bad, va, vb, k]
+
+
+def _reduce_small(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float]:
+    """``_reduce`` for a pair of at most ``_SMALL`` elements, where the calls, not the
+    passes, are the cost: in float64 (the sums exact to ~1e-16), about fifteen calls and
+    one read to the host; ``_sweep`` where a value is not finite."""
+    import torch
+
+    a64 = a.reshape(-1).to(torch.float64)
+    b64 = b.reshape(-1).to(device=a.device, dtype=torch.float64)
+    d = torch.sub(b64, a64)
+    sq_d = d.dot(d)
+    worst, at_k = d.abs_().max(dim=0)  # (the first of equal largest, as argmax)
+    bad = torch.gt(d, a64.abs().mul_(rt).add_(at)).sum()  # |b - a| > atol + rtol * |a|
+    figures = [a64.dot(a64), b64.dot(b64), sq_d, a64.dot(b64), worst]
+    figures += [bad.to(torch.float64), at_k.to(torch.float64)]
+    sq_a, sq_b, sq_d_, dot, raw, n_bad, k_ = torch.stack(figures).tolist()
+    if not all(math.isfinite(v) for v in (sq_a, sq_b, sq_d_, dot)):
+        return _sweep(a, b, rt, at)
+    k = int(k_)
+    return [raw, sq_a, sq_b, sq_d_, dot, 0, 0, int(n_bad), float(a64[k]), float(b64[k]), k]
 
 
 def _sweep(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float]:
