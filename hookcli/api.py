@@ -627,7 +627,7 @@ def compare(
 
     import torch
 
-    from hookcli.cliopts import parse_fail_on
+    from hookcli.cliopts import ci_options, parse_fail_on
     from hookcli.compare.align import parse_rules
     from hookcli.compare.runner import Plan, Side, run_compare
     from hookcli.compare.settings import Vs, caller, parse_vs, transform
@@ -641,6 +641,7 @@ def compare(
         raise UsageError("compare needs b (another model) or vs (a setting), one of them")
     rules = parse_rules([map] if isinstance(map, str) else list(map or ()))
     gates = parse_fail_on(names_arg(fail_on), ("divergence",))
+    ci_options(None, False, None, None, rtol, atol)  # (negative, NaN, inf: UsageError)
     args = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     the_mode = _mode(mode)
     plan = Plan(rules, align, rtol, atol, "divergence" in gates, copy_weights)

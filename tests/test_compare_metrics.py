@@ -97,3 +97,30 @@ def test_small_and_large_pairs_equal_float64_by_hand(size: int | str, dtype_b: t
         assert want["worst"] == numel // 3
     assert got.value_a == float(a[want["worst"]])
     assert got.value_b == float(b[want["worst"]].float())
+
+
+def test_complex_pairs_are_compared_by_real_and_imaginary_part() -> None:
+    """A difference in the imaginary parts alone is measured (not cast away), against
+    complex128 arithmetic by hand; a real side against a complex one has zero imaginary
+    parts."""
+    gen = torch.Generator().manual_seed(3)
+    a = torch.randn(6, 5, dtype=torch.complex64, generator=gen)
+    b = torch.complex(a.real, a.imag * 1.35)  # the real parts equal
+    got = metrics.tensor_diff(0, a, b)
+    a128, b128 = a.to(torch.complex128), b.to(torch.complex128)
+    d = b128 - a128
+    assert got.rel_l2 == pytest.approx(float(d.norm() / a128.norm()), rel=1e-6)
+    assert got.cosine == pytest.approx(
+        float(torch.vdot(a128.flatten(), b128.flatten()).real / (a128.norm() * b128.norm())),
+        rel=1e-9,
+    )
+    parts = torch.view_as_real(d)
+    assert got.max_abs == pytest.approx(float(parts.abs().max()), rel=1e-6)
+    flat = int(parts.abs().flatten().argmax())
+    assert got.worst == (flat // 2 // 5, flat // 2 % 5)
+    assert got.value_b == pytest.approx(float(torch.view_as_real(b).flatten()[flat]), rel=1e-6)
+    want_bad = int((~torch.isclose(torch.view_as_real(b128), torch.view_as_real(a128),
+                                   rtol=got.rtol, atol=got.atol)).sum())  # fmt: skip
+    assert got.mismatched == want_bad > 0 and got.diverged
+    real = metrics.tensor_diff(0, a.real.contiguous(), a)
+    assert real.rel_l2 == pytest.approx(float(a.imag.norm() / a.real.norm()), rel=1e-6)

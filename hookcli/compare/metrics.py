@@ -15,7 +15,11 @@ range) takes a chunked float64 sweep:
 
 An element passes when ``|b - a| <= atol + rtol * |a|`` (``torch.isclose(b, a)``, NaN
 equal to NaN), as ``torch.testing.assert_close(b, a)`` tests it; the default tolerances
-are assert_close's for the less precise of the two dtypes.
+are assert_close's for the less precise of the two dtypes. A complex tensor is compared as
+the pairs of its real and imaginary parts (``torch.view_as_real``; a real side's
+imaginary parts are zero): the norms, the cosine and the SQNR are the complex ones, while
+``max_abs``, the count and the worst element (its values: the part that differs most)
+go by part.
 """
 
 from __future__ import annotations
@@ -330,6 +334,9 @@ def tensor_diff(
         b = b.reshape(a.shape)  # the same values, a leading (or inner) 1 more or less
     if a.is_meta or b.is_meta:
         return TensorDiff(**base, rtol=rt, atol=at)
+    parts = a.is_complex() or b.is_complex()
+    if parts:  # compared as the pairs of their real and imaginary parts
+        a, b = _parts(a), _parts(b)
     if a.numel() == 0:
         return TensorDiff(**base, rtol=rt, atol=at, max_abs=0.0, rel_l2=0.0, cosine=1.0,
                           sqnr_db=math.inf)  # fmt: skip
@@ -345,7 +352,7 @@ def tensor_diff(
         sqnr = -math.inf
     else:
         sqnr = 10.0 * math.log10(na * na / (nd * nd)) if math.isfinite(na) else math.nan
-    worst = _unravel(int(k), sa or ())
+    worst = _unravel(int(k) // 2 if parts else int(k), sa or ())
     return TensorDiff(
         **base,
         rtol=rt,
@@ -361,6 +368,16 @@ def tensor_diff(
         value_a=va,
         value_b=vb,
     )
+
+
+def _parts(x: torch.Tensor) -> torch.Tensor:
+    """A complex tensor as its real and imaginary parts (``view_as_real``, a last dim of
+    2); a real one as a complex tensor's whose imaginary parts are zero."""
+    import torch
+
+    if not x.is_complex():
+        x = x.to(torch.complex128 if x.dtype == torch.float64 else torch.complex64)
+    return torch.view_as_real(x.resolve_conj())
 
 
 def _unravel(k: int, shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -249,7 +249,8 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
         pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
         # (with --copy-weights this pass only finds B's calls: B measured with A's weights)
         foreseen = None if meta or plan.copy_weights else _measure(_foreseen(pa, plan), pa, plan)
-        pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=foreseen, outputs=False)
+        # (on meta B's outputs are kept, shapes only, for the shape check)
+        pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=foreseen, outputs=meta)
     if foreseen is not None:  # the calls with no partner foreseen: their copies, inputs
         pb.outputs = foreseen.outputs
         pb.inputs = {j: refs for j in foreseen.input_refs if (refs := foreseen.unchanged_inputs(j))}
@@ -957,7 +958,7 @@ def _report(
 
     by_a = {r.index: r for r in pa.records}
     by_b = {r.index: r for r in pb.records}
-    prop = _diffs(pa, None if meta else pb, alignment, plan)
+    prop = _diffs(pa, pb, alignment, plan)  # (on meta: shapes only)
     loc = _diffs(pa, local, alignment, plan)
     first = _divergence(pa, prop, alignment, by_a, by_b, None if meta else pb, plan)
     grad_cols: dict[int, dict[str, Any]] = {}
@@ -1042,8 +1043,8 @@ def _report(
     first_grad_local = None if local is None else local.first_grad_local
     checks: tuple[CheckResult, ...] = ()
     if plan.fail_on_divergence:
-        if meta:
-            detail = "on meta no values are compared"
+        if meta and first is None:
+            detail = "every aligned call's shapes agree; on meta no values are compared"
             checks = (CheckResult("divergence", True, detail),)
         elif first is None:
             checks = (CheckResult("divergence", True, "every aligned call within tolerance"),)
@@ -1217,7 +1218,11 @@ def _totals_lines(
     if unaligned_b:
         lines.append(("Unaligned in B", _cut([_call_name(r.data) for r in unaligned_b])))
     if not totals.get("values_compared", True):
-        lines.append(("First divergence", "not sought: on meta no values are compared"))
+        if first is None:
+            text = "none in shapes (on meta no values are compared)"
+            lines.append(("First divergence", text))
+        else:
+            lines += _div_lines("First divergence (shapes)", first)
         return lines
     lines += _div_lines("First divergence", first)
     lines += _div_lines("First divergence (local)", first_local)
@@ -1395,7 +1400,7 @@ def cli_command(
         input, batch_size, device, dtype, mode, Mode.EVAL,
         input_file=input_file, inputs_from=inputs_from,
     )  # fmt: skip
-    ci = ci_options(None, False, annotate, junit)
+    ci = ci_options(None, False, annotate, junit, rtol, atol)  # (NaN, inf: exit 2)
     out = output_options(format, output, None, debug, ci)
     plan = Plan(
         rules=rules,

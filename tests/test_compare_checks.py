@@ -1,0 +1,89 @@
+"""compare's checks where values cannot decide alone: shapes on meta, complex outputs, and
+tolerances that would make the check pass whatever the values."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from torch import nn
+
+import hookcli
+from hookcli.errors import UsageError
+from tests.conftest import invoke
+
+M = "tests.test_compare_models"
+HERE = "tests.test_compare_checks"
+
+
+class Wider(nn.Module):
+    """MLPNet's modules, with fc1 and fc2 twice as wide: every name aligns, shapes part."""
+
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(16, 64)
+        self.act = nn.ReLU()
+        self.fc2 = nn.Linear(64, 32)
+        self.fc3 = nn.Linear(32, 4)
+
+    def forward(self, x):
+        return self.fc3(self.act(self.fc2(self.act(self.fc1(x)))))
+
+
+class Rotary(nn.Module):
+    """A rotary embedding the way Meta's Llama code applies it: complex multiplication."""
+
+    def __init__(self, k=1.0):
+        super().__init__()
+        self.proj = nn.Linear(16, 16)
+        self.register_buffer("freqs", torch.polar(torch.ones(8), k * torch.arange(8.0)))
+
+    def forward(self, x):
+        z = torch.view_as_complex(self.proj(x).float().reshape(*x.shape[:-1], 8, 2))
+        return z * self.freqs
+
+
+def test_meta_a_shape_that_differs_fails_the_check() -> None:
+    wider = invoke("compare", f"{M}:MLPNet", f"{HERE}:Wider", "--device", "meta", "-i", "4x16",
+                   "--fail-on", "divergence", "-f", "json")  # fmt: skip
+    assert wider.exit_code == 1, wider.stderr
+    first = json.loads(wider.stdout)["first_divergence"]
+    assert (first["module"], first["problem"]) == ("fc1", "shape")  # 32 against 64 features
+    same = invoke("compare", f"{M}:MLPNet", f"{M}:MLPNet", "--device", "meta", "-i", "4x16",
+                  "--fail-on", "divergence")  # fmt: skip
+    assert same.exit_code == 0, same.stderr
+    assert "shapes agree; on meta no values are compared" in same.stdout
+
+
+def test_complex_outputs_differ_by_their_imaginary_parts() -> None:
+    """B turns each frequency further: the figures are the complex ones, against complex128
+    by hand; the same model passes."""
+    torch.manual_seed(0)
+    a, b = Rotary(), Rotary(k=1.5)
+    b.load_state_dict({"proj.weight": a.proj.weight, "proj.bias": a.proj.bias}, strict=False)
+    x = torch.randn(4, 16)
+    report = hookcli.compare(a, b, (x,), fail_on="divergence")
+    assert not report.passed
+    root = next(r for r in report.to_dict()["calls"] if r["name"] == "")  # the root
+    with torch.no_grad():
+        za, zb = a(x).to(torch.complex128), b(x).to(torch.complex128)
+    assert root["rel_l2"] == pytest.approx(float((zb - za).norm() / za.norm()), rel=1e-6)
+    assert report.to_dict()["first_divergence"]["module"] == ""
+    assert hookcli.compare(a, copy.deepcopy(a), (x,), fail_on="divergence").passed
+
+
+@pytest.mark.parametrize("option", ["--rtol", "--atol"])
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_a_tolerance_no_value_can_fail_is_exit_2(option: str, value: str) -> None:
+    result = invoke("compare", f"{M}:MLPNet", "--vs", "dtype=float16", "-i", "4x16",
+                    option, value, "--fail-on", "divergence")  # fmt: skip
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert option in result.stderr and (
+        "finite number >= 0" in result.stderr or "not in the range x>=0" in result.stderr
+    )
+    assert len(result.stderr.strip().splitlines()) == 1
+    with pytest.raises(UsageError, match="must be a finite number >= 0"):
+        hookcli.compare(nn.Linear(2, 2), inputs=(torch.ones(1, 2),), vs="dtype=float16",
+                        **{option.lstrip("-"): float(value)})  # fmt: skip
