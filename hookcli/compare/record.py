@@ -151,8 +151,16 @@ class Substitute(Probe):
         grad_outputs: Mapping[tuple[str, int], list[torch.Tensor | None]] | None = None,
         grad_inputs: Mapping[tuple[str, int], list[torch.Tensor | None]] | None = None,
         shared: Container[int] = (),
+        copy: bool = False,
     ) -> None:
-        self.shared = shared  # ids of B's parameters two modules hold: no local grads
+        self.shared = shared
+        # copy: ``sources`` and ``outputs`` lend A's own tensors (``Lent``): each is copied
+        # here as it is fed, and given back
+        self.copy = copy
+        # what B was handed: id of the tensor B got -> (weak B's, its version, weak A's it
+        # was copied from, A's version then); a tensor B passes on unchanged to another fed
+        # call whose input is that same tensor of A's, unchanged too, is A's value already
+        self._mirror: dict[int, tuple[Any, int, Any, int]] = {}  # ids of B's parameters two modules hold: no local grads
         self.grad_outputs = grad_outputs
         self.ref_grad_inputs = {} if grad_inputs is None else grad_inputs
         self.grad_diffs: dict[tuple[str, int], Any] = {}  # B's key -> CallDiff of grad_input
@@ -195,12 +203,13 @@ class Substitute(Probe):
             if source is None:
                 return None
             own = list(iter_tensors(args)) + list(iter_tensors(kwargs))
-            fed = _cast_like(own, source)
+            fed = self._fed(own, source)
+            if fed is not None and outer is not None:
+                self._hand(outer, key, source, own, fed)
+            _release(self.sources, key)
             if fed is None:
                 self.kept.append(key)
                 return None
-            if outer is not None:
-                self._hand(outer, key, source, own, fed)
             feed = iter(fed)
 
             def leaf(v: Any) -> Any:
@@ -218,6 +227,32 @@ class Substitute(Probe):
             return new_args, new_kwargs
 
         return hook
+
+    def _fed(self, own: list[torch.Tensor], ref: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        """A's tensors ``ref`` as B gets them: cast like B's ``own`` (None: their number or
+        shapes differ), copied where A's own are lent (``copy``), each remembered."""
+        fed = _cast_like(own, ref)
+        if fed is None:
+            return None
+        if self.copy:  # (a cast made a tensor of B's already)
+            fed = [f.clone() if f is r else f for f, r in zip(fed, ref, strict=True)]
+        for f, r in zip(fed, ref, strict=True):
+            if not (f.is_inference() or r.is_inference()):
+                with contextlib.suppress(TypeError):  # a subclass without weak references
+                    self._mirror[id(f)] = (weakref.ref(f), f._version, weakref.ref(r), r._version)
+        return fed
+
+    def _known(self, own: list[torch.Tensor], ref: list[torch.Tensor]) -> bool:
+        """Whether each of B's tensors ``own`` is one this probe handed B as the value of
+        the very tensor of A's in ``ref`` at its place, neither changed since (version
+        counters: the local pass runs under no_grad)."""
+        for o, r in zip(own, ref, strict=True):
+            m = self._mirror.get(id(o))
+            if m is None or m[0]() is not o or m[2]() is not r:
+                return False
+            if o._version != m[1] or r._version != m[3]:
+                return False
+        return True
 
     def _as_leaves(self, key: tuple[str, int], new_args: Any) -> Any:
         """The fed top-level positional tensors that have a grad_input in A's backward
@@ -299,8 +334,9 @@ class Substitute(Probe):
         """B's own input to a fed call against A's: what the enclosing call's code made."""
         from hookcli.compare.metrics import call_diff
 
-        if all(  # A's value passed on untouched (cast to B's dtype, as fed): nothing made
-            o is c or torch.equal(o, c) for o, c in zip(own, fed, strict=True)
+        if self._known(own, source) or all(  # A's value passed on untouched (cast to B's
+            o is c or torch.equal(o, c)  # dtype, as fed): nothing made
+            for o, c in zip(own, fed, strict=True)
         ):
             return
         self.handed.setdefault(outer, []).append(
@@ -319,8 +355,8 @@ class Substitute(Probe):
             ref = self.replace.get(key)
             if ref is None:
                 return None
-            own = list(iter_tensors(output))
-            fed = _cast_like(own, ref)
+            fed = self._fed(list(iter_tensors(output)), ref)
+            _release(self.replace, key)
             if fed is None:
                 return None
             feed = iter(fed)
@@ -655,7 +691,11 @@ class Offer(Probe):
 
     def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
         item = ("in", (frame.name, frame.call))
-        refs = [t.detach() for obj in (args, kwargs) for t in iter_tensors(obj)]
+        # (the tensors themselves where no graph hangs on them, as outputs below: the
+        # local pass knows A's input that is A's earlier output by its identity)
+        refs = [
+            t.detach() if t.requires_grad else t for obj in (args, kwargs) for t in iter_tensors(obj)
+        ]
         if self.keep_rest and item not in self.handoff.wanted:
             self.inputs[frame.index] = [t.clone() for t in refs]
         self.handoff.offer(item, frame.index, refs)
@@ -674,21 +714,20 @@ class Offer(Probe):
 
 class Lent(Mapping[Any, list[torch.Tensor]]):
     """A ``Handoff``'s lists of one kind seen as a mapping for B's probes: ``get(key)``
-    waits for A's list (B's key mapped to A's by ``names``, or A's key itself); with
-    ``copy``, a copy that B may keep and change (taken at once); else A's own, lent
-    until ``release``, which a probe that only reads calls when done (``keep_lent``:
-    release does nothing: another probe takes it later)."""
+    waits for A's list (B's key mapped to A's by ``names``, or A's key itself): A's own,
+    lent until ``release``, which a probe calls when done with it (a copy B may keep and
+    change is the probe's to make: ``Substitute``'s ``copy``; ``keep_lent``: release
+    does nothing: another probe takes it later)."""
 
     def __init__(
         self,
         handoff: Handoff,
         kind: str,
         names: Mapping[tuple[str, int], tuple[str, int]] | None = None,
-        copy: bool = False,
         keep_lent: bool = False,
     ) -> None:
         self.handoff, self.kind, self.names = handoff, kind, names
-        self.copy, self.keep_lent = copy, keep_lent
+        self.keep_lent = keep_lent
 
     def _item(self, key: Any) -> Key | None:
         akey = key if self.names is None else self.names.get(key)
@@ -697,14 +736,7 @@ class Lent(Mapping[Any, list[torch.Tensor]]):
     def get(self, key: Any, default: Any = None) -> Any:
         item = self._item(key)
         got = None if item is None else self.handoff.get(item)
-        if got is None:
-            return default
-        if not self.copy:
-            return got[1]
-        assert item is not None
-        out = [t.clone() for t in got[1]]
-        self.handoff.take(item)
-        return out
+        return default if got is None else got[1]
 
     def stop(self) -> None:
         """B asks for no more lists of this kind: A offers none and drops those offered."""

@@ -461,11 +461,12 @@ def _local_in_step(
     }
     handoff = Handoff({(k, akey) for akey in partner.values() for k in ("in", "out")})
     sub = Substitute(
-        Lent(handoff, "in", partner, copy=True),
-        Lent(handoff, "out", partner, copy=True),
+        Lent(handoff, "in", partner),
+        Lent(handoff, "out", partner),
         plan.rtol,
         plan.atol,
         names={n for n, _ in partner},
+        copy=True,
     )
     measure = Measure(partner, Lent(handoff, "out", keep_lent=True), plan.rtol, plan.atol)
     _, p, _ = _in_step(
