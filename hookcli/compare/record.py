@@ -152,15 +152,22 @@ class Substitute(Probe):
         grad_inputs: Mapping[tuple[str, int], list[torch.Tensor | None]] | None = None,
         shared: Container[int] = (),
         copy: bool = False,
+        writes: Container[str] | None = None,
     ) -> None:
-        self.shared = shared
+        self.shared = shared  # ids of B's parameters two modules hold: no local grads
         # copy: ``sources`` and ``outputs`` lend A's own tensors (``Lent``): each is copied
         # here as it is fed, and given back
         self.copy = copy
         # what B was handed: id of the tensor B got -> (weak B's, its version, weak A's it
         # was copied from, A's version then); a tensor B passes on unchanged to another fed
         # call whose input is that same tensor of A's, unchanged too, is A's value already
-        self._mirror: dict[int, tuple[Any, int, Any, int]] = {}  # ids of B's parameters two modules hold: no local grads
+        self._mirror: dict[int, tuple[Any, int, Any, int]] = {}
+        # writes (with ``copy``): the modules of B seen changing an input in place (the
+        # propagated pass's ``Measure``); a call of any other whose inputs are all A's
+        # values already (``_known``) keeps them, uncopied, and must leave them unchanged
+        # (checked as it returns, else ``Unfed``): the same values as a copy, read alike
+        self.writes = writes
+        self._passed: dict[tuple[str, int], list[tuple[torch.Tensor, int]]] = {}
         self.grad_outputs = grad_outputs
         self.ref_grad_inputs = {} if grad_inputs is None else grad_inputs
         self.grad_diffs: dict[tuple[str, int], Any] = {}  # B's key -> CallDiff of grad_input
@@ -203,6 +210,17 @@ class Substitute(Probe):
             if source is None:
                 return None
             own = list(iter_tensors(args)) + list(iter_tensors(kwargs))
+            if (
+                self.copy
+                and self.writes is not None
+                and name not in self.writes
+                and len(own) == len(source)
+                and self._known(own, source)
+            ):
+                self._passed[key] = [(o, o._version) for o in own]
+                _release(self.sources, key)
+                self.fed += 1
+                return None
             fed = self._fed(own, source)
             if fed is not None and outer is not None:
                 self._hand(outer, key, source, own, fed)
@@ -346,18 +364,24 @@ class Substitute(Probe):
     def _post(self, name: str) -> Any:
         def hook(module: nn.Module, args: Any, output: Any) -> Any:
             while self._stack and self._stack[-1][0] != id(module):
-                self._stack.pop()  # calls that raised and were caught inside forward
+                # calls that raised and were caught inside forward
+                if self._passed.pop(self._stack.pop()[1], None):
+                    raise Unfed
             if not self._stack:
                 return None
             _, key = self._stack.pop()
+            passed = self._passed.pop(key, None)
+            if passed and any(t._version != v for t, v in passed):
+                raise Unfed  # it changed A's values it kept: a copy would have kept them
             if self.grad_outputs is not None and key in self._fed_grad:
                 self._backward(name, key, module, output)
             ref = self.replace.get(key)
-            if ref is None:
-                return None
-            fed = self._fed(list(iter_tensors(output)), ref)
-            _release(self.replace, key)
+            fed = None if ref is None else self._fed(list(iter_tensors(output)), ref)
+            if ref is not None:
+                _release(self.replace, key)
             if fed is None:
+                if passed and _shares(output, passed):
+                    raise Unfed  # its own output (kept) is a view of the values it kept
                 return None
             feed = iter(fed)
             try:
@@ -367,12 +391,26 @@ class Substitute(Probe):
                 new = None
             if new is None or next(feed, None) is not None:
                 self.kept.append(key)
+                if passed and _shares(output, passed):
+                    raise Unfed
                 return None
             if self.grad_outputs is not None:  # the enclosing calls' graphs stop here
                 self._cut.update(k for _, k in self._stack)
             return new
 
         return hook
+
+
+class Unfed(BaseException):
+    """Raised in the local pass when a call that kept A's values uncopied (``Substitute``'s
+    ``writes``) changed them or returned a view of them: the pass is run again copying
+    every fed value (a BaseException: the model's code and B's session let it through)."""
+
+
+def _shares(output: Any, passed: list[tuple[torch.Tensor, int]]) -> bool:
+    """Whether a tensor of ``output`` shares memory with one of ``passed``."""
+    ptrs = {t.untyped_storage().data_ptr() for t, _ in passed}
+    return any(t.untyped_storage().data_ptr() in ptrs for t in iter_tensors(output))
 
 
 def _cast_like(own: list[torch.Tensor], ref: list[torch.Tensor]) -> list[torch.Tensor] | None:
@@ -409,9 +447,14 @@ class Measure(Probe):
         *,
         ref_inputs: Mapping[int, list[torch.Tensor]] | None = None,
         keep_rest: bool = False,
+        track_writes: bool = False,
     ) -> None:
         self.partner = partner
         self.ref_outputs = ref_outputs
+        # the modules a call of which changed one of its inputs in place (``Substitute``'s
+        # ``writes``), seen by the version counters around each call
+        self.writes: set[str] | None = set() if track_writes else None
+        self._versions: dict[int, list[tuple[torch.Tensor, int]]] = {}
         self.ref_inputs = ref_inputs
         self.rtol, self.atol = rtol, atol
         self.keep_rest = keep_rest
@@ -427,6 +470,13 @@ class Measure(Probe):
         self.needs_versions = True
 
     def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
+        if self.writes is not None:
+            self._versions[frame.index] = [
+                (t, t._version)
+                for obj in (args, kwargs)
+                for t in iter_tensors(obj)
+                if not t.is_inference()
+            ]
         i = self.partner.get((frame.name, frame.call))
         if i is None and self.keep_rest:
             refs = [t.detach() for obj in (args, kwargs) for t in iter_tensors(obj)]
@@ -452,6 +502,10 @@ class Measure(Probe):
     ) -> None:
         from hookcli.compare.metrics import CallDiff, tensor_diff
 
+        if self.writes is not None:
+            held = self._versions.pop(frame.index, ())
+            if any(t._version != v for t, v in held):
+                self.writes.add(frame.name)
         i = self.partner.get((frame.name, frame.call))
         ref = None if i is None else self.ref_outputs.get(i)
         if i is None or ref is None:
@@ -694,7 +748,9 @@ class Offer(Probe):
         # (the tensors themselves where no graph hangs on them, as outputs below: the
         # local pass knows A's input that is A's earlier output by its identity)
         refs = [
-            t.detach() if t.requires_grad else t for obj in (args, kwargs) for t in iter_tensors(obj)
+            t.detach() if t.requires_grad else t
+            for obj in (args, kwargs)
+            for t in iter_tensors(obj)
         ]
         if self.keep_rest and item not in self.handoff.wanted:
             self.inputs[frame.index] = [t.clone() for t in refs]
