@@ -408,9 +408,13 @@ class Unfed(BaseException):
 
 
 def _shares(output: Any, passed: list[tuple[torch.Tensor, int]]) -> bool:
-    """Whether a tensor of ``output`` shares memory with one of ``passed``."""
-    ptrs = {t.untyped_storage().data_ptr() for t, _ in passed}
-    return any(t.untyped_storage().data_ptr() in ptrs for t in iter_tensors(output))
+    """Whether a tensor of ``output`` shares memory with one of ``passed`` (or may: a
+    tensor without a storage of its own, such as a sparse one)."""
+    try:
+        ptrs = {t.untyped_storage().data_ptr() for t, _ in passed}
+        return any(t.untyped_storage().data_ptr() in ptrs for t in iter_tensors(output))
+    except (RuntimeError, NotImplementedError):
+        return True
 
 
 def _cast_like(own: list[torch.Tensor], ref: list[torch.Tensor]) -> list[torch.Tensor] | None:
