@@ -151,8 +151,23 @@ class Substitute(Probe):
         grad_outputs: Mapping[tuple[str, int], list[torch.Tensor | None]] | None = None,
         grad_inputs: Mapping[tuple[str, int], list[torch.Tensor | None]] | None = None,
         shared: Container[int] = (),
+        copy: bool = False,
+        writes: Container[str] | None = None,
     ) -> None:
         self.shared = shared  # ids of B's parameters two modules hold: no local grads
+        # copy: ``sources`` and ``outputs`` lend A's own tensors (``Lent``): each is copied
+        # here as it is fed, and given back
+        self.copy = copy
+        # what B was handed: id of the tensor B got -> (weak B's, its version, weak A's it
+        # was copied from, A's version then); a tensor B passes on unchanged to another fed
+        # call whose input is that same tensor of A's, unchanged too, is A's value already
+        self._mirror: dict[int, tuple[Any, int, Any, int]] = {}
+        # writes (with ``copy``): the modules of B seen changing an input in place (the
+        # propagated pass's ``Measure``); a call of any other whose inputs are all A's
+        # values already (``_known``) keeps them, uncopied, and must leave them unchanged
+        # (checked as it returns, else ``Unfed``): the same values as a copy, read alike
+        self.writes = writes
+        self._passed: dict[tuple[str, int], list[tuple[torch.Tensor, int]]] = {}
         self.grad_outputs = grad_outputs
         self.ref_grad_inputs = {} if grad_inputs is None else grad_inputs
         self.grad_diffs: dict[tuple[str, int], Any] = {}  # B's key -> CallDiff of grad_input
@@ -195,12 +210,24 @@ class Substitute(Probe):
             if source is None:
                 return None
             own = list(iter_tensors(args)) + list(iter_tensors(kwargs))
-            fed = _cast_like(own, source)
+            if (
+                self.copy
+                and self.writes is not None
+                and name not in self.writes
+                and len(own) == len(source)
+                and self._known(own, source)
+            ):
+                self._passed[key] = [(o, o._version) for o in own]
+                _release(self.sources, key)
+                self.fed += 1
+                return None
+            fed = self._fed(own, source)
+            if fed is not None and outer is not None:
+                self._hand(outer, key, source, own, fed)
+            _release(self.sources, key)
             if fed is None:
                 self.kept.append(key)
                 return None
-            if outer is not None:
-                self._hand(outer, key, source, own, fed)
             feed = iter(fed)
 
             def leaf(v: Any) -> Any:
@@ -218,6 +245,32 @@ class Substitute(Probe):
             return new_args, new_kwargs
 
         return hook
+
+    def _fed(self, own: list[torch.Tensor], ref: list[torch.Tensor]) -> list[torch.Tensor] | None:
+        """A's tensors ``ref`` as B gets them: cast like B's ``own`` (None: their number or
+        shapes differ), copied where A's own are lent (``copy``), each remembered."""
+        fed = _cast_like(own, ref)
+        if fed is None:
+            return None
+        if self.copy:  # (a cast made a tensor of B's already)
+            fed = [f.clone() if f is r else f for f, r in zip(fed, ref, strict=True)]
+        for f, r in zip(fed, ref, strict=True):
+            if not (f.is_inference() or r.is_inference()):
+                with contextlib.suppress(TypeError):  # a subclass without weak references
+                    self._mirror[id(f)] = (weakref.ref(f), f._version, weakref.ref(r), r._version)
+        return fed
+
+    def _known(self, own: list[torch.Tensor], ref: list[torch.Tensor]) -> bool:
+        """Whether each of B's tensors ``own`` is one this probe handed B as the value of
+        the very tensor of A's in ``ref`` at its place, neither changed since (version
+        counters: the local pass runs under no_grad)."""
+        for o, r in zip(own, ref, strict=True):
+            m = self._mirror.get(id(o))
+            if m is None or m[0]() is not o or m[2]() is not r:
+                return False
+            if o._version != m[1] or r._version != m[3]:
+                return False
+        return True
 
     def _as_leaves(self, key: tuple[str, int], new_args: Any) -> Any:
         """The fed top-level positional tensors that have a grad_input in A's backward
@@ -299,8 +352,9 @@ class Substitute(Probe):
         """B's own input to a fed call against A's: what the enclosing call's code made."""
         from hookcli.compare.metrics import call_diff
 
-        if all(  # A's value passed on untouched (cast to B's dtype, as fed): nothing made
-            o is c or torch.equal(o, c) for o, c in zip(own, fed, strict=True)
+        if self._known(own, source) or all(  # A's value passed on untouched (cast to B's
+            o is c or torch.equal(o, c)  # dtype, as fed): nothing made
+            for o, c in zip(own, fed, strict=True)
         ):
             return
         self.handed.setdefault(outer, []).append(
@@ -310,18 +364,24 @@ class Substitute(Probe):
     def _post(self, name: str) -> Any:
         def hook(module: nn.Module, args: Any, output: Any) -> Any:
             while self._stack and self._stack[-1][0] != id(module):
-                self._stack.pop()  # calls that raised and were caught inside forward
+                # calls that raised and were caught inside forward
+                if self._passed.pop(self._stack.pop()[1], None):
+                    raise Unfed
             if not self._stack:
                 return None
             _, key = self._stack.pop()
+            passed = self._passed.pop(key, None)
+            if passed and any(t._version != v for t, v in passed):
+                raise Unfed  # it changed A's values it kept: a copy would have kept them
             if self.grad_outputs is not None and key in self._fed_grad:
                 self._backward(name, key, module, output)
             ref = self.replace.get(key)
-            if ref is None:
-                return None
-            own = list(iter_tensors(output))
-            fed = _cast_like(own, ref)
+            fed = None if ref is None else self._fed(list(iter_tensors(output)), ref)
+            if ref is not None:
+                _release(self.replace, key)
             if fed is None:
+                if passed and _shares(output, passed):
+                    raise Unfed  # its own output (kept) is a view of the values it kept
                 return None
             feed = iter(fed)
             try:
@@ -331,12 +391,30 @@ class Substitute(Probe):
                 new = None
             if new is None or next(feed, None) is not None:
                 self.kept.append(key)
+                if passed and _shares(output, passed):
+                    raise Unfed
                 return None
             if self.grad_outputs is not None:  # the enclosing calls' graphs stop here
                 self._cut.update(k for _, k in self._stack)
             return new
 
         return hook
+
+
+class Unfed(BaseException):
+    """Raised in the local pass when a call that kept A's values uncopied (``Substitute``'s
+    ``writes``) changed them or returned a view of them: the pass is run again copying
+    every fed value (a BaseException: the model's code and B's session let it through)."""
+
+
+def _shares(output: Any, passed: list[tuple[torch.Tensor, int]]) -> bool:
+    """Whether a tensor of ``output`` shares memory with one of ``passed`` (or may: a
+    tensor without a storage of its own, such as a sparse one)."""
+    try:
+        ptrs = {t.untyped_storage().data_ptr() for t, _ in passed}
+        return any(t.untyped_storage().data_ptr() in ptrs for t in iter_tensors(output))
+    except (RuntimeError, NotImplementedError):
+        return True
 
 
 def _cast_like(own: list[torch.Tensor], ref: list[torch.Tensor]) -> list[torch.Tensor] | None:
@@ -373,9 +451,14 @@ class Measure(Probe):
         *,
         ref_inputs: Mapping[int, list[torch.Tensor]] | None = None,
         keep_rest: bool = False,
+        track_writes: bool = False,
     ) -> None:
         self.partner = partner
         self.ref_outputs = ref_outputs
+        # the modules a call of which changed one of its inputs in place (``Substitute``'s
+        # ``writes``), seen by the version counters around each call
+        self.writes: set[str] | None = set() if track_writes else None
+        self._versions: dict[int, list[tuple[torch.Tensor, int]]] = {}
         self.ref_inputs = ref_inputs
         self.rtol, self.atol = rtol, atol
         self.keep_rest = keep_rest
@@ -391,6 +474,13 @@ class Measure(Probe):
         self.needs_versions = True
 
     def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
+        if self.writes is not None:
+            self._versions[frame.index] = [
+                (t, t._version)
+                for obj in (args, kwargs)
+                for t in iter_tensors(obj)
+                if not t.is_inference()
+            ]
         i = self.partner.get((frame.name, frame.call))
         if i is None and self.keep_rest:
             refs = [t.detach() for obj in (args, kwargs) for t in iter_tensors(obj)]
@@ -416,6 +506,10 @@ class Measure(Probe):
     ) -> None:
         from hookcli.compare.metrics import CallDiff, tensor_diff
 
+        if self.writes is not None:
+            held = self._versions.pop(frame.index, ())
+            if any(t._version != v for t, v in held):
+                self.writes.add(frame.name)
         i = self.partner.get((frame.name, frame.call))
         ref = None if i is None else self.ref_outputs.get(i)
         if i is None or ref is None:
@@ -655,7 +749,13 @@ class Offer(Probe):
 
     def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
         item = ("in", (frame.name, frame.call))
-        refs = [t.detach() for obj in (args, kwargs) for t in iter_tensors(obj)]
+        # (the tensors themselves where no graph hangs on them, as outputs below: the
+        # local pass knows A's input that is A's earlier output by its identity)
+        refs = [
+            t.detach() if t.requires_grad else t
+            for obj in (args, kwargs)
+            for t in iter_tensors(obj)
+        ]
         if self.keep_rest and item not in self.handoff.wanted:
             self.inputs[frame.index] = [t.clone() for t in refs]
         self.handoff.offer(item, frame.index, refs)
@@ -674,21 +774,20 @@ class Offer(Probe):
 
 class Lent(Mapping[Any, list[torch.Tensor]]):
     """A ``Handoff``'s lists of one kind seen as a mapping for B's probes: ``get(key)``
-    waits for A's list (B's key mapped to A's by ``names``, or A's key itself); with
-    ``copy``, a copy that B may keep and change (taken at once); else A's own, lent
-    until ``release``, which a probe that only reads calls when done (``keep_lent``:
-    release does nothing: another probe takes it later)."""
+    waits for A's list (B's key mapped to A's by ``names``, or A's key itself): A's own,
+    lent until ``release``, which a probe calls when done with it (a copy B may keep and
+    change is the probe's to make: ``Substitute``'s ``copy``; ``keep_lent``: release
+    does nothing: another probe takes it later)."""
 
     def __init__(
         self,
         handoff: Handoff,
         kind: str,
         names: Mapping[tuple[str, int], tuple[str, int]] | None = None,
-        copy: bool = False,
         keep_lent: bool = False,
     ) -> None:
         self.handoff, self.kind, self.names = handoff, kind, names
-        self.copy, self.keep_lent = copy, keep_lent
+        self.keep_lent = keep_lent
 
     def _item(self, key: Any) -> Key | None:
         akey = key if self.names is None else self.names.get(key)
@@ -697,14 +796,7 @@ class Lent(Mapping[Any, list[torch.Tensor]]):
     def get(self, key: Any, default: Any = None) -> Any:
         item = self._item(key)
         got = None if item is None else self.handoff.get(item)
-        if got is None:
-            return default
-        if not self.copy:
-            return got[1]
-        assert item is not None
-        out = [t.clone() for t in got[1]]
-        self.handoff.take(item)
-        return out
+        return default if got is None else got[1]
 
     def stop(self) -> None:
         """B asks for no more lists of this kind: A offers none and drops those offered."""

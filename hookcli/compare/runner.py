@@ -294,7 +294,7 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
     if not meta and plan.local:
         if step:
             local = _local_in_step(a, b, pa, pb, alignment, plan, mode, (args_a, kwargs_a),
-                                   (args_b, kwargs_b))  # fmt: skip
+                                   (args_b, kwargs_b), foreseen.writes)  # fmt: skip
         else:
             local = _local_passes(b, pa, pb, alignment, plan, args_b, kwargs_b, mode, a.model)
     return _report(a, b, plan, mode, pa, pb, local, alignment, meta, copied)
@@ -413,6 +413,7 @@ def _propagated_in_step(
         plan.atol,
         ref_inputs=Lent(handoff, "in"),
         keep_rest=True,
+        track_writes=True,
     )
     pa, pb, offer = _in_step(
         a, (args_a, kwargs_a), mode, handoff, True,
@@ -447,11 +448,29 @@ def _recall(
 
 def _local_in_step(
     a: Side, b: Side, pa: Pass, pb: Pass, alignment: Alignment, plan: Plan, mode: Mode,
-    call_a: tuple[Any, Any], call_b: tuple[Any, Any],
+    call_a: tuple[Any, Any], call_b: tuple[Any, Any], writes: set[str] | None = None,
 ) -> Pass:  # fmt: skip
     """The local mode (as ``_local_passes``) with A run again, in step: each aligned call
     of B gets a copy of A's input for the call and hands on a copy of A's output, taken
-    as A makes them; nothing of A's is held beyond the call."""
+    as A makes them; nothing of A's is held beyond the call. A call whose inputs are
+    those copies already, unchanged, keeps them where its module was not seen changing
+    an input in place (``writes``: the propagated pass's); should it change them, the
+    pass runs again with every input copied (``Unfed``)."""
+    from hookcli.compare.record import Unfed
+
+    if writes is not None:
+        try:
+            return _local_in_step_once(a, b, pa, pb, alignment, plan, mode, call_a, call_b,
+                                       writes)  # fmt: skip
+        except Unfed:
+            pass
+    return _local_in_step_once(a, b, pa, pb, alignment, plan, mode, call_a, call_b, None)
+
+
+def _local_in_step_once(
+    a: Side, b: Side, pa: Pass, pb: Pass, alignment: Alignment, plan: Plan, mode: Mode,
+    call_a: tuple[Any, Any], call_b: tuple[Any, Any], writes: set[str] | None,
+) -> Pass:  # fmt: skip
     from hookcli.compare.record import Handoff, Lent, Measure, Substitute
 
     by_a = {r.index: r for r in pa.records}
@@ -462,11 +481,13 @@ def _local_in_step(
     }
     handoff = Handoff({(k, akey) for akey in partner.values() for k in ("in", "out")})
     sub = Substitute(
-        Lent(handoff, "in", partner, copy=True),
-        Lent(handoff, "out", partner, copy=True),
+        Lent(handoff, "in", partner),
+        Lent(handoff, "out", partner),
         plan.rtol,
         plan.atol,
         names={n for n, _ in partner},
+        copy=True,
+        writes=writes,
     )
     measure = Measure(partner, Lent(handoff, "out", keep_lent=True), plan.rtol, plan.atol)
     _, p, _ = _in_step(
