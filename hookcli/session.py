@@ -181,6 +181,28 @@ def _aliasing_hook_forward(ctx: Any, *args: torch.Tensor) -> tuple[torch.Tensor,
     return outs
 
 
+_eager_hooks = False  # (``hooks_outside_compile``)
+
+
+@contextlib.contextmanager
+def hooks_outside_compile(on: bool = True) -> Any:
+    """While on, the hooks of every session attached (and those ``disable_compile``
+    wraps) are hidden from torch.compile: where a compiled forward calls a module, its
+    graph breaks and the hook runs eagerly, on real tensors, instead of being traced into
+    the graph (``compare --vs compile``: the figures are taken in plain PyTorch)."""
+    global _eager_hooks
+    before, _eager_hooks = _eager_hooks, on or _eager_hooks
+    try:
+        yield
+    finally:
+        _eager_hooks = before
+
+
+def disable_compile(hook: Any) -> Any:
+    """``hook`` as it is, or hidden from torch.compile while ``hooks_outside_compile``."""
+    return torch.compiler.disable(hook) if _eager_hooks else hook
+
+
 _WALKS = ("parameters", "named_parameters", "_named_members", "named_modules", "modules")
 
 
@@ -512,6 +534,9 @@ class HookSession:
 
     def _attach(self) -> None:
         keep = self.keep
+        if _eager_hooks:  # run as they are where torch.compile meets them, never traced
+            for name in ("_pre_hook", "_fwd_hook", "_bw_pre_hook", "_bw_hook"):
+                setattr(self, name, torch.compiler.disable(getattr(self, name)))
         if self.global_hooks:
             keep(module_mod.register_module_forward_pre_hook(self._pre_hook))
             fwd = keep(

@@ -87,3 +87,20 @@ def test_a_tolerance_no_value_can_fail_is_exit_2(option: str, value: str) -> Non
     with pytest.raises(UsageError, match="must be a finite number >= 0"):
         hookcli.compare(nn.Linear(2, 2), inputs=(torch.ones(1, 2),), vs="dtype=float16",
                         **{option.lstrip("-"): float(value)})  # fmt: skip
+
+
+def test_vs_compile_traces_none_of_hookcli(caplog: pytest.LogCaptureFixture) -> None:
+    """torch.compile runs hookcli's hooks eagerly at B's module boundaries: dynamo logs no
+    graph break inside hookcli's code (it traced the figures before), and B's figures are
+    those of the compiled calls (eager backend: equal to A's)."""
+    import logging
+
+    torch._dynamo.reset()
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(16, 32), nn.GELU(), nn.Linear(32, 8))
+    with caplog.at_level(logging.WARNING, logger="torch._dynamo"):
+        report = hookcli.compare(model, inputs=(torch.randn(4, 16),), vs="compile=eager",
+                                 fail_on="divergence")  # fmt: skip
+    assert report.passed
+    assert not [r for r in caplog.records if "hookcli" in r.getMessage()]
+    assert all(r["rel_l2"] == 0.0 for r in report.to_dict()["calls"])

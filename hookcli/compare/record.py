@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from hookcli.session import Frame, HookSession, Probe
+from hookcli.session import Frame, HookSession, Probe, disable_compile
 from hookcli.structures import _rebuildable, iter_tensors, rebuild
 
 
@@ -196,8 +196,9 @@ class Substitute(Probe):
         for module in session.model.modules():
             name = session.names.get(id(module))
             if name in names:
-                session.keep(module.register_forward_pre_hook(self._pre(name), with_kwargs=True))
-                session.keep(module.register_forward_hook(self._post(name)))
+                pre, post = disable_compile(self._pre(name)), disable_compile(self._post(name))
+                session.keep(module.register_forward_pre_hook(pre, with_kwargs=True))
+                session.keep(module.register_forward_hook(post))
 
     def _pre(self, name: str) -> Any:
         def hook(module: nn.Module, args: Any, kwargs: Any) -> Any:

@@ -224,9 +224,11 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
     """Both sides' passes, the alignment and the figures: the report (or, for
     ``print_map``, the ``--map`` rules as text)."""
     from hookcli.compare.metrics import release_scratch
+    from hookcli.session import hooks_outside_compile
 
-    try:
-        return _run_compare(a, b, plan, mode)
+    try:  # (B under torch.compile: the hooks run eagerly where its graph breaks)
+        with hooks_outside_compile(b.vs.compile is not None):
+            return _run_compare(a, b, plan, mode)
     finally:
         release_scratch()
 
