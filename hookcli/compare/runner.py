@@ -918,12 +918,16 @@ def _divergence(
 def _ranking(
     diffs: Mapping[int, CallDiff], alignment: Alignment, by_a: Any, by_b: Any, top: int
 ) -> list[dict[str, Any]]:
-    """Aligned calls by local relative L2, largest first (a tie: the deeper module first,
-    as a container whose last child made its output carries that child's error)."""
+    """Aligned calls by local relative L2, largest first, the calls beyond the tolerance
+    before those within it (a relative error of rounding noise on values near zero, a
+    gradient that is zero in exact arithmetic, is large but within ``atol``); a tie: the
+    deeper module first, as a container whose last child made its output carries that
+    child's error."""
 
-    def key(i: int) -> tuple[float, int]:
+    def key(i: int) -> tuple[bool, float, int]:
         v = diffs[i].rel_l2
-        return (-(math.inf if v is None or math.isnan(v) else v), -by_a[i].depth)
+        return (not diffs[i].diverged, -(math.inf if v is None or math.isnan(v) else v),
+                -by_a[i].depth)  # fmt: skip
 
     ranked = sorted((i for i in diffs if diffs[i].rel_l2 is not None), key=key)
     return [
@@ -933,6 +937,7 @@ def _ranking(
             "call": by_a[i].call,
             "rel_l2": diffs[i].rel_l2,
             "sqnr_db": diffs[i].sqnr_db,
+            "diverged": diffs[i].diverged,
         }
         for i in ranked[:top]
     ]
@@ -940,7 +945,8 @@ def _ranking(
 
 def _grad_ranking(rows: Sequence[Row], top: int) -> list[dict[str, Any]]:
     """Aligned calls by local gradient relative L2 (the larger of grad_input's and the
-    parameters'), largest first; a tie: the deeper module first."""
+    parameters'), largest first, those beyond the tolerance first (as ``_ranking``); a
+    tie: the deeper module first."""
     out = []
     for row in rows:
         d = row.data
@@ -956,10 +962,13 @@ def _grad_ranking(rows: Sequence[Row], top: int) -> list[dict[str, Any]]:
                 "rel_l2": v,
                 "grad_input_rel_l2": d.get("local_grad_input_rel_l2"),
                 "param_grad_rel_l2": d.get("local_param_grad_rel_l2"),
+                "diverged": bool(
+                    d.get("local_grad_input_diverged") or d.get("local_param_grad_diverged")
+                ),
                 "depth": d["depth"],
             }
         )
-    out.sort(key=lambda r: (-r["rel_l2"], -r["depth"]))
+    out.sort(key=lambda r: (not r["diverged"], -r["rel_l2"], -r["depth"]))
     for r in out:
         del r["depth"]
     return out[:top]
@@ -1266,7 +1275,11 @@ def _totals_lines(
     for label, ranks in (("Local ranking", ranking), ("Local grad ranking", grad_ranking)):
         adding = [r for r in ranks if r["rel_l2"]]
         if adding:
-            top = (f"{r['module'] or '(root)'} {fmt_float(r['rel_l2'])}" for r in adding[:3])
+            top = [
+                f"{_call_name({'name': r['module'], 'call': r['call']})} "
+                f"{fmt_float(r['rel_l2'])}" + ("" if r["diverged"] else " (within tolerance)")
+                for r in adding[:3]
+            ]
             lines.append((label, ", ".join(top)))
     tol = (
         "assert_close's defaults by dtype"
