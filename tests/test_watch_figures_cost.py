@@ -217,3 +217,24 @@ def test_a_module_output_costs_five_reductions_and_a_repeat_none() -> None:
     # 8 modules; the outer Sequential returns its last Linear's output and "0" its
     # ReLU's: 6 reads ("1" returns its child's output changed in place: read again)
     assert len(calls) == 6
+
+
+def test_the_forward_hook_keeps_no_module_output_alive() -> None:
+    """The output read last (kept to spot a container returning it again) is held
+    weakly: once the script drops it, it is freed before the step, as unwatched."""
+    import gc
+    import weakref
+
+    model = _model(torch.float32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with hookcli.watch(model, opt, every=1) as w:
+        for _ in range(2):
+            out = model(torch.randn(4, 16))
+            gone = weakref.ref(out)
+            out.square().mean().backward()
+            del out
+            gc.collect()
+            assert gone() is None
+            opt.step()
+            opt.zero_grad()
+    assert [r["step"] for r in w.records if r["kind"] == "step"] == [1, 2]

@@ -132,9 +132,12 @@ class Monitor:
         self._dead = False
         self._real_backward: Callable[..., Any] | None = None
         self._queue: list[tuple[_Track, _Step, _Host, _Host | None]] = []
-        # the output last measured by the forward hook (until the step begins): the
-        # same tensor, unchanged, returned again by a container is not read twice
-        self._last_out: tuple[torch.Tensor, int, tuple[torch.Tensor, ...]] | None = None
+        # the output last measured by the forward hook, weakly (the output may be freed
+        # before the step): the same tensor, unchanged (its version), returned again by
+        # a container is not read twice
+        self._last_out: tuple[weakref.ref[torch.Tensor], int, tuple[torch.Tensor, ...]] | None = (
+            None
+        )
         self._t0 = config.t0 if config.t0 is not None else time.time()
         self._clock0 = time.perf_counter() - (time.time() - self._t0)
         # --nan-origin: the watched calls of the current step, and backward events
@@ -843,11 +846,13 @@ class Monitor:
                 t = _first_float(output)
                 if t is not None and t.numel():
                     last = self._last_out
-                    if last is not None and last[0] is t and last[1] == t._version:
+                    if last is not None and last[0]() is t and last[1] == t._version:
                         stats = last[2]  # a container's output is its last child's
                     else:
                         stats = _stats(t)
-                        self._last_out = (t, t._version, stats)
+                        self._last_out = None
+                        with contextlib.suppress(TypeError):  # no weak references
+                            self._last_out = (weakref.ref(t), t._version, stats)
                     track.act[index] = (stats, t.numel())
                     track.act_order.append(index)
             if self.config.nan_origin:
