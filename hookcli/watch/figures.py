@@ -294,7 +294,9 @@ def _stats(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
         t = t.float()
     dtype = torch.float32 if t.dtype in LOW_PRECISION else None
     mn, mx = torch.aminmax(t)
-    count = torch.count_nonzero(t.bool())
+    nonzero = t.bool()
+    # a tensor subclass (a DTensor) by the sum that every one of them has
+    count = torch.count_nonzero(nonzero) if type(t) is torch.Tensor else nonzero.sum()
     return (t.sum(dtype=dtype), torch.linalg.vector_norm(t, dtype=dtype), mn, mx, count)
 
 
