@@ -198,10 +198,14 @@ def breakdown(steps: int, n: int, device: str) -> None:
     """Where a watched step's time goes (``--only breakdown``): the monitor's hooks
     (``optimizer.step()``'s pre- and post-hook, the backward wrapper, the forward hook)
     timed in the CPU time of the thread that runs them, split by whether the step logs,
-    beside the reference's read of every gradient timed the same way. Torch runs on that
-    one thread here (``set_num_threads(1)``, restored after): the CPU time of one thread
-    stays close to the work done on a shared machine, where the wall clock does not (and
-    a process's CPU time counts its OpenMP threads' spinning)."""
+    beside the reference's read of every gradient timed the same way, and what a logged
+    step's figures take inside those hooks (the gradient norms; the parameters' copy
+    with their weight norms; the update's difference and norms; the activation
+    statistics), the first logged step of a round (which allocates the copy) apart from
+    the others. Torch runs on that one thread here (``set_num_threads(1)``, restored
+    after): the CPU time of one thread stays close to the work done on a shared machine,
+    where the wall clock does not (and a process's CPU time counts its OpenMP threads'
+    spinning)."""
     import time
 
     import torch
@@ -248,12 +252,50 @@ def breakdown(steps: int, n: int, device: str) -> None:
     saved = {name: getattr(mon.Monitor, name) for name in names}
     for name in names:
         setattr(mon.Monitor, name, timed(name, saved[name]))
+    # the figures inside the hooks, on logged steps: (name, first logged step of a round)
+    inner: dict[tuple[str, bool], float] = {}
+    figures = {
+        "_norm_vector": "gradient norms",
+        "_copies_normed": "copy + weight norms",
+        "_updates_normed": "update norms",
+        "_stats": "activation statistics",
+    }
+    saved_figures = {name: getattr(mon, name) for name in figures}
+
+    def inside(name: str, real: Any) -> Any:
+        @functools.wraps(real)
+        def figure(*args: Any, **kwargs: Any) -> Any:
+            track = loop_monitor[0]._all_tracks[0] if loop_monitor[0]._all_tracks else None
+            if track is not None and not (
+                track.pending.logged if track.pending is not None else track.next_logged
+            ):
+                return real(*args, **kwargs)
+            first = track is None or track.steps <= 1
+            start = clock()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                inner[(name, first)] = inner.get((name, first), 0.0) + clock() - start
+
+        return figure
+
+    loop_monitor: list[Any] = [None]
+    real_install = mon.Monitor.install
+
+    def install(self: Any, *args: Any, **kwargs: Any) -> Any:
+        loop_monitor[0] = self
+        return real_install(self, *args, **kwargs)
+
+    mon.Monitor.install = install  # type: ignore[method-assign]
+    for name in figures:
+        setattr(mon, name, inside(name, saved_figures[name]))
     try:
         for every in (10, 50):
             loop.reference()
             loop.watched(every)  # warm-up
             read[0] = 0.0
             spent.clear()
+            inner.clear()
             for _ in range(n):
                 loop.reference()
                 loop.watched(every)
@@ -274,10 +316,26 @@ def breakdown(steps: int, n: int, device: str) -> None:
                 f"{1e3 * read[0] / (steps * n):.3f}; the monitor on an unlogged step "
                 f"{per[False]:.3f}, on a logged step {per[True]:.3f} ({parts})"
             )
+            later = max(1, (logged - 1) * n)
+            split = ", ".join(
+                f"{label} {1e3 * inner.get((name, False), 0.0) / later:.3f}"
+                for name, label in figures.items()
+            )
+            first = ", ".join(
+                f"{label} {1e3 * inner.get((name, True), 0.0) / n:.3f}"
+                for name, label in figures.items()
+            )
+            print(
+                f"  of which, on a logged step after the first: {split}; "
+                f"on a round's first step: {first}"
+            )
     finally:
         torch.set_num_threads(threads)
         for name in names:
             setattr(mon.Monitor, name, saved[name])
+        for name in figures:
+            setattr(mon, name, saved_figures[name])
+        mon.Monitor.install = real_install  # type: ignore[method-assign]
 
 
 def in_process(steps: int, n: int, device: str) -> dict[str, float]:

@@ -12,22 +12,22 @@ from typing import Any
 
 import torch
 
-from hookcli.norms import BLOCK, BLOCKED_FROM, LOW_PRECISION, flat_view
+from hookcli.norms import BLOCKED_FROM, LOW_PRECISION, RowNorms
 
 
 @dataclass(frozen=True)
 class _Plan:
     """How to take the norms of a list of tensors: one fused ``_foreach_norm`` per
     (device, dtype) group of dense floating tensors, as ``clip_grad_norm_`` does (half
-    types in float32), except that a large CPU tensor is read by rows (``_Rows``:
-    closer to the exact norm, and on both threads); sparse and other tensors one by
-    one."""
+    types in float32), except that a large CPU tensor is read by rows
+    (``hookcli.norms.RowNorms``: closer to the exact norm, and on every thread); sparse
+    and other tensors one by one."""
 
     groups: tuple[tuple[bool, tuple[int, ...]], ...]  # (low precision, fused indices)
     others: tuple[int, ...]
     single: bool  # every tensor of one device and dtype (the fused copies below)
     blocked: tuple[int, ...] = ()  # large CPU tensors, out of their groups: norms by rows
-    rows: _Rows | None = None  # how ``blocked`` is read
+    rows: RowNorms | None = None  # how ``blocked`` is read
     # where each tensor's norm is in _norms' vector (None: in order already)
     inverse: torch.Tensor | None = field(default=None, compare=False)
 
@@ -45,7 +45,7 @@ class _Plan:
             else:
                 groups.setdefault((t.device, t.dtype), []).append(i)
         plan = tuple((dtype in LOW_PRECISION, tuple(idx)) for (_, dtype), idx in groups.items())
-        rows = _Rows.of([tensors[i] for i in blocked]) if blocked else None
+        rows = RowNorms.of([tensors[i] for i in blocked]) if blocked else None
         order = [i for _, idx in plan for i in idx] + blocked + others
         inverse = None
         if order != sorted(order):
@@ -53,88 +53,6 @@ class _Plan:
             inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
         single = len(plan) == 1 and not others
         return _Plan(plan, tuple(others), single, tuple(blocked), rows, inverse)
-
-
-# a row shorter than this is read as part of BLOCK-element rows of the flat tensor
-_MIN_ROW = 128
-
-
-@dataclass(frozen=True)
-class _Rows:
-    """The norms of large CPU tensors in a few operations, as accurate as
-    ``hookcli.norms.blocked_norm``: each tensor's rows (the elements under one index of
-    its leading dimensions, ``_MIN_ROW`` to ``BLOCK`` of them: one reduction over its
-    other dimensions, wherever they lie in memory; else ``BLOCK``-element rows of its
-    flat view) normed in float32, and every row norm then summed into its tensor's norm
-    in float64 with one ``index_add_``. NaN and Inf come through as
-    ``torch.linalg.vector_norm`` gives them (a NaN anywhere in a tensor: NaN)."""
-
-    shapes: tuple[torch.Size, ...]
-    dims: tuple[tuple[int, ...] | None, ...]  # reduced dimensions; None: flat rows
-    low: tuple[bool, ...]
-    # the tensor (0..n-1) of each row norm: follows from the shapes and dims
-    segments: torch.Tensor = field(compare=False)
-
-    @staticmethod
-    def of(tensors: list[torch.Tensor]) -> _Rows:
-        dims: list[tuple[int, ...] | None] = []
-        counts = []
-        for t in tensors:
-            n = t.numel()
-            found = None
-            for j in range(1, t.dim()):
-                row = math.prod(t.shape[j:])
-                if row <= BLOCK:
-                    if row >= _MIN_ROW:
-                        found = tuple(range(j, t.dim()))
-                    break
-            dims.append(found)
-            if found is not None:
-                counts.append(n // math.prod(t.shape[found[0] :]))
-            else:
-                counts.append(n // BLOCK + (1 if n % BLOCK else 0))
-        segments = torch.repeat_interleave(
-            torch.arange(len(tensors)), torch.tensor(counts, dtype=torch.long)
-        )
-        return _Rows(
-            tuple(t.shape for t in tensors),
-            tuple(dims),
-            tuple(t.dtype in LOW_PRECISION for t in tensors),
-            segments,
-        )
-
-    def norms(
-        self, tensors: list[torch.Tensor], each: Callable[[int], Any] | None = None
-    ) -> torch.Tensor:
-        """Each tensor's norm, one float64 vector (a shape other than the plan's:
-        ``RuntimeError``, which plans again). ``each(j)`` runs just before tensor j is
-        read (its copy or difference made while the tensor is in the cache)."""
-        parts = []
-        for j, (t, shape, dims, low) in enumerate(
-            zip(tensors, self.shapes, self.dims, self.low, strict=True)
-        ):
-            if t.shape != shape:
-                raise RuntimeError("a tensor changed its shape")
-            if each is not None:
-                each(j)
-            dtype = torch.float32 if low else None
-            if dims is not None:
-                rows = torch.linalg.vector_norm(t, dim=dims, dtype=dtype)
-                parts.append(rows if dims[0] == 1 else rows.reshape(-1))
-                continue
-            flat = flat_view(t)
-            n = flat.numel()
-            k = n // BLOCK
-            parts.append(
-                torch.linalg.vector_norm(flat[: k * BLOCK].view(k, BLOCK), dim=1, dtype=dtype)
-            )
-            if k * BLOCK < n:
-                parts.append(
-                    torch.linalg.vector_norm(flat[k * BLOCK :], dim=0, keepdim=True, dtype=dtype)
-                )
-        squares = torch.cat(parts).to(torch.float64).square_()
-        sums = torch.zeros(len(tensors), dtype=torch.float64)
-        return sums.index_add_(0, self.segments, squares).sqrt_()
 
 
 def _copies(
@@ -264,7 +182,7 @@ def _norm_vector(
 def _norms(
     tensors: list[torch.Tensor], plan: _Plan, each: Callable[[int], Any] | None = None
 ) -> torch.Tensor:
-    """The norm vector of ``_norm_vector`` (``each``: see ``_Rows.norms``)."""
+    """The norm vector of ``_norm_vector`` (``each``: see ``RowNorms.norms``)."""
     if plan.single and not plan.blocked:
         return torch.stack(_foreach(tensors, plan.groups[0][0]))
     # one float64 vector in the plan's order (its groups, the large CPU tensors, the
@@ -362,19 +280,42 @@ def _first_float(output: Any) -> torch.Tensor | None:
     return None
 
 
-def _stats(t: torch.Tensor) -> torch.Tensor:
-    """[sum, L2 norm, min, max, non-zero count] of a module output, one vector, read
-    from a detached tensor (no autograd node); the host makes the mean and the
+def _stats(t: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """(sum, L2 norm, min, max, non-zero count) of a module output, five 0-dim tensors
+    read from a detached tensor (no autograd node); the host makes the mean and the
     population std of them (``std_mean`` itself costs some 30 times more on the CPU).
-    The non-zero count is ``ne(0).sum()``: on the CPU ``count_nonzero`` took about twice
-    as long over resnet18's outputs (1 thread, torch 2.15), the largest of the five."""
+    Half types are reduced in float32 without a converted copy; a step's figures are
+    stacked once, when they go to the host (``_act_parts``). The count is
+    ``count_nonzero(t.bool())``: NaN and -0.0 count as ``ne(0)`` counts them, and on the
+    CPU the conversion to bool and its count took a third of ``ne(0).sum()``'s time over
+    resnet18's outputs (1 thread, torch 2.15), which was the largest of the five."""
     t = t.detach()
-    if t.dtype in LOW_PRECISION or t.element_size() == 1:
+    if t.element_size() == 1:  # float8 has no reductions of its own
         t = t.float()
+    dtype = torch.float32 if t.dtype in LOW_PRECISION else None
     mn, mx = torch.aminmax(t)
-    # the sum and the norm come in t's dtype already: only the count is converted
-    count = t.ne(0).sum().to(mn.dtype)
-    return torch.stack([t.sum(), torch.linalg.vector_norm(t), mn, mx, count])
+    nonzero = t.bool()
+    # a tensor subclass (a DTensor) by the sum that every one of them has
+    count = torch.count_nonzero(nonzero) if type(t) is torch.Tensor else nonzero.sum()
+    return (t.sum(dtype=dtype), torch.linalg.vector_norm(t, dtype=dtype), mn, mx, count)
+
+
+def _act_parts(act: dict[int, tuple[Any, int]], order: list[int]) -> list[torch.Tensor | None]:
+    """A step's activation statistics as two vectors for the host: [sum, norm, min,
+    max] of each module in ``order`` (one dtype: the widest of theirs), and the
+    non-zero counts (int64); two Nones where no module was measured."""
+    if not order:
+        return [None, None]
+    floats = [x for i in order for x in act[i][0][:4]]
+    counts = [act[i][0][4] for i in order]
+    return [_stacked(floats), _stacked(counts)]
+
+
+def _stacked(scalars: list[torch.Tensor]) -> torch.Tensor:
+    try:
+        return torch.stack(scalars)
+    except RuntimeError:  # on several devices
+        return torch.stack([x.cpu() for x in scalars])
 
 
 def _nonfinite_flag(t: torch.Tensor) -> Any:

@@ -56,6 +56,7 @@ from hookcli.watch.closure import closure_of, with_closure
 from hookcli.watch.config import STEPS_SCHEMA, WatchConfig, logged
 from hookcli.watch.figures import (
     NanOrigin,
+    _act_parts,
     _copies_normed,
     _first_float,
     _Host,
@@ -131,6 +132,12 @@ class Monitor:
         self._dead = False
         self._real_backward: Callable[..., Any] | None = None
         self._queue: list[tuple[_Track, _Step, _Host, _Host | None]] = []
+        # the output last measured by the forward hook, weakly (the output may be freed
+        # before the step): the same tensor, unchanged (its version), returned again by
+        # a container is not read twice
+        self._last_out: tuple[weakref.ref[torch.Tensor], int, tuple[torch.Tensor, ...]] | None = (
+            None
+        )
         self._t0 = config.t0 if config.t0 is not None else time.time()
         self._clock0 = time.perf_counter() - (time.time() - self._t0)
         # --nan-origin: the watched calls of the current step, and backward events
@@ -311,7 +318,7 @@ class Monitor:
         step.act, step.act_order = dict(track.act), list(track.act_order)
         if self.config.nan_origin:
             step.origin = self._origin.of_step(track)
-        acts = (step.act[i][0] for i in step.act_order)
+        acts = _act_parts(step.act, step.act_order)
         host = _Host([None, None, None, None, loss.reshape(1), *acts])
         track.seen.add(what)
         self._write(nonfinite_event(track, step, what, True, [], host.values()))
@@ -701,6 +708,7 @@ class Monitor:
         track.steps += 1
         k = track.steps
         log = logged(k, self.config.every)
+        self._last_out = None
         grads, pos = _grads(track)
         if track.never:
             track.never.difference_update(pos)
@@ -749,7 +757,7 @@ class Monitor:
 
     def _host_pre(self, step: _Step) -> _Host:
         lrs = [torch.as_tensor(lr).reshape(1) for lr in step.lrs if isinstance(lr, torch.Tensor)]
-        act = [step.act[i][0] for i in step.act_order]
+        act = _act_parts(step.act, step.act_order)
         host = _Host(
             [step.norms, step.weights, step.pre_norms, step.pre_total, *step.losses, *lrs, *act]
         )
@@ -837,7 +845,15 @@ class Monitor:
             if track.next_logged and index not in track.act:
                 t = _first_float(output)
                 if t is not None and t.numel():
-                    track.act[index] = (_stats(t), t.numel())
+                    last = self._last_out
+                    if last is not None and last[0]() is t and last[1] == t._version:
+                        stats = last[2]  # a container's output is its last child's
+                    else:
+                        stats = _stats(t)
+                        self._last_out = None
+                        with contextlib.suppress(TypeError):  # no weak references
+                            self._last_out = (weakref.ref(t), t._version, stats)
+                    track.act[index] = (stats, t.numel())
                     track.act_order.append(index)
             if self.config.nan_origin:
                 self._origin.watch_call(track, index, args, output)

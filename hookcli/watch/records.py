@@ -75,16 +75,23 @@ def origin_from_stats(
     held the value, from its min and max."""
     if not step.act_order:
         return None
-    first = LOSSES + len(step.losses)
-    first += sum(1 for lr in step.lrs if isinstance(lr, torch.Tensor))
-    for j, i in enumerate(step.act_order):
-        vec = values[first + j]
+    for i, vec in zip(step.act_order, act_values(step, values), strict=True):
         mn, mx = vec[2], vec[3]
         if what == "nan" and not all(math.isfinite(v) for v in vec[:4]):
             return track.modules[i].name
         if what == "inf" and "inf" in (_nonfinite_kind(mn), _nonfinite_kind(mx)):
             return track.modules[i].name
     return None
+
+
+def act_values(step: _Step, values: list[list[float]]) -> list[list[float]]:
+    """[sum, norm, min, max, non-zero count] of each measured module, in
+    ``step.act_order``, from the host values (``figures._act_parts``: the last two)."""
+    n = len(step.act_order)
+    if not n:
+        return []
+    floats, counts = values[-2], values[-1]
+    return [[*floats[4 * j : 4 * j + 4], counts[j]] for j in range(n)]
 
 
 def step_record(
@@ -116,9 +123,7 @@ def step_record(
     if step.logged:
         grad_of = dict(zip(pre_pos, pre_norms, strict=True))
         applied_of = dict(zip(step.pos, norms, strict=True)) if clipped else None
-        first_act = LOSSES + n_loss
-        first_act += sum(1 for lr in step.lrs if isinstance(lr, torch.Tensor))
-        act = {i: values[first_act + j] for j, i in enumerate(step.act_order)}
+        act = dict(zip(step.act_order, act_values(step, values), strict=True))
         counts = {i: step.act[i][1] for i in step.act_order}
         modules: dict[str, Any] = {}
         for i, m in enumerate(track.modules):

@@ -36,7 +36,7 @@ class _Step:
     weights: torch.Tensor | None = None  # weight norms of every param (logged)
     before: list[torch.Tensor] | None = None  # copies for the update ratio (logged)
     updates: torch.Tensor | None = None  # ||w_after - w_before|| per param (logged)
-    act: dict[int, tuple[torch.Tensor, int]] = field(default_factory=dict)
+    act: dict[int, tuple[tuple[torch.Tensor, ...], int]] = field(default_factory=dict)
     act_order: list[int] = field(default_factory=list)
     origin: dict[str, Any] | None = None  # --nan-origin's finding for this step
     step_time: float | None = None
@@ -62,7 +62,7 @@ class _Track:
     next_logged: bool = True
     pending: _Step | None = None
     never: set[int] = field(default_factory=set)  # params that never had a grad
-    act: dict[int, tuple[torch.Tensor, int]] = field(default_factory=dict)
+    act: dict[int, tuple[tuple[torch.Tensor, ...], int]] = field(default_factory=dict)
     act_order: list[int] = field(default_factory=list)
     seen: set[str] = field(default_factory=set)  # non-finite kinds already reported
     forward_order: list[int] = field(default_factory=list)  # modules, last logged step

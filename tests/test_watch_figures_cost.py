@@ -1,0 +1,240 @@
+"""The cheaper figures of ``hookcli watch``'s logged steps, each against a plain
+computation: the one row-norm implementation (``hookcli.norms``: ``blocked_norm`` for
+``hookcli grads``, ``RowNorms`` for ``watch``) against float64 on the shapes that take
+each kind of row, and the activation statistics (half types reduced without a copy, a
+container's unchanged output read once, an output changed in place read again, -0.0
+counted as a zero) against plain float64 forward hooks. The cost guards count what the
+monitor runs per module output (aten operations, reads), not time."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import hookcli
+from hookcli.norms import BLOCK, BLOCKED_FROM, MIN_ROW, RowNorms, blocked_norm, row_dims
+
+
+def _tensors() -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(0)
+
+    def randn(*shape: int) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen) / 10 + 0.01
+
+    return {
+        "conv": randn(128, 128, 3, 3),  # rows of 1,152: its output channels
+        "linear": randn(1024, 4096),  # rows of 4,096
+        "wide": randn(64, 40000),  # a row over BLOCK: rows of the flat view
+        "narrow": randn(40000, 3),  # a row under MIN_ROW: rows of the flat view
+        "flat": randn(3 * BLOCK + 77),  # one dimension, a last shorter row
+        "channels_last": randn(64, 128, 4, 4).to(memory_format=torch.channels_last),
+        "transposed": randn(300, 700).t(),  # rows of 300 elements, not contiguous
+        "float64": randn(512, 512).double(),
+    }
+
+
+def _exact(t: torch.Tensor) -> float:
+    if t.is_complex():
+        return float(torch.linalg.vector_norm(t.to(torch.complex128)))
+    return float(t.double().square().sum().sqrt())
+
+
+def test_row_kinds_are_what_the_docs_say() -> None:
+    t = _tensors()
+    assert row_dims(t["conv"].shape) == (1, 2, 3)
+    assert row_dims(t["linear"].shape) == (1,)
+    assert row_dims(t["wide"].shape) is None and BLOCK < 40000
+    assert row_dims(t["narrow"].shape) is None and MIN_ROW > 3
+    assert row_dims(t["flat"].shape) is None
+    assert all(x.numel() >= BLOCKED_FROM for x in t.values())
+
+
+def test_blocked_norm_is_float64_accurate_on_every_kind_of_row() -> None:
+    """``hookcli grads``' norm of one tensor: within 1e-6 of float64 (float32 inputs),
+    in the dtype ``torch.linalg.vector_norm`` gives; half types and complex too."""
+    for name, t in _tensors().items():
+        got = blocked_norm(t)
+        assert got.dim() == 0 and got.dtype == torch.linalg.vector_norm(t).dtype, name
+        assert math.isclose(float(got), _exact(t), rel_tol=1e-6), name
+    big = _tensors()["linear"]
+    half = big.bfloat16()
+    got = blocked_norm(half)
+    assert got.dtype == torch.float32
+    assert math.isclose(float(got), _exact(half.float()), rel_tol=1e-6)
+    z = torch.complex(big, big.flip(0))
+    got = blocked_norm(z)
+    assert got.dtype == torch.float32 and math.isclose(float(got), _exact(z), rel_tol=1e-6)
+    small = torch.randn(100)
+    assert float(blocked_norm(small)) == float(torch.linalg.vector_norm(small))
+
+
+def test_blocked_norm_passes_nan_and_inf_through() -> None:
+    t = _tensors()["conv"].clone()
+    t[5, 7, 1, 1] = math.inf
+    assert float(blocked_norm(t)) == math.inf
+    t[9, 0, 0, 0] = math.nan
+    assert math.isnan(float(blocked_norm(t)))
+
+
+def test_row_norms_of_several_tensors_are_each_tensors_norm() -> None:
+    """``watch``'s fused reading: one float64 vector, each entry within 1e-6 of float64,
+    ``each(j)`` called once per tensor before it is read, a changed shape refused."""
+    tensors = list(_tensors().values())
+    rows = RowNorms.of(tensors)
+    seen: list[int] = []
+    got = rows.norms(tensors, seen.append)
+    assert got.dtype == torch.float64 and seen == list(range(len(tensors)))
+    for value, t in zip(got.tolist(), tensors, strict=True):
+        assert math.isclose(value, _exact(t), rel_tol=1e-6)
+    with pytest.raises(RuntimeError):
+        rows.norms([t.reshape(-1) for t in tensors])
+
+
+class _Doubled(nn.Module):
+    """A wrapper that changes its child's output in place before returning it."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner = inner
+
+    def forward(self, x):
+        y = self.inner(x)
+        y.mul_(2)
+        return y
+
+
+class _NegZero(nn.Module):
+    def forward(self, x):
+        return torch.where(x > 0, x, -0.0 * x.abs())  # -0.0 where x <= 0
+
+
+def _model(dtype: torch.dtype) -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(
+        nn.Sequential(nn.Linear(16, 64), nn.ReLU()),  # returns its last child's output
+        _Doubled(nn.Linear(64, 64)),  # returns its child's output, changed
+        _NegZero(),
+        nn.Linear(64, 1),
+    ).to(dtype)
+
+
+class _Plain:
+    """Plain forward hooks: each module's first training output, in float64."""
+
+    def __init__(self, model: nn.Module) -> None:
+        self.stats: dict[str, dict[str, float]] = {}
+        for name, m in model.named_modules():
+            m.register_forward_hook(self._hook(name))
+
+    def _hook(self, name: str) -> Any:
+        def hook(module: nn.Module, args: Any, out: torch.Tensor) -> None:
+            if name in self.stats or not torch.is_grad_enabled():
+                return
+            t = out.detach().double()
+            self.stats[name] = {
+                "mean": float(t.mean()),
+                "std": float(t.std(unbiased=False)),
+                "absmax": float(t.abs().max()),
+                "zero_frac": float((t == 0).double().mean()),
+            }
+
+        return hook
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+def test_activation_statistics_equal_plain_float64_hooks(dtype: torch.dtype) -> None:
+    model = _model(dtype)
+    plain = _Plain(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(32, 16).to(dtype)
+    with hookcli.watch(model, opt, every=1) as w:
+        for _ in range(2):
+            plain.stats.clear()
+            model(x).float().square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    record = [r for r in w.records if r["kind"] == "step"][1]  # step 2: a full forward
+    assert set(plain.stats) == {n for n, m in record["modules"].items() if "act" in m}
+    for name, want in plain.stats.items():
+        got = record["modules"][name]["act"]
+        for key, value in want.items():
+            assert math.isclose(got[key], value, rel_tol=1e-5, abs_tol=1e-6), (name, key)
+    # the container's figures are its last child's; the in-place change is seen
+    assert record["modules"]["0"]["act"] == record["modules"]["0.1"]["act"]
+    assert record["modules"]["1"]["act"]["absmax"] == pytest.approx(
+        2 * record["modules"]["1.inner"]["act"]["absmax"], rel=1e-6
+    )
+    assert 0.2 < record["modules"]["2"]["act"]["zero_frac"] < 0.8  # the -0.0 entries
+
+
+class _Count(TorchDispatchMode):
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[str] = []
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops.append(str(func))
+        return func(*args, **(kwargs or {}))
+
+
+def test_a_module_output_costs_five_reductions_and_a_repeat_none() -> None:
+    """The cost guard of the forward hook on a logged step: per module output at most
+    six aten operations (the bool view of the zero count and five reductions, no
+    converted copy of a half-type output, no stack), and an output that a container
+    returns unchanged is not read again."""
+    from hookcli.watch import figures, monitor
+
+    for dtype in (torch.float32, torch.bfloat16):
+        out = torch.randn(8, 64).to(dtype)
+        with _Count() as count:
+            figures._stats(out)
+        assert len(count.ops) <= 6, count.ops
+        assert sum("_to_copy" in op for op in count.ops) == 1, count.ops  # the bool one
+    calls = []
+    real = monitor._stats
+
+    def counted(t: torch.Tensor) -> Any:
+        calls.append(t)
+        return real(t)
+
+    model = _model(torch.float32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    monitor._stats = counted  # type: ignore[assignment]
+    try:
+        with hookcli.watch(model, opt, every=1):
+            for _ in range(2):
+                calls.clear()
+                model(torch.randn(4, 16)).square().mean().backward()
+                opt.step()
+                opt.zero_grad()
+    finally:
+        monitor._stats = real  # type: ignore[assignment]
+    # 8 modules; the outer Sequential returns its last Linear's output and "0" its
+    # ReLU's: 6 reads ("1" returns its child's output changed in place: read again)
+    assert len(calls) == 6
+
+
+def test_the_forward_hook_keeps_no_module_output_alive() -> None:
+    """The output read last (kept to spot a container returning it again) is held
+    weakly: once the script drops it, it is freed before the step, as unwatched."""
+    import gc
+    import weakref
+
+    model = _model(torch.float32)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with hookcli.watch(model, opt, every=1) as w:
+        for _ in range(2):
+            out = model(torch.randn(4, 16))
+            gone = weakref.ref(out)
+            out.square().mean().backward()
+            del out
+            gc.collect()
+            assert gone() is None
+            opt.step()
+            opt.zero_grad()
+    assert [r["step"] for r in w.records if r["kind"] == "step"] == [1, 2]
