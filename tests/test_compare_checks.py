@@ -104,3 +104,39 @@ def test_vs_compile_traces_none_of_hookcli(caplog: pytest.LogCaptureFixture) -> 
     assert report.passed
     assert not [r for r in caplog.records if "hookcli" in r.getMessage()]
     assert all(r["rel_l2"] == 0.0 for r in report.to_dict()["calls"])
+
+
+class TinyAndBig(nn.Module):
+    """``tiny`` works on values near 1e-9 (far under atol), ``big`` on values near 1."""
+
+    def __init__(self):
+        super().__init__()
+        self.tiny = nn.Linear(16, 16)
+        self.big = nn.Linear(16, 16)
+        with torch.no_grad():
+            self.tiny.weight.mul_(1e-9)
+            self.tiny.bias.mul_(1e-9)
+
+    def forward(self, x):
+        return self.big(x) + self.tiny(x)
+
+
+def test_the_local_ranking_puts_calls_beyond_the_tolerance_first() -> None:
+    """B's ``tiny`` is 50% off (a large relative error, all of it under atol), its ``big``
+    0.1% off (beyond the tolerance): ``big`` tops the ranking, as isclose decides by hand."""
+    torch.manual_seed(0)
+    a = TinyAndBig()
+    b = copy.deepcopy(a)
+    with torch.no_grad():
+        b.tiny.weight.mul_(1.5)
+        b.big.weight.mul_(1.001)
+    x = torch.randn(4, 16)
+    with torch.no_grad():
+        close = {n: bool(torch.isclose(getattr(b, n)(x), getattr(a, n)(x)).all())
+                 for n in ("tiny", "big")}  # fmt: skip
+    assert close == {"tiny": True, "big": False}
+    report = hookcli.compare(a, b, (x,)).to_dict()
+    ranking = report["local_ranking"]
+    assert ranking[0]["module"] == "big" and ranking[0]["diverged"]
+    tiny = next(r for r in ranking if r["module"] == "tiny")
+    assert tiny["rel_l2"] > ranking[0]["rel_l2"] and not tiny["diverged"]
