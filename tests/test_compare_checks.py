@@ -140,3 +140,36 @@ def test_the_local_ranking_puts_calls_beyond_the_tolerance_first() -> None:
     assert ranking[0]["module"] == "big" and ranking[0]["diverged"]
     tiny = next(r for r in ranking if r["module"] == "tiny")
     assert tiny["rel_l2"] > ranking[0]["rel_l2"] and not tiny["diverged"]
+
+
+class Threaded(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Linear(16, 16)
+        self.b = nn.Linear(16, 8)
+
+    def forward(self, x):
+        import threading
+
+        res = {}
+
+        def work():
+            res["h"] = self.a(x)
+
+        t = threading.Thread(target=work)
+        t.start()
+        t.join()
+        return self.b(torch.relu(res["h"]))
+
+
+def test_a_call_without_local_figures_is_named_in_a_note() -> None:
+    torch.manual_seed(0)
+    report = hookcli.compare(Threaded(), inputs=(torch.randn(4, 16),), vs="dtype=float16")
+    data = report.to_dict()
+    missing = [r["name"] for r in data["calls"] if r["rel_l2"] is not None
+               and r["local_rel_l2"] is None]  # fmt: skip
+    notes = [n for n in report.notes if "without local figures" in n]
+    if missing:  # (the call on the model's own thread)
+        assert len(notes) == 1 and "(" + ", ".join(missing) + ")" in notes[0], notes
+    else:
+        assert not notes

@@ -1125,6 +1125,14 @@ def _report(
             f"local mode: {len(local.kept)} call(s) of B kept their own inputs or outputs "
             "(their number or shapes differ from A's, or their container cannot be rebuilt)"
         )
+    unfed = [i for i in alignment.pairs if i in prop and i not in loc] if local else []
+    if unfed:
+        names = _cut([_call_name({"name": by_a[i].name, "call": by_a[i].call}) for i in unfed])
+        notes.append(
+            f"local mode: {len(unfed)} aligned call(s) without local figures ({names}): "
+            "B's call could not be fed A's values (a module run on a thread of the "
+            "model's own is one such); their error counts to the calls around them"
+        )
     if plan.backward and not meta:
         notes.append(
             "--backward: propagated grads are each side's own backward; local grads are "
