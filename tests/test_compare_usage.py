@@ -63,3 +63,78 @@ def test_output_naming_weights_kwargs_or_b_files_is_refused(tmp_path: Path) -> N
     result = invoke("compare", f"{M}:MLPNet", f"{b_file}:MLPNet", "-i", "4x16", "-o", str(b_file))
     assert result.exit_code == 2 and "MODEL B" in one_line(result)
     assert b_file.read_bytes() == before
+
+
+# -- A, B, C: what --vs quantize / compile cannot do ------------------------------------------
+
+
+def test_quantize_dynamic_on_a_model_without_linear_is_refused() -> None:
+    pytest.importorskip("transformers")
+    # transformers' GPT-2 writes its projections as Conv1D: nothing for torch.ao to quantize
+    small = ["-k", "n_layer=1", "-k", "n_head=2", "-k", "n_embd=16", "-k", "vocab_size=32"]
+    result = invoke("compare", "hf:gpt2", *small, "--vs", "quantize=dynamic", "-i", "int64:1x4:0..32")
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert "quantize=dynamic: the model has no nn.Linear to quantize" in one_line(result)
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [
+        (["--dtype", "float16"], "needs float32"),
+        (["--dtype", "bfloat16"], "needs float32"),
+        (["--vs", "dtype=float16"], "needs float32"),
+        (["--backward"], "has no backward"),
+    ],
+)
+def test_quantize_dynamic_refuses_half_and_backward_up_front(extra: list[str], says: str) -> None:
+    result = invoke("compare", f"{M}:MLPNet", "--vs", "quantize=dynamic", *extra, "-i", "4x16")
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    line = one_line(result)
+    assert says in line and "quantize=dynamic" in line and "fc1" not in line
+
+
+def test_compile_with_an_unknown_backend_lists_the_backends() -> None:
+    import torch._dynamo
+
+    result = invoke("compare", f"{M}:MLPNet", "--vs", "compile=nosuchbackend", "-i", "4x16")
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    line = one_line(result)
+    assert "--vs compile=nosuchbackend" in line
+    assert all(name in line for name in torch._dynamo.list_backends())
+
+
+# -- D: the message names the option the user wrote --------------------------------------------
+
+
+def test_vs_amp_on_meta_names_vs_amp() -> None:
+    result = invoke("compare", f"{M}:MLPNet", "--vs", "amp=bf16", "--device", "meta", "-i", "4x16")
+    assert result.exit_code == 2 and one_line(result).startswith("hookcli: error: --vs amp=bf16:")
+
+
+def test_vs_device_that_is_not_there_names_vs_device() -> None:
+    import torch
+
+    missing = "cuda" if not torch.cuda.is_available() else f"cuda:{torch.cuda.device_count()}"
+    result = invoke("compare", f"{M}:MLPNet", "--vs", f"device={missing}", "-i", "4x16")
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert f"--vs device={missing}" in one_line(result) and "--device" not in one_line(result)
+
+
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_a_bad_side_kwargs_file_names_its_own_option(tmp_path: Path, side: str) -> None:
+    bad = tmp_path / "bad.json"
+    bad.write_text("{bug")
+    result = invoke(
+        "compare", f"{M}:MLPNet", f"{M}:MLPNet", f"--{side}-kwargs-file", str(bad), "-i", "4x16"
+    )
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert f"--{side}-kwargs-file {bad}" in one_line(result)
+
+
+def test_a_missing_vs_weights_file_is_a_build_error_as_weights_is(tmp_path: Path) -> None:
+    missing = tmp_path / "nonexistent.pt"
+    plain = invoke("inspect", f"{M}:MLPNet", "--weights", str(missing), "-i", "4x16")
+    result = invoke("compare", f"{M}:MLPNet", "--vs", f"weights={missing}", "-i", "4x16")
+    assert plain.exit_code == 3
+    assert result.exit_code == 3, (result.exit_code, result.stderr)
+    assert f"--vs weights={missing}" in one_line(result)

@@ -1358,9 +1358,9 @@ def cli_command(
         run_options,
     )
     from hookcli.compare.align import METHODS, parse_rules
-    from hookcli.compare.settings import parse_vs
+    from hookcli.compare.settings import check as check_vs
+    from hookcli.compare.settings import parse_vs, side_kwargs
     from hookcli.errors import UsageError
-    from hookcli.kwargs import with_file
     from hookcli.options import loss_arg
 
     if (model_b is None) == (not vs):
@@ -1385,8 +1385,9 @@ def cli_command(
         raise UsageError("--weights gives both sides theirs: use --a-weights/--b-weights instead")
     if the_vs.weights is not None and (b_weights is not None or weights is not None):
         raise UsageError("--vs weights=FILE gives B its weights: drop --weights/--b-weights")
-    ka = [*(with_file(list(kwargs or ()), a_kwargs_file) or ()), *(a_kwargs or ())]
-    kb = [*(with_file(list(kwargs or ()), b_kwargs_file) or ()), *(b_kwargs or ())]
+    check_vs(the_vs, dtype=dtype, backward=backward)
+    ka = side_kwargs(kwargs, a_kwargs_file, a_kwargs, "--a-kwargs-file")
+    kb = side_kwargs(kwargs, b_kwargs_file, b_kwargs, "--b-kwargs-file")
     mopts_a = model_options(model, ka, a_weights or weights, trust_pickle, seed)
     mopts_b = model_options(
         model_b or model, kb, the_vs.weights or b_weights or weights, trust_pickle, seed

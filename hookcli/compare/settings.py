@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hookcli.errors import UsageError
+from hookcli.errors import LoadError, UsageError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -100,15 +100,16 @@ def parse_vs(texts: Sequence[str]) -> Vs:
         elif key == "device":
             from hookcli.inputs.grammar import resolve_device
 
-            resolve_device(value)  # a bad device: exit 2 before any build
+            with _named("--device", f"--vs device={value}", value):
+                resolve_device(value)  # a bad device: exit 2 before any build
             found[key] = value
         elif key == "weights":
             path = Path(value)
-            if not path.exists():
-                raise UsageError(f"--vs weights={value}: no such file")
+            if not path.exists():  # a bad weights file is a build error, as --weights's
+                raise LoadError(f"--vs weights={value}: weights file not found")
             found[key] = path
         elif key == "compile":
-            found[key] = value or "inductor"
+            found[key] = _backend(value or "inductor")
         elif key == "quantize":
             if value != "dynamic":
                 raise UsageError(f"--vs quantize={value}: only quantize=dynamic (int8 nn.Linear)")
@@ -122,6 +123,63 @@ def parse_vs(texts: Sequence[str]) -> Vs:
     return Vs(texts=tuple(t.strip() for t in texts), **found)
 
 
+def _backend(name: str) -> str:
+    """A torch.compile backend by name; an unknown one is exit 2 listing those there are."""
+    import torch._dynamo
+
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if name not in known:
+        raise UsageError(
+            f"--vs compile={name}: torch.compile has no backend {name!r}; "
+            f"its backends: {', '.join(torch._dynamo.list_backends())} (and the debug ones: "
+            "eager, aot_eager, ...)"
+        )
+    return name
+
+
+@contextlib.contextmanager
+def _named(flag: str, written: str, value: str) -> Iterator[None]:
+    """A shared check's UsageError naming ``flag`` (``--device cuda: ...``) re-raised
+    naming what the user wrote (``--vs device=cuda: ...``)."""
+    try:
+        yield
+    except UsageError as err:
+        text = str(err)
+        heads = (f"bad {flag} {value!r}", f"{flag} {value}", flag) if value else (flag,)
+        for head in heads:
+            if text.startswith(head):
+                raise UsageError(written + text[len(head) :]) from None
+        raise
+
+
+def check(vs: Vs, *, dtype: str | None, backward: bool) -> None:
+    """What --vs cannot do with the run's other options: exit 2 before any build."""
+    if vs.quantize == "dynamic":
+        cast = vs.dtype or dtype
+        if cast not in (None, "float32"):
+            raise UsageError(
+                f"--vs quantize=dynamic needs float32 (torch.ao's dynamic int8 Linear takes "
+                f"float32 inputs): drop {'--vs dtype=' if vs.dtype else '--dtype '}{cast}"
+            )
+        if backward:
+            raise UsageError(
+                "--vs quantize=dynamic has no backward (torch.ao's dynamic int8 Linear has "
+                "no autograd): drop --backward"
+            )
+
+
+def side_kwargs(
+    items: Sequence[str] | None, path: Any, own: Sequence[str] | None, flag: str
+) -> list[Any]:
+    """One side's ``-k`` items: the shared ones, then ``flag``'s file, then its own; a bad
+    file is exit 2 naming ``flag`` (``--b-kwargs-file``)."""
+    from hookcli.kwargs import with_file
+
+    with _named("--kwargs-file", flag, ""):
+        shared = with_file(list(items or ()), path) or ()
+    return [*shared, *(own or ())]
+
+
 def transform(model: nn.Module, vs: Vs, device: Any) -> nn.Module:
     """B's module: cast, moved and quantized as ``vs`` says (the module is B's own copy)."""
     import torch
@@ -133,6 +191,11 @@ def transform(model: nn.Module, vs: Vs, device: Any) -> nn.Module:
     if vs.quantize == "dynamic":
         if device.type != "cpu":
             raise UsageError("--vs quantize=dynamic runs on the CPU (torch.ao's int8 kernels)")
+        if not any(isinstance(m, torch.nn.Linear) for m in model.modules()):
+            raise UsageError(
+                "--vs quantize=dynamic: the model has no nn.Linear to quantize (torch.ao "
+                "dynamic int8 quantizes nn.Linear only; transformers' Conv1D is not one)"
+            )
         with _quiet():
             model = torch.ao.quantization.quantize_dynamic(
                 model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True
@@ -175,7 +238,9 @@ def running(vs: Vs, device: Any) -> Iterator[None]:
         if vs.deterministic:
             torch.use_deterministic_algorithms(True)
         if vs.amp is not None:
-            autocast.activate(autocast.check(vs.amp, device), device)
+            with _named("--amp", f"--vs amp={vs.amp}", vs.amp):
+                checked = autocast.check(vs.amp, device)
+            autocast.activate(checked, device)
         yield
     finally:
         autocast._active = saved_amp
