@@ -138,3 +138,34 @@ def test_a_missing_vs_weights_file_is_a_build_error_as_weights_is(tmp_path: Path
     assert plain.exit_code == 3
     assert result.exit_code == 3, (result.exit_code, result.stderr)
     assert f"--vs weights={missing}" in one_line(result)
+
+
+# -- E: --map rules that match nothing --------------------------------------------------------
+
+PAIR = [f"{M}:MLPNet", "tests.test_compare:Renamed", "-i", "4x16"]
+
+
+@pytest.mark.parametrize(
+    ("rule", "says"),
+    [
+        ("nothing=matches", "left side matches no module A calls"),
+        ("fc1=nosuch", "right side matches no module B calls"),
+        ("=first", "left side is empty"),
+        ("fc1=", "right side is empty"),
+    ],
+)
+def test_a_map_rule_that_matches_nothing_or_has_an_empty_side_is_refused(
+    rule: str, says: str
+) -> None:
+    result = invoke("compare", *PAIR, "--map", rule)
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    line = one_line(result)
+    assert says in line and repr(rule) in line
+
+
+def test_a_map_rule_that_matches_is_used_and_root_still_maps() -> None:
+    from tests.conftest import invoke_json
+
+    report = invoke_json("compare", *PAIR, "--map", "fc1=first", "--map", "(root)=(root)")
+    pairs = {r["name"]: r["partner"] for r in report["calls"]}
+    assert pairs["fc1"] == "first"
