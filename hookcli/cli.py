@@ -330,6 +330,13 @@ def preflight(options: dict[str, Any], command: str = "") -> dict[str, Any]:
         parse_device(device)
         if command in _NEEDS_VALUES and device.strip().lower() == "meta":
             raise UsageError(_NEEDS_VALUES[command])
+    fail_on = options.get("fail_on")
+    given = isinstance(fail_on, str) or (isinstance(fail_on, (list, tuple)) and fail_on)
+    if given and not _names_in(fail_on):  # --fail-on '' (a default is None or [])
+        raise UsageError(
+            f"--fail-on {','.join(fail_on) if not isinstance(fail_on, str) else fail_on!r} "
+            "names no check; give the checks to fail on, or drop --fail-on"
+        )
     output = options.get("output")
     if isinstance(output, Path):
         if is_stdout(output):
@@ -352,6 +359,11 @@ def preflight(options: dict[str, Any], command: str = "") -> dict[str, Any]:
         _read_files(options),
     )
     return options
+
+
+def _names_in(value: str | list[str] | tuple[str, ...]) -> list[str]:
+    texts = [value] if isinstance(value, str) else [str(v) for v in value]
+    return [p for t in texts for p in t.split(",") if p.strip()]
 
 
 def _spec_file(spec: Any) -> Path | None:

@@ -169,3 +169,24 @@ def test_a_map_rule_that_matches_is_used_and_root_still_maps() -> None:
     report = invoke_json("compare", *PAIR, "--map", "fc1=first", "--map", "(root)=(root)")
     pairs = {r["name"]: r["partner"] for r in report["calls"]}
     assert pairs["fc1"] == "first"
+
+
+# -- G: --fail-on '' and --print-map with what it cannot do -------------------------------------
+
+
+@pytest.mark.parametrize("command", [["compare", f"{M}:MLPNet", "--vs", "amp=bf16"], ["grads"]])
+def test_an_empty_fail_on_is_refused(command: list[str]) -> None:
+    args = command if command[0] == "compare" else [*command, f"{M}:MLPNet"]
+    result = invoke(*args, "-i", "4x16", "--fail-on", "")
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert "--fail-on" in one_line(result)
+
+
+@pytest.mark.parametrize(
+    ("extra", "says"),
+    [(["--fail-on", "divergence"], "cannot be checked"), (["-f", "json"], "not -f json")],
+)
+def test_print_map_refuses_fail_on_and_formats(extra: list[str], says: str) -> None:
+    result = invoke("compare", *PAIR, "--print-map", *extra)
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert says in one_line(result)

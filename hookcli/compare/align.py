@@ -236,6 +236,21 @@ def align(
     )
 
 
+def check_print_map(gates: Sequence[str], fmt: str) -> None:
+    """``--print-map`` prints the alignment as ``--map`` rules (text for ``--map-file``)
+    and compares nothing: ``--fail-on`` cannot be checked and ``-f`` has nothing to shape."""
+    if gates:
+        raise UsageError(
+            f"--print-map prints the alignment only, so --fail-on {','.join(gates)} cannot be "
+            "checked: drop one of them"
+        )
+    if fmt != "table":
+        raise UsageError(
+            f"--print-map writes --map rules as text (for --map-file), not -f {fmt}: drop -f "
+            "(the JSON report's calls hold each pair as name and partner)"
+        )
+
+
 def rules_from_pairs(pairs: Sequence[tuple[str, str]]) -> list[str]:
     """``--map`` rules that reproduce the module pairs: indices generalised to ``{i}`` where
     the same indices appear on both sides in the same order; pairs with equal names left out

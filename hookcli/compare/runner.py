@@ -1357,7 +1357,7 @@ def cli_command(
         parse_fail_on,
         run_options,
     )
-    from hookcli.compare.align import METHODS, parse_rules
+    from hookcli.compare.align import METHODS, check_print_map, parse_rules
     from hookcli.compare.settings import check as check_vs
     from hookcli.compare.settings import parse_vs, side_kwargs
     from hookcli.errors import UsageError
@@ -1381,6 +1381,8 @@ def cli_command(
             raise UsageError(f"--map-file {map_file}: {err.strerror or err}") from None
     rules = parse_rules(texts)
     gates = parse_fail_on(fail_on, ("divergence",))
+    if print_map:
+        check_print_map(gates, Format(format).value)
     if (a_weights is not None or b_weights is not None) and weights is not None:
         raise UsageError("--weights gives both sides theirs: use --a-weights/--b-weights instead")
     if the_vs.weights is not None and (b_weights is not None or weights is not None):
