@@ -190,3 +190,40 @@ def test_print_map_refuses_fail_on_and_formats(extra: list[str], says: str) -> N
     result = invoke("compare", *PAIR, "--print-map", *extra)
     assert result.exit_code == 2, (result.exit_code, result.stderr)
     assert says in one_line(result)
+
+
+# -- G: a --vs setting that changes nothing says so ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("vs", "mode", "idle"),
+    [
+        ("dtype=float32", "eval", True),
+        ("dtype=float64", "eval", False),
+        ("seed=3", "eval", True),
+        ("seed=3", "train", False),
+    ],
+)
+def test_a_vs_setting_that_changes_nothing_is_noted(vs: str, mode: str, idle: bool) -> None:
+    result = invoke("compare", f"{M}:MLPNet", "--vs", vs, "--mode", mode, "-i", "4x16")
+    assert result.exit_code == 0, (result.exit_code, result.stderr)
+    noted = f"--vs {vs} changes nothing here" in result.stdout
+    assert noted is idle, result.stdout[:600]
+
+
+# -- H: the tolerance line names the default used for the value not given ----------------------
+
+
+@pytest.mark.parametrize(("given", "other"), [("--rtol", "atol"), ("--atol", "rtol")])
+def test_tolerance_line_names_the_default_used(given: str, other: str) -> None:
+    from torch.testing._comparison import default_tolerances
+
+    import torch
+
+    rtol, atol = default_tolerances(torch.float32)  # assert_close's own table
+    result = invoke("compare", f"{M}:MLPNet", "--vs", "dtype=float64", given, "0.1", "-i", "4x16")
+    assert result.exit_code == 0, (result.exit_code, result.stderr)
+    line = next(ln for ln in result.stdout.splitlines() if ln.startswith("Tolerance:"))
+    expected = {"rtol": rtol, "atol": atol}[other]
+    assert f"{given[2:]} 0.1 (given)" in line
+    assert f"{other} {expected} (float32's default)" in line and "None" not in line

@@ -953,6 +953,7 @@ def _report(
     meta: bool,
     copied: Any,
 ) -> CompareReport:
+    from hookcli.compare.settings import idle_notes
     from hookcli.report import CheckResult, Row, shapes_list
 
     by_a = {r.index: r for r in pa.records}
@@ -1087,6 +1088,7 @@ def _report(
     notes = [_side_line("A", a), _side_line("B", b)]
     if meta:
         notes.append("on meta: alignment and shapes only; no values are compared")
+    notes += idle_notes(b.vs, a.model, a.prepared.inputs, mode == Mode.TRAIN, a.seed)
     if local is not None and local.kept:
         notes.append(
             f"local mode: {len(local.kept)} call(s) of B kept their own inputs or outputs "
@@ -1154,6 +1156,7 @@ def _report(
                 unaligned_b,
                 plan,
                 grad_ranking,
+                tensors=[t for d in prop.values() for t in d.tensors],
             )
         ),
     )
@@ -1202,6 +1205,7 @@ def _totals_lines(
     unaligned_b: list[Row],
     plan: Plan,
     grad_ranking: Sequence[Mapping[str, Any]] = (),
+    tensors: Sequence[Any] = (),
 ) -> list[tuple[str, str]]:
     from hookcli.render import fmt_float
 
@@ -1240,13 +1244,45 @@ def _totals_lines(
         if adding:
             top = (f"{r['module'] or '(root)'} {fmt_float(r['rel_l2'])}" for r in adding[:3])
             lines.append((label, ", ".join(top)))
-    tol = (
-        "assert_close's defaults by dtype"
-        if plan.rtol is None and plan.atol is None
-        else f"rtol {plan.rtol}, atol {plan.atol}"
-    )
-    lines.append(("Tolerance", tol))
+    lines.append(("Tolerance", _tolerance_words(plan, tensors)))
     return lines
+
+
+def _tolerance_words(plan: Plan, tensors: Sequence[Any]) -> str:
+    """The tolerance line: a value given, and for one not given the default each dtype's
+    tensors were held to (``rtol 0.1 (given), atol 1e-05 (float32's default)``)."""
+    from hookcli.compare.metrics import default_tolerance
+
+    if plan.rtol is None and plan.atol is None:
+        return "assert_close's defaults by dtype"
+    if plan.rtol is not None and plan.atol is not None:
+        return f"rtol {plan.rtol}, atol {plan.atol}"
+    parts = []
+    for key, given in (("rtol", plan.rtol), ("atol", plan.atol)):
+        if given is not None:
+            parts.append(f"{key} {given} (given)")
+            continue
+        by_value: dict[float, list[str]] = {}
+        for t in tensors:
+            da, db = t.dtype_a or t.dtype_b, t.dtype_b or t.dtype_a
+            if da is None:
+                continue
+            # the looser dtype's default is the one used
+            name = da if default_tolerance(da, da) == default_tolerance(da, db) else db
+            names = by_value.setdefault(getattr(t, key), [])
+            if name not in names:
+                names.append(name)
+        if not by_value:
+            parts.append(f"{key} assert_close's default by dtype")
+        if by_value:
+            parts.append(
+                f"{key} "
+                + " / ".join(
+                    f"{value} ({', '.join(names)}'s default)"
+                    for value, names in sorted(by_value.items(), reverse=True)
+                )
+            )
+    return ", ".join(parts)
 
 
 def _call_name(d: Mapping[str, Any]) -> str:

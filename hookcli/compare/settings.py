@@ -250,5 +250,31 @@ def running(vs: Vs, device: Any) -> Iterator[None]:
             torch.set_num_threads(threads)
 
 
+def idle_notes(vs: Vs, model_a: Any, inputs: Any, train: bool, seed_a: int | None) -> list[str]:
+    """Notes for a --vs setting that changes nothing in this run (B is then A again)."""
+    from hookcli.structures import iter_tensors
+
+    notes = []
+    if vs.dtype is not None:
+        held = [*model_a.parameters(), *model_a.buffers()]
+        if inputs is not None:
+            held += list(iter_tensors((inputs.args, dict(inputs.kwargs))))
+        floats = {str(t.dtype).removeprefix("torch.") for t in held if t.is_floating_point()}
+        if floats <= {vs.dtype}:
+            notes.append(
+                f"--vs dtype={vs.dtype} changes nothing here: A's parameters and inputs are "
+                f"{vs.dtype} already"
+            )
+    if vs.seed is not None:
+        if seed_a is not None and vs.seed == seed_a:
+            notes.append(f"--vs seed={vs.seed} changes nothing here: A runs with seed {seed_a}")
+        elif not train:
+            notes.append(
+                f"--vs seed={vs.seed} changes nothing here unless the model draws random "
+                "numbers itself: in eval mode no dropout is active (add --mode train)"
+            )
+    return notes
+
+
 def words(vs: Vs) -> str:
     return ", ".join(vs.texts)
