@@ -115,8 +115,10 @@ def check_not_inputs(
             continue
         for read_option, read in reads:
             if same_file(path, read):
-                label = f"{read_option}{read}" if read_option.endswith("=") else (
-                    f"{read_option} {read}"
+                label = (
+                    f"{read_option}{read}"
+                    if read_option.endswith("=")
+                    else (f"{read_option} {read}")
                 )
                 raise UsageError(
                     f"{option} {path} is {label}, a file this run reads: writing the output "

@@ -72,7 +72,9 @@ def test_quantize_dynamic_on_a_model_without_linear_is_refused() -> None:
     pytest.importorskip("transformers")
     # transformers' GPT-2 writes its projections as Conv1D: nothing for torch.ao to quantize
     small = ["-k", "n_layer=1", "-k", "n_head=2", "-k", "n_embd=16", "-k", "vocab_size=32"]
-    result = invoke("compare", "hf:gpt2", *small, "--vs", "quantize=dynamic", "-i", "int64:1x4:0..32")
+    result = invoke(
+        "compare", "hf:gpt2", *small, "--vs", "quantize=dynamic", "-i", "int64:1x4:0..32"
+    )
     assert result.exit_code == 2, (result.exit_code, result.stderr)
     assert "quantize=dynamic: the model has no nn.Linear to quantize" in one_line(result)
 
@@ -216,9 +218,8 @@ def test_a_vs_setting_that_changes_nothing_is_noted(vs: str, mode: str, idle: bo
 
 @pytest.mark.parametrize(("given", "other"), [("--rtol", "atol"), ("--atol", "rtol")])
 def test_tolerance_line_names_the_default_used(given: str, other: str) -> None:
-    from torch.testing._comparison import default_tolerances
-
     import torch
+    from torch.testing._comparison import default_tolerances
 
     rtol, atol = default_tolerances(torch.float32)  # assert_close's own table
     result = invoke("compare", f"{M}:MLPNet", "--vs", "dtype=float64", given, "0.1", "-i", "4x16")
