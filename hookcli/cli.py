@@ -331,11 +331,17 @@ def preflight(options: dict[str, Any], command: str = "") -> dict[str, Any]:
         if command in _NEEDS_VALUES and device.strip().lower() == "meta":
             raise UsageError(_NEEDS_VALUES[command])
     fail_on = options.get("fail_on")
-    given = isinstance(fail_on, str) or (isinstance(fail_on, (list, tuple)) and fail_on)
-    if given and not _names_in(fail_on):  # --fail-on '' (a default is None or [])
+    texts = (
+        [fail_on]
+        if isinstance(fail_on, str)
+        else list(fail_on or ())
+        if isinstance(fail_on, (list, tuple))
+        else []
+    )
+    if texts and not _names_in(texts):  # --fail-on '' (a default is None or [])
         raise UsageError(
-            f"--fail-on {','.join(fail_on) if not isinstance(fail_on, str) else fail_on!r} "
-            "names no check; give the checks to fail on, or drop --fail-on"
+            f"--fail-on {','.join(texts)!r} names no check; give the checks to fail on, "
+            "or drop --fail-on"
         )
     output = options.get("output")
     if isinstance(output, Path):
@@ -361,9 +367,8 @@ def preflight(options: dict[str, Any], command: str = "") -> dict[str, Any]:
     return options
 
 
-def _names_in(value: str | list[str] | tuple[str, ...]) -> list[str]:
-    texts = [value] if isinstance(value, str) else [str(v) for v in value]
-    return [p for t in texts for p in t.split(",") if p.strip()]
+def _names_in(texts: list[Any]) -> list[str]:
+    return [p for t in texts for p in str(t).split(",") if p.strip()]
 
 
 def _spec_file(spec: Any) -> Path | None:
