@@ -228,3 +228,13 @@ def test_tolerance_line_names_the_default_used(given: str, other: str) -> None:
     expected = {"rtol": rtol, "atol": atol}[other]
     assert f"{given[2:]} 0.1 (given)" in line
     assert f"{other} {expected} (float32's default)" in line and "None" not in line
+
+
+def test_an_unreadable_vs_weights_file_is_exit_3_naming_vs_weights(tmp_path: Path) -> None:
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_text("not a checkpoint\n")
+    plain = invoke("inspect", f"{M}:MLPNet", "--weights", str(garbage), "-i", "4x16")
+    result = invoke("compare", f"{M}:MLPNet", "--vs", f"weights={garbage}", "-i", "4x16")
+    assert plain.exit_code == 3
+    assert result.exit_code == 3, (result.exit_code, result.stderr)
+    assert one_line(result).startswith(f"hookcli: error: --vs weights={garbage}: ")

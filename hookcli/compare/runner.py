@@ -1465,7 +1465,7 @@ def build_sides(mopts_a: Any, mopts_b: Any, ropts: Any, vs: Vs, same: bool) -> t
     import copy
     import dataclasses
 
-    from hookcli.compare.settings import caller, transform
+    from hookcli.compare.settings import caller, transform, weights_named
     from hookcli.inputs.grammar import resolve_device
     from hookcli.pipeline import Prepared, prepare
 
@@ -1477,7 +1477,8 @@ def build_sides(mopts_a: Any, mopts_b: Any, ropts: Any, vs: Vs, same: bool) -> t
             loaded_b = None
         pb = prepare(mopts_b, ropts, need_inputs=False, loaded=loaded_b)
     else:
-        pb = prepare(mopts_b, ropts, need_inputs=False)
+        with weights_named(vs):
+            pb = prepare(mopts_b, ropts, need_inputs=False)
     device_b = resolve_device(vs.device) if vs.device else resolve_device(ropts.device)
     module = transform(pb.model, vs, device_b)
     if module is not pb.model:

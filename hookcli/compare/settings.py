@@ -152,6 +152,18 @@ def _named(flag: str, written: str, value: str) -> Iterator[None]:
         raise
 
 
+@contextlib.contextmanager
+def weights_named(vs: Vs) -> Iterator[None]:
+    """B's build with ``--vs weights=FILE``: a build error about the file names the option
+    written (``--vs weights=FILE: cannot read weights FILE: ...``), exit 3 as --weights's."""
+    try:
+        yield
+    except LoadError as err:
+        if vs.weights is None or str(vs.weights) not in str(err):
+            raise
+        raise LoadError(f"--vs weights={vs.weights}: {err}") from None
+
+
 def check(vs: Vs, *, dtype: str | None, backward: bool) -> None:
     """What --vs cannot do with the run's other options: exit 2 before any build."""
     if vs.quantize == "dynamic":
