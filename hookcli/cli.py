@@ -360,10 +360,12 @@ def preflight(options: dict[str, Any], command: str = "") -> dict[str, Any]:
             _check_baseline(baseline, command)
     # two outputs to one path: the second would replace the first
     check_distinct((flag, v) for flag, v in _file_options(options) if isinstance(v, Path))
-    check_not_inputs(
-        [(flag, v) for flag, v in _file_options(options) if isinstance(v, Path)],
-        _read_files(options),
-    )
+    written = [
+        (flag, v)
+        for flag, v in _file_options(options)
+        if isinstance(v, Path) and (flag != "--baseline" or options.get("update_baseline"))
+    ]
+    check_not_inputs(written, _read_files(options))
     return options
 
 
