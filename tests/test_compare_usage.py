@@ -238,3 +238,20 @@ def test_an_unreadable_vs_weights_file_is_exit_3_naming_vs_weights(tmp_path: Pat
     assert plain.exit_code == 3
     assert result.exit_code == 3, (result.exit_code, result.stderr)
     assert one_line(result).startswith(f"hookcli: error: --vs weights={garbage}: ")
+
+
+def test_quantize_dynamic_on_a_model_built_in_half_is_refused(tmp_path: Path) -> None:
+    model = tmp_path / "half.py"
+    model.write_text(
+        "import torch\nfrom torch import nn\n\n\n"
+        "class Half(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc1 = nn.Linear(16, 4).half()\n\n"
+        "    def forward(self, x):\n"
+        "        return self.fc1(x)\n"
+    )
+    result = invoke("compare", f"{model}:Half", "--vs", "quantize=dynamic", "-i", "float16:4x16")
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    line = one_line(result)
+    assert "needs float32" in line and "float16" in line and "fc1" not in line

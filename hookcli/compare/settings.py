@@ -203,6 +203,12 @@ def transform(model: nn.Module, vs: Vs, device: Any) -> nn.Module:
     if vs.quantize == "dynamic":
         if device.type != "cpu":
             raise UsageError("--vs quantize=dynamic runs on the CPU (torch.ao's int8 kernels)")
+        held = {str(p.dtype).removeprefix("torch.") for p in model.parameters()}
+        if held & {"float16", "bfloat16", "float64"}:  # a model built in half, say
+            raise UsageError(
+                f"--vs quantize=dynamic needs float32 (torch.ao's dynamic int8 Linear takes "
+                f"float32 inputs): the model's parameters are {', '.join(sorted(held))}"
+            )
         if not any(isinstance(m, torch.nn.Linear) for m in model.modules()):
             raise UsageError(
                 "--vs quantize=dynamic: the model has no nn.Linear to quantize (torch.ao "
