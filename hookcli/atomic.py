@@ -104,6 +104,28 @@ def check_distinct(targets: Iterable[tuple[str, Path | None]]) -> None:
         seen.append((option, path))
 
 
+def check_not_inputs(
+    targets: Iterable[tuple[str, Path | None]], inputs: Iterable[tuple[str, Path]]
+) -> None:
+    """Exit 2 when an output names a file the run reads (``-o model.py`` with MODEL
+    ``model.py:Net``): writing the report would replace the user's file."""
+    reads = list(inputs)
+    for option, path in targets:
+        if path is None:
+            continue
+        for read_option, read in reads:
+            if same_file(path, read):
+                label = (
+                    f"{read_option}{read}"
+                    if read_option.endswith("=")
+                    else (f"{read_option} {read}")
+                )
+                raise UsageError(
+                    f"{option} {path} is {label}, a file this run reads: writing the output "
+                    "there would replace it; give the output its own path"
+                )
+
+
 def same_file(a: Path, b: Path) -> bool:
     """The same file: equal after resolving symlinks, or one inode (a hard link)."""
     if os.path.realpath(a) == os.path.realpath(b):

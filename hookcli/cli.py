@@ -311,7 +311,7 @@ def preflight(options: dict[str, Any], command: str = "") -> dict[str, Any]:
     ``--batch-size``, ``--output``, ``--junit`` and ``--baseline`` with ``--update-baseline``
     (a folder or an unwritable path), two file options naming one file. ``-o -`` is stdout.
     """
-    from hookcli.atomic import check_distinct, check_target, is_stdout
+    from hookcli.atomic import check_distinct, check_not_inputs, check_target, is_stdout
     from hookcli.inputs.grammar import INT64_MAX, check_order, check_size, parse_device, parse_spec
     from hookcli.validate import check_seed
 
@@ -330,6 +330,19 @@ def preflight(options: dict[str, Any], command: str = "") -> dict[str, Any]:
         parse_device(device)
         if command in _NEEDS_VALUES and device.strip().lower() == "meta":
             raise UsageError(_NEEDS_VALUES[command])
+    fail_on = options.get("fail_on")
+    texts = (
+        [fail_on]
+        if isinstance(fail_on, str)
+        else list(fail_on or ())
+        if isinstance(fail_on, (list, tuple))
+        else []
+    )
+    if texts and not _names_in(texts):  # --fail-on '' (a default is None or [])
+        raise UsageError(
+            f"--fail-on {','.join(texts)!r} names no check; give the checks to fail on, "
+            "or drop --fail-on"
+        )
     output = options.get("output")
     if isinstance(output, Path):
         if is_stdout(output):
@@ -347,7 +360,51 @@ def preflight(options: dict[str, Any], command: str = "") -> dict[str, Any]:
             _check_baseline(baseline, command)
     # two outputs to one path: the second would replace the first
     check_distinct((flag, v) for flag, v in _file_options(options) if isinstance(v, Path))
+    written = [
+        (flag, v)
+        for flag, v in _file_options(options)
+        if isinstance(v, Path) and (flag != "--baseline" or options.get("update_baseline"))
+    ]
+    check_not_inputs(written, _read_files(options))
     return options
+
+
+def _names_in(texts: list[Any]) -> list[str]:
+    return [p for t in texts for p in str(t).split(",") if p.strip()]
+
+
+def _spec_file(spec: Any) -> Path | None:
+    """The file a ``FILE.py:attr`` / ``FILE`` spec names, where it is an existing file."""
+    if not isinstance(spec, str) or not spec.strip():
+        return None
+    text = spec.strip()
+    for cut in (text, text.rpartition(":")[0], text.partition(":")[0]):
+        if cut and Path(cut).is_file():
+            return Path(cut)
+    return None
+
+
+def _read_files(options: dict[str, Any]) -> list[tuple[str, Path]]:
+    """The files the run reads (MODEL's file, weights, inputs, kwargs, a loss function's
+    file, compare's B side): no output may name one of them."""
+    found: list[tuple[str, Any]] = [
+        ("MODEL", _spec_file(options.get("model"))),
+        ("MODEL B", _spec_file(options.get("model_b"))),
+        ("--inputs-from", _spec_file(options.get("inputs_from"))),
+    ]
+    loss = options.get("loss")
+    if isinstance(loss, str) and loss.strip().startswith("fn:"):
+        found.append(("--loss", _spec_file(loss.strip()[3:])))
+    for name in (
+        "weights", "a_weights", "b_weights", "input_file", "kwargs_file", "a_kwargs_file",
+        "b_kwargs_file", "map_file",
+    ):  # fmt: skip
+        found.append(("--" + name.replace("_", "-"), options.get(name)))
+    for text in options.get("vs") or ():
+        key, _, value = str(text).partition("=")
+        if key.strip() == "weights" and value.strip():
+            found.append(("--vs weights=", Path(value.strip())))
+    return [(flag, Path(v)) for flag, v in found if isinstance(v, (str, Path)) and str(v)]
 
 
 def _file_options(options: dict[str, Any]) -> list[tuple[str, Any]]:

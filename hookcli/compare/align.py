@@ -66,7 +66,7 @@ class Rule:
 
 
 def _root(text: str) -> str:
-    return "" if text.strip() in ("(root)", "") else text.strip()
+    return "" if text.strip() == "(root)" else text.strip()
 
 
 def parse_rule(text: str) -> Rule:
@@ -74,6 +74,11 @@ def parse_rule(text: str) -> Rule:
     a, sep, b = text.partition("=")
     if not sep or "=" in b:
         raise UsageError(f"--map {text!r}: write A_PATTERN=B_PATTERN (one '=')")
+    for side, part in (("left", a), ("right", b)):
+        if not part.strip():
+            raise UsageError(
+                f"--map {text!r}: the {side} side is empty; write (root) for the model itself"
+            )
     a, b = _root(a), _root(b)
     names_a = re.findall(r"\{(\w+)\}", a)
     names_b = re.findall(r"\{(\w+)\}", b)
@@ -181,6 +186,28 @@ def _by_order(
     return pairs, how
 
 
+def _check_rules(
+    calls_a: Sequence[CallInfo], calls_b: Sequence[CallInfo], rules: Sequence[Rule]
+) -> None:
+    """Exit 2 for a rule that matches no module of A, or sends A's matches to no module
+    of B: a saved rule gone stale would otherwise leave the pairing to another method."""
+    names_a = list(dict.fromkeys(c.name for c in calls_a))  # in call order
+    names_b = {c.name for c in calls_b}
+    for rule in rules:
+        sent = [(name, t) for name in names_a if (t := rule.apply(name)) is not None]
+        if not sent:
+            raise UsageError(
+                f"--map {rule.text!r}: its left side matches no module A calls; "
+                "fix or drop the rule (--print-map writes this pair's rules)"
+            )
+        if not any(t in names_b for _, t in sent):
+            name, target = sent[0]
+            raise UsageError(
+                f"--map {rule.text!r}: its right side matches no module B calls (A's "
+                f"{name or '(root)'} would be B's {target or '(root)'}); fix or drop the rule"
+            )
+
+
 def align(
     calls_a: Sequence[CallInfo],
     calls_b: Sequence[CallInfo],
@@ -192,6 +219,7 @@ def align(
     else order."""
     if method not in METHODS:
         raise UsageError(f"--align must be one of {', '.join(METHODS)}, got {method!r}")
+    _check_rules(calls_a, calls_b, rules)
     pairs, how = _by_names(calls_a, calls_b, rules)
     used = "names"
     enough = bool(rules) or 2 * len(pairs) >= len(calls_a)
@@ -206,6 +234,21 @@ def align(
         unaligned_a=tuple(c.index for c in calls_a if c.index not in pairs),
         unaligned_b=tuple(c.index for c in calls_b if c.index not in taken),
     )
+
+
+def check_print_map(gates: Sequence[str], fmt: str) -> None:
+    """``--print-map`` prints the alignment as ``--map`` rules (text for ``--map-file``)
+    and compares nothing: ``--fail-on`` cannot be checked and ``-f`` has nothing to shape."""
+    if gates:
+        raise UsageError(
+            f"--print-map prints the alignment only, so --fail-on {','.join(gates)} cannot be "
+            "checked: drop one of them"
+        )
+    if fmt != "table":
+        raise UsageError(
+            f"--print-map writes --map rules as text (for --map-file), not -f {fmt}: drop -f "
+            "(the JSON report's calls hold each pair as name and partner)"
+        )
 
 
 def rules_from_pairs(pairs: Sequence[tuple[str, str]]) -> list[str]:

@@ -986,6 +986,7 @@ def _report(
     meta: bool,
     copied: Any,
 ) -> CompareReport:
+    from hookcli.compare.settings import idle_notes
     from hookcli.report import CheckResult, Row, shapes_list
 
     by_a = {r.index: r for r in pa.records}
@@ -1120,6 +1121,7 @@ def _report(
     notes = [_side_line("A", a), _side_line("B", b)]
     if meta:
         notes.append("on meta: alignment and shapes only; no values are compared")
+    notes += idle_notes(b.vs, a.model, a.prepared.inputs, mode == Mode.TRAIN, a.seed)
     if local is not None and local.kept:
         notes.append(
             f"local mode: {len(local.kept)} call(s) of B kept their own inputs or outputs "
@@ -1195,6 +1197,7 @@ def _report(
                 unaligned_b,
                 plan,
                 grad_ranking,
+                tensors=[t for d in prop.values() for t in d.tensors],
             )
         ),
     )
@@ -1243,6 +1246,7 @@ def _totals_lines(
     unaligned_b: list[Row],
     plan: Plan,
     grad_ranking: Sequence[Mapping[str, Any]] = (),
+    tensors: Sequence[Any] = (),
 ) -> list[tuple[str, str]]:
     from hookcli.render import fmt_float
 
@@ -1289,13 +1293,45 @@ def _totals_lines(
                 for r in adding[:3]
             ]
             lines.append((label, ", ".join(top)))
-    tol = (
-        "assert_close's defaults by dtype"
-        if plan.rtol is None and plan.atol is None
-        else f"rtol {plan.rtol}, atol {plan.atol}"
-    )
-    lines.append(("Tolerance", tol))
+    lines.append(("Tolerance", _tolerance_words(plan, tensors)))
     return lines
+
+
+def _tolerance_words(plan: Plan, tensors: Sequence[Any]) -> str:
+    """The tolerance line: a value given, and for one not given the default each dtype's
+    tensors were held to (``rtol 0.1 (given), atol 1e-05 (float32's default)``)."""
+    from hookcli.compare.metrics import default_tolerance
+
+    if plan.rtol is None and plan.atol is None:
+        return "assert_close's defaults by dtype"
+    if plan.rtol is not None and plan.atol is not None:
+        return f"rtol {plan.rtol}, atol {plan.atol}"
+    parts = []
+    for key, given in (("rtol", plan.rtol), ("atol", plan.atol)):
+        if given is not None:
+            parts.append(f"{key} {given} (given)")
+            continue
+        by_value: dict[float, list[str]] = {}
+        for t in tensors:
+            da, db = t.dtype_a or t.dtype_b, t.dtype_b or t.dtype_a
+            if da is None:
+                continue
+            # the looser dtype's default is the one used
+            name = da if default_tolerance(da, da) == default_tolerance(da, db) else db
+            names = by_value.setdefault(getattr(t, key), [])
+            if name not in names:
+                names.append(name)
+        if not by_value:
+            parts.append(f"{key} assert_close's default by dtype")
+        if by_value:
+            parts.append(
+                f"{key} "
+                + " / ".join(
+                    f"{value} ({', '.join(names)}'s default)"
+                    for value, names in sorted(by_value.items(), reverse=True)
+                )
+            )
+    return ", ".join(parts)
 
 
 def _call_name(d: Mapping[str, Any]) -> str:
@@ -1406,10 +1442,10 @@ def cli_command(
         parse_fail_on,
         run_options,
     )
-    from hookcli.compare.align import METHODS, parse_rules
-    from hookcli.compare.settings import parse_vs
+    from hookcli.compare.align import METHODS, check_print_map, parse_rules
+    from hookcli.compare.settings import check as check_vs
+    from hookcli.compare.settings import parse_vs, side_kwargs
     from hookcli.errors import UsageError
-    from hookcli.kwargs import with_file
     from hookcli.options import loss_arg
 
     if (model_b is None) == (not vs):
@@ -1430,12 +1466,15 @@ def cli_command(
             raise UsageError(f"--map-file {map_file}: {err.strerror or err}") from None
     rules = parse_rules(texts)
     gates = parse_fail_on(fail_on, ("divergence",))
+    if print_map:
+        check_print_map(gates, Format(format).value)
     if (a_weights is not None or b_weights is not None) and weights is not None:
         raise UsageError("--weights gives both sides theirs: use --a-weights/--b-weights instead")
     if the_vs.weights is not None and (b_weights is not None or weights is not None):
         raise UsageError("--vs weights=FILE gives B its weights: drop --weights/--b-weights")
-    ka = [*(with_file(list(kwargs or ()), a_kwargs_file) or ()), *(a_kwargs or ())]
-    kb = [*(with_file(list(kwargs or ()), b_kwargs_file) or ()), *(b_kwargs or ())]
+    check_vs(the_vs, dtype=dtype, backward=backward)
+    ka = side_kwargs(kwargs, a_kwargs_file, a_kwargs, "--a-kwargs-file")
+    kb = side_kwargs(kwargs, b_kwargs_file, b_kwargs, "--b-kwargs-file")
     mopts_a = model_options(model, ka, a_weights or weights, trust_pickle, seed)
     mopts_b = model_options(
         model_b or model, kb, the_vs.weights or b_weights or weights, trust_pickle, seed
@@ -1475,7 +1514,7 @@ def build_sides(mopts_a: Any, mopts_b: Any, ropts: Any, vs: Vs, same: bool) -> t
     import copy
     import dataclasses
 
-    from hookcli.compare.settings import caller, transform
+    from hookcli.compare.settings import caller, transform, weights_named
     from hookcli.inputs.grammar import resolve_device
     from hookcli.pipeline import Prepared, prepare
 
@@ -1487,7 +1526,8 @@ def build_sides(mopts_a: Any, mopts_b: Any, ropts: Any, vs: Vs, same: bool) -> t
             loaded_b = None
         pb = prepare(mopts_b, ropts, need_inputs=False, loaded=loaded_b)
     else:
-        pb = prepare(mopts_b, ropts, need_inputs=False)
+        with weights_named(vs):
+            pb = prepare(mopts_b, ropts, need_inputs=False)
     device_b = resolve_device(vs.device) if vs.device else resolve_device(ropts.device)
     module = transform(pb.model, vs, device_b)
     if module is not pb.model:

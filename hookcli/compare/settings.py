@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hookcli.errors import UsageError
+from hookcli.errors import LoadError, UsageError
 
 if TYPE_CHECKING:
     from torch import nn
@@ -100,15 +100,16 @@ def parse_vs(texts: Sequence[str]) -> Vs:
         elif key == "device":
             from hookcli.inputs.grammar import resolve_device
 
-            resolve_device(value)  # a bad device: exit 2 before any build
+            with _named("--device", f"--vs device={value}", value):
+                resolve_device(value)  # a bad device: exit 2 before any build
             found[key] = value
         elif key == "weights":
             path = Path(value)
-            if not path.exists():
-                raise UsageError(f"--vs weights={value}: no such file")
+            if not path.exists():  # a bad weights file is a build error, as --weights's
+                raise LoadError(f"--vs weights={value}: weights file not found")
             found[key] = path
         elif key == "compile":
-            found[key] = value or "inductor"
+            found[key] = _backend(value or "inductor")
         elif key == "quantize":
             if value != "dynamic":
                 raise UsageError(f"--vs quantize={value}: only quantize=dynamic (int8 nn.Linear)")
@@ -122,6 +123,75 @@ def parse_vs(texts: Sequence[str]) -> Vs:
     return Vs(texts=tuple(t.strip() for t in texts), **found)
 
 
+def _backend(name: str) -> str:
+    """A torch.compile backend by name; an unknown one is exit 2 listing those there are."""
+    import torch._dynamo
+
+    known = torch._dynamo.list_backends(exclude_tags=())
+    if name not in known:
+        raise UsageError(
+            f"--vs compile={name}: torch.compile has no backend {name!r}; "
+            f"its backends: {', '.join(torch._dynamo.list_backends())} (and the debug ones: "
+            "eager, aot_eager, ...)"
+        )
+    return name
+
+
+@contextlib.contextmanager
+def _named(flag: str, written: str, value: str) -> Iterator[None]:
+    """A shared check's UsageError naming ``flag`` (``--device cuda: ...``) re-raised
+    naming what the user wrote (``--vs device=cuda: ...``)."""
+    try:
+        yield
+    except UsageError as err:
+        text = str(err)
+        heads = (f"bad {flag} {value!r}", f"{flag} {value}", flag) if value else (flag,)
+        for head in heads:
+            if text.startswith(head):
+                raise UsageError(written + text[len(head) :]) from None
+        raise
+
+
+@contextlib.contextmanager
+def weights_named(vs: Vs) -> Iterator[None]:
+    """B's build with ``--vs weights=FILE``: a build error about the file names the option
+    written (``--vs weights=FILE: cannot read weights FILE: ...``), exit 3 as --weights's."""
+    try:
+        yield
+    except LoadError as err:
+        if vs.weights is None or str(vs.weights) not in str(err):
+            raise
+        raise LoadError(f"--vs weights={vs.weights}: {err}") from None
+
+
+def check(vs: Vs, *, dtype: str | None, backward: bool) -> None:
+    """What --vs cannot do with the run's other options: exit 2 before any build."""
+    if vs.quantize == "dynamic":
+        cast = vs.dtype or dtype
+        if cast not in (None, "float32"):
+            raise UsageError(
+                f"--vs quantize=dynamic needs float32 (torch.ao's dynamic int8 Linear takes "
+                f"float32 inputs): drop {'--vs dtype=' if vs.dtype else '--dtype '}{cast}"
+            )
+        if backward:
+            raise UsageError(
+                "--vs quantize=dynamic has no backward (torch.ao's dynamic int8 Linear has "
+                "no autograd): drop --backward"
+            )
+
+
+def side_kwargs(
+    items: Sequence[str] | None, path: Any, own: Sequence[str] | None, flag: str
+) -> list[Any]:
+    """One side's ``-k`` items: the shared ones, then ``flag``'s file, then its own; a bad
+    file is exit 2 naming ``flag`` (``--b-kwargs-file``)."""
+    from hookcli.kwargs import with_file
+
+    with _named("--kwargs-file", flag, ""):
+        shared = with_file(list(items or ()), path) or ()
+    return [*shared, *(own or ())]
+
+
 def transform(model: nn.Module, vs: Vs, device: Any) -> nn.Module:
     """B's module: cast, moved and quantized as ``vs`` says (the module is B's own copy)."""
     import torch
@@ -133,6 +203,17 @@ def transform(model: nn.Module, vs: Vs, device: Any) -> nn.Module:
     if vs.quantize == "dynamic":
         if device.type != "cpu":
             raise UsageError("--vs quantize=dynamic runs on the CPU (torch.ao's int8 kernels)")
+        held = {str(p.dtype).removeprefix("torch.") for p in model.parameters()}
+        if held & {"float16", "bfloat16", "float64"}:  # a model built in half, say
+            raise UsageError(
+                f"--vs quantize=dynamic needs float32 (torch.ao's dynamic int8 Linear takes "
+                f"float32 inputs): the model's parameters are {', '.join(sorted(held))}"
+            )
+        if not any(isinstance(m, torch.nn.Linear) for m in model.modules()):
+            raise UsageError(
+                "--vs quantize=dynamic: the model has no nn.Linear to quantize (torch.ao "
+                "dynamic int8 quantizes nn.Linear only; transformers' Conv1D is not one)"
+            )
         with _quiet():
             model = torch.ao.quantization.quantize_dynamic(
                 model, {torch.nn.Linear}, dtype=torch.qint8, inplace=True
@@ -175,7 +256,9 @@ def running(vs: Vs, device: Any) -> Iterator[None]:
         if vs.deterministic:
             torch.use_deterministic_algorithms(True)
         if vs.amp is not None:
-            autocast.activate(autocast.check(vs.amp, device), device)
+            with _named("--amp", f"--vs amp={vs.amp}", vs.amp):
+                checked = autocast.check(vs.amp, device)
+            autocast.activate(checked, device)
         yield
     finally:
         autocast._active = saved_amp
@@ -183,6 +266,32 @@ def running(vs: Vs, device: Any) -> Iterator[None]:
             torch.use_deterministic_algorithms(det, warn_only=warn_only)
         if vs.threads is not None:
             torch.set_num_threads(threads)
+
+
+def idle_notes(vs: Vs, model_a: Any, inputs: Any, train: bool, seed_a: int | None) -> list[str]:
+    """Notes for a --vs setting that changes nothing in this run (B is then A again)."""
+    from hookcli.structures import iter_tensors
+
+    notes = []
+    if vs.dtype is not None:
+        held = [*model_a.parameters(), *model_a.buffers()]
+        if inputs is not None:
+            held += list(iter_tensors((inputs.args, dict(inputs.kwargs))))
+        floats = {str(t.dtype).removeprefix("torch.") for t in held if t.is_floating_point()}
+        if floats <= {vs.dtype}:
+            notes.append(
+                f"--vs dtype={vs.dtype} changes nothing here: A's parameters and inputs are "
+                f"{vs.dtype} already"
+            )
+    if vs.seed is not None:
+        if seed_a is not None and vs.seed == seed_a:
+            notes.append(f"--vs seed={vs.seed} changes nothing here: A runs with seed {seed_a}")
+        elif not train:
+            notes.append(
+                f"--vs seed={vs.seed} changes nothing here unless the model draws random "
+                "numbers itself: in eval mode no dropout is active (add --mode train)"
+            )
+    return notes
 
 
 def words(vs: Vs) -> str:
