@@ -631,12 +631,14 @@ def compare(
     from hookcli.compare.align import parse_rules
     from hookcli.compare.runner import Plan, Side, run_compare
     from hookcli.compare.settings import Vs, caller, parse_vs, transform
+    from hookcli.compare.settings import check as check_vs
     from hookcli.options import names_arg
     from hookcli.pipeline import Prepared, collection_paused
     from hookcli.sources import LoadedModel
 
     _common(forward_kwargs, seed, None, False, copy_weights=copy_weights)
     the_vs = parse_vs([vs] if isinstance(vs, str) else list(vs or ()))
+    check_vs(the_vs, dtype=None, backward=False)  # (what --vs cannot do: before any run)
     if (b is None) == (not the_vs.given):
         raise UsageError("compare needs b (another model) or vs (a setting), one of them")
     rules = parse_rules([map] if isinstance(map, str) else list(map or ()))

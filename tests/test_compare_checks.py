@@ -173,3 +173,12 @@ def test_a_call_without_local_figures_is_named_in_a_note() -> None:
         assert len(notes) == 1 and "(" + ", ".join(missing) + ")" in notes[0], notes
     else:
         assert not notes
+
+
+def test_the_python_twin_refuses_quantize_with_a_half_dtype_before_running() -> None:
+    calls = []
+    model = nn.Linear(2, 2)
+    model.register_forward_hook(lambda *a: calls.append(1))
+    with pytest.raises(UsageError, match="quantize=dynamic needs float32"):
+        hookcli.compare(model, inputs=(torch.ones(1, 2),), vs=["quantize=dynamic", "dtype=float16"])
+    assert not calls  # refused before any forward
