@@ -140,6 +140,37 @@ def shapes(rows: Sequence[dict[str, Any]], key: str) -> list[list[list[int]]]:
     return [r[key] for r in rows]
 
 
+# -- the order pytest-xdist hands files out in (``make test``: ``--dist loadfile``) ---------
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if getattr(config.option, "dist", "no") in ("loadfile", "loadscope"):
+        # xdist's own order is by number of tests alone; the queue follows the
+        # collection order instead, which pytest_collection_modifyitems sets below
+        config.option.loadscopereorder = False
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """In an xdist worker (whose collection is the queue under ``--dist loadfile``), the
+    files that launch torchrun (tests marked ``distributed``, several seconds a launch)
+    go first, the most such tests first, then the others by their number of tests, as
+    xdist itself orders them: the longest files start first, so none is left to run
+    alone on one worker at the end (a file with few tests, sorted last by count alone,
+    could). Tests keep their order within a file; only the files' order changes."""
+    if not hasattr(config, "workerinput"):
+        return
+    files: dict[str, list[pytest.Item]] = {}
+    for item in items:  # after -m/-k deselection (trylast)
+        files.setdefault(item.nodeid.split("::", 1)[0], []).append(item)
+
+    def weight(group: list[pytest.Item]) -> tuple[int, int]:
+        launches = sum(1 for item in group if item.get_closest_marker("distributed"))
+        return (-launches, -len(group))
+
+    items[:] = [item for group in sorted(files.values(), key=weight) for item in group]
+
+
 # -- the skip ledger (tests/skips.py): a skip nobody expected fails the run ------------------
 
 _SKIPS: list[tuple[str, str]] = []

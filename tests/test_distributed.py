@@ -359,10 +359,24 @@ def test_healthy_model_matches_plain_ddp(tmp_path: Path) -> None:
     assert all(c["passed"] for c in report["checks"]), report["checks"]
 
 
+RANK_BRANCH = "sample_models.distributed:RankBranch"
+
+
+@pytest.fixture(scope="module")
+def rank_branch_ref(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """The plain-DDP oracle of RankBranch (seed 0), with DDP's own unused-parameter error:
+    one launch, read by the ``unused`` test and by the stats/inspect test (whose
+    ``output_mean`` is computed before any DDP step, so the error's second run leaves it
+    as it is)."""
+    return oracle(tmp_path_factory.mktemp("rank_branch"), RANK_BRANCH, "--plain-ddp-error")
+
+
 @pytest.mark.distributed
-def test_rank_dependent_unused_branch_named_as_ddp_names_it(tmp_path: Path) -> None:
-    spec = "sample_models.distributed:RankBranch"
-    ref = oracle(tmp_path, spec, "--plain-ddp-error")
+def test_rank_dependent_unused_branch_named_as_ddp_names_it(
+    tmp_path: Path, rank_branch_ref: list[dict[str, Any]]
+) -> None:
+    spec = RANK_BRANCH
+    ref = rank_branch_ref
     run = torchrun(tmp_path, "grads", spec, "--ddp", "-f", "json", "--fail-on", "unused")
     assert run["returncode"] != 0  # exit 1 on each rank: a check failed
     report = report_of(run)
@@ -487,9 +501,9 @@ def test_failure_on_one_rank_ends_every_rank_with_one_line(tmp_path: Path) -> No
 
 
 @pytest.mark.distributed
-def test_stats_and_inspect_under_ddp(tmp_path: Path) -> None:
-    spec = "sample_models.distributed:RankBranch"
-    ref = oracle(tmp_path, spec)
+def test_stats_and_inspect_under_ddp(tmp_path: Path, rank_branch_ref: list[dict[str, Any]]) -> None:
+    spec = RANK_BRANCH
+    ref = rank_branch_ref
     stats = torchrun(tmp_path, "stats", spec, "--ddp", "--mode", "train", "-f", "json")
     assert stats["returncode"] == 0, stats
     root = rows_by_name(report_of(stats))[""]
