@@ -651,7 +651,14 @@ def compare(
         pa = live(a, args, forward_kwargs, the_mode, seed)
         if b is None:
             device = torch.device(the_vs.device) if the_vs.device else _device_of(a, args)
-            b = transform(copy.deepcopy(a), the_vs, device)
+            b = copy.deepcopy(a)
+            if the_vs.weights is not None:  # (B loads them, as --vs weights= does)
+                from hookcli.compare.settings import weights_named
+                from hookcli.weights import apply_weights
+
+                with weights_named(the_vs):
+                    apply_weights(b, the_vs.weights)
+            b = transform(b, the_vs, device)
         pb = live(b, args, forward_kwargs, the_mode, seed)
         settings = dict(pb.settings)
         if the_vs.device:

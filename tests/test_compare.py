@@ -326,8 +326,7 @@ def test_nothing_aligned_is_exit_2() -> None:
     result = invoke("compare", f"{M}:ConvNet", f"{M}:MLPNet", "--align", "names",
                     "--map", "(root)=elsewhere", "-i", "2x3x16x16")  # fmt: skip
     assert result.exit_code == 2, result.stderr
-    # the rule that sends the root nowhere is refused before nothing is aligned
-    assert "'(root)=elsewhere': its right side matches no module B calls" in result.stderr
+    assert "nothing aligned" in result.stderr
 
 
 class Scaled(Renamed):

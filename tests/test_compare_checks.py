@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+from typing import Any
 
 import pytest
 import torch
@@ -163,16 +164,15 @@ class Threaded(nn.Module):
 
 
 def test_a_call_without_local_figures_is_named_in_a_note() -> None:
+    """``a`` runs on a thread of the model's own, where B's call cannot be fed A's value:
+    it has propagated figures and no local ones, and the note names it."""
     torch.manual_seed(0)
     report = hookcli.compare(Threaded(), inputs=(torch.randn(4, 16),), vs="dtype=float16")
-    data = report.to_dict()
-    missing = [r["name"] for r in data["calls"] if r["rel_l2"] is not None
-               and r["local_rel_l2"] is None]  # fmt: skip
+    rows = {r["name"]: r for r in report.to_dict()["calls"]}
+    assert rows["a"]["rel_l2"] is not None and rows["a"]["local_rel_l2"] is None
+    assert rows["b"]["local_rel_l2"] is not None
     notes = [n for n in report.notes if "without local figures" in n]
-    if missing:  # (the call on the model's own thread)
-        assert len(notes) == 1 and "(" + ", ".join(missing) + ")" in notes[0], notes
-    else:
-        assert not notes
+    assert len(notes) == 1 and "(a)" in notes[0], report.notes
 
 
 def test_the_python_twin_refuses_quantize_with_a_half_dtype_before_running() -> None:
@@ -182,3 +182,30 @@ def test_the_python_twin_refuses_quantize_with_a_half_dtype_before_running() -> 
     with pytest.raises(UsageError, match="quantize=dynamic needs float32"):
         hookcli.compare(model, inputs=(torch.ones(1, 2),), vs=["quantize=dynamic", "dtype=float16"])
     assert not calls  # refused before any forward
+
+
+def test_the_python_twin_loads_vs_weights(tmp_path: Any) -> None:
+    """``vs="weights=FILE"``: B is A with FILE's weights, as on the command line; the
+    error is FILE's against A's, by hand."""
+    torch.manual_seed(0)
+    a, other = nn.Linear(4, 4), nn.Linear(4, 4)
+    path = tmp_path / "other.pt"
+    torch.save(other.state_dict(), path)
+    x = torch.randn(3, 4)
+    before = a.weight.detach().clone()
+    report = hookcli.compare(a, inputs=(x,), vs=f"weights={path}", fail_on="divergence")
+    assert not report.passed
+    with torch.no_grad():
+        want = float((other(x) - a(x)).double().norm() / a(x).double().norm())
+    assert report.to_dict()["calls"][0]["rel_l2"] == pytest.approx(want, rel=1e-6)
+    assert torch.equal(a.weight, before)  # (A untouched: its copy took the weights)
+
+
+@pytest.mark.parametrize("call", ["compare", "grads", "stats"])
+def test_an_empty_fail_on_string_is_refused_by_the_python_twins(call: str) -> None:
+    model, x = nn.Linear(2, 2), torch.ones(1, 2)
+    with pytest.raises(UsageError, match="names nothing"):
+        if call == "compare":
+            hookcli.compare(model, inputs=(x,), vs="dtype=float16", fail_on="")
+        else:
+            getattr(hookcli, call)(model, x, fail_on=" , ")

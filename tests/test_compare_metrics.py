@@ -99,10 +99,10 @@ def test_small_and_large_pairs_equal_float64_by_hand(size: int | str, dtype_b: t
     assert got.value_b == float(b[want["worst"]].float())
 
 
-def test_complex_pairs_are_compared_by_real_and_imaginary_part() -> None:
+def test_complex_pairs_are_compared_by_modulus_as_isclose() -> None:
     """A difference in the imaginary parts alone is measured (not cast away), against
-    complex128 arithmetic by hand; a real side against a complex one has zero imaginary
-    parts."""
+    complex128 arithmetic by hand: |.| is the modulus, the count isclose's (as
+    assert_close decides); a real side against a complex one has imaginary parts of 0."""
     gen = torch.Generator().manual_seed(3)
     a = torch.randn(6, 5, dtype=torch.complex64, generator=gen)
     b = torch.complex(a.real, a.imag * 1.35)  # the real parts equal
@@ -114,13 +114,43 @@ def test_complex_pairs_are_compared_by_real_and_imaginary_part() -> None:
         float(torch.vdot(a128.flatten(), b128.flatten()).real / (a128.norm() * b128.norm())),
         rel=1e-9,
     )
-    parts = torch.view_as_real(d)
-    assert got.max_abs == pytest.approx(float(parts.abs().max()), rel=1e-6)
-    flat = int(parts.abs().flatten().argmax())
-    assert got.worst == (flat // 2 // 5, flat // 2 % 5)
-    assert got.value_b == pytest.approx(float(torch.view_as_real(b).flatten()[flat]), rel=1e-6)
-    want_bad = int((~torch.isclose(torch.view_as_real(b128), torch.view_as_real(a128),
-                                   rtol=got.rtol, atol=got.atol)).sum())  # fmt: skip
+    assert got.max_abs == pytest.approx(float(d.abs().max()), rel=1e-9)
+    flat = int(d.abs().flatten().argmax())
+    assert got.worst == (flat // 5, flat % 5)
+    assert got.value_b == pytest.approx(float(b128.flatten()[flat].abs()), rel=1e-9)
+    want_bad = int((~torch.isclose(b128, a128, rtol=got.rtol, atol=got.atol)).sum())
     assert got.mismatched == want_bad > 0 and got.diverged
+    # within isclose's modulus tolerance, though one part alone is not
+    near = metrics.tensor_diff(0, torch.full((3,), 1000 + 0.001j), torch.full((3,), 1000 + 0.0011j))
+    assert near.mismatched == 0 and not near.diverged
     real = metrics.tensor_diff(0, a.real.contiguous(), a)
     assert real.rel_l2 == pytest.approx(float(a.imag.norm() / a.real.norm()), rel=1e-6)
+
+
+@pytest.mark.parametrize("scale", [1e-8, 1e-6, 1e-3, 1e3, 1e5])
+@pytest.mark.parametrize("numel", [300, 300_000])
+def test_the_cosine_of_a_scaled_copy_is_one(scale: float, numel: int) -> None:
+    """B a scaled copy of A (the cosine 1 exactly in float64 by hand), small and large pairs."""
+    a = torch.randn(numel, generator=torch.Generator().manual_seed(1))
+    b = a * scale
+    got = metrics.tensor_diff(0, a, b)
+    a64, b64 = a.double(), b.double()
+    want = float(a64 @ b64 / (a64.norm() * b64.norm()))
+    assert got.cosine == pytest.approx(want, abs=1e-9) and got.cosine <= 1.0
+
+
+@pytest.mark.parametrize("numel", [4, 300_000])
+def test_an_inf_in_b_where_a_is_finite(numel: int) -> None:
+    a = torch.ones(numel)
+    b = a.clone()
+    b[1] = float("inf")
+    got = metrics.tensor_diff(0, a, b)
+    assert got.sqnr_db == -math.inf and got.rel_l2 == math.inf
+    assert got.nonfinite_b == 1 and got.mismatched == 1 and got.worst == (1,)
+
+
+def test_a_nan_on_both_sides_is_not_the_worst_element() -> None:
+    """isclose(equal_nan=True) takes a NaN pair as equal: the worst is the real mismatch."""
+    got = metrics.tensor_diff(0, torch.tensor([math.nan, 1.0]), torch.tensor([math.nan, 2.0]))
+    assert got.worst == (1,) and got.mismatched == 1 and got.max_abs == 1.0
+    assert (got.value_a, got.value_b) == (1.0, 2.0)

@@ -238,3 +238,44 @@ def test_the_forward_hook_keeps_no_module_output_alive() -> None:
             opt.step()
             opt.zero_grad()
     assert [r["step"] for r in w.records if r["kind"] == "step"] == [1, 2]
+
+
+class _Rotary(nn.Module):
+    """A table built under inference_mode at construction, returned as it is (a rotary
+    or positional cache): an inference tensor, which has no version counter."""
+
+    def __init__(self):
+        super().__init__()
+        with torch.inference_mode():
+            self.table = torch.randn(8, 16)
+
+    def forward(self, x):
+        return self.table
+
+
+class _WithTable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.rot = _Rotary()
+        self.lin = nn.Linear(16, 1)
+
+    def forward(self, x):
+        return self.lin(x + self.rot(x).clone())
+
+
+def test_an_inference_tensor_output_is_measured_and_the_watch_goes_on() -> None:
+    torch.manual_seed(0)
+    model = _WithTable()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x = torch.randn(8, 16)
+    with hookcli.watch(model, opt, every=1) as w:
+        for _ in range(3):
+            model(x).square().mean().backward()
+            opt.step()
+            opt.zero_grad()
+    steps = [r for r in w.records if r["kind"] == "step"]
+    assert len(steps) == 3  # (the monitor went on past step 1)
+    want = float(model.rot.table.double().abs().max())
+    # (the first step's forward ran before the monitor knew a step was logged)
+    got = [s["modules"]["rot"]["act"]["absmax"] for s in steps[1:]]
+    assert got == [pytest.approx(want)] * 2

@@ -128,6 +128,7 @@ class Alignment:
     how: dict[int, str]  # name | rule | order | shapes | type
     unaligned_a: tuple[int, ...]
     unaligned_b: tuple[int, ...]
+    notes: tuple[str, ...] = ()  # --map rules that matched no call
 
 
 def _by_names(
@@ -188,24 +189,24 @@ def _by_order(
 
 def _check_rules(
     calls_a: Sequence[CallInfo], calls_b: Sequence[CallInfo], rules: Sequence[Rule]
-) -> None:
-    """Exit 2 for a rule that matches no module of A, or sends A's matches to no module
-    of B: a saved rule gone stale would otherwise leave the pairing to another method."""
+) -> tuple[str, ...]:
+    """A line for each rule that matches no module this run of A calls, or sends A's
+    matches to no module B calls: a saved rule gone stale, or one for a branch this run
+    does not take (a module called only in train mode), said rather than refused."""
     names_a = list(dict.fromkeys(c.name for c in calls_a))  # in call order
     names_b = {c.name for c in calls_b}
+    notes = []
     for rule in rules:
         sent = [(name, t) for name in names_a if (t := rule.apply(name)) is not None]
         if not sent:
-            raise UsageError(
-                f"--map {rule.text!r}: its left side matches no module A calls; "
-                "fix or drop the rule (--print-map writes this pair's rules)"
-            )
-        if not any(t in names_b for _, t in sent):
+            notes.append(f"--map {rule.text!r}: its left side matches no module A called")
+        elif not any(t in names_b for _, t in sent):
             name, target = sent[0]
-            raise UsageError(
-                f"--map {rule.text!r}: its right side matches no module B calls (A's "
-                f"{name or '(root)'} would be B's {target or '(root)'}); fix or drop the rule"
+            notes.append(
+                f"--map {rule.text!r}: its right side matches no module B called (A's "
+                f"{name or '(root)'} would be B's {target or '(root)'})"
             )
+    return tuple(notes)
 
 
 def align(
@@ -219,7 +220,7 @@ def align(
     else order."""
     if method not in METHODS:
         raise UsageError(f"--align must be one of {', '.join(METHODS)}, got {method!r}")
-    _check_rules(calls_a, calls_b, rules)
+    notes = _check_rules(calls_a, calls_b, rules)
     pairs, how = _by_names(calls_a, calls_b, rules)
     used = "names"
     enough = bool(rules) or 2 * len(pairs) >= len(calls_a)
@@ -233,6 +234,7 @@ def align(
         how=how,
         unaligned_a=tuple(c.index for c in calls_a if c.index not in pairs),
         unaligned_b=tuple(c.index for c in calls_b if c.index not in taken),
+        notes=notes,
     )
 
 

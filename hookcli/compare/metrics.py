@@ -15,11 +15,9 @@ range) takes a chunked float64 sweep:
 
 An element passes when ``|b - a| <= atol + rtol * |a|`` (``torch.isclose(b, a)``, NaN
 equal to NaN), as ``torch.testing.assert_close(b, a)`` tests it; the default tolerances
-are assert_close's for the less precise of the two dtypes. A complex tensor is compared as
-the pairs of its real and imaginary parts (``torch.view_as_real``; a real side's
-imaginary parts are zero): the norms, the cosine and the SQNR are the complex ones, while
-``max_abs``, the count and the worst element (its values: the part that differs most)
-go by part.
+are assert_close's for the less precise of the two dtypes. A complex tensor is compared in
+complex128 by ``_sweep``, as ``torch.isclose`` does: ``|.|`` is the modulus, the cosine
+the real part of ``<a, b>`` over the norms, the worst element's values its moduli.
 """
 
 from __future__ import annotations
@@ -118,6 +116,7 @@ _CHUNK = 1 << 16  # elements per step: the float64 buffers stay small, reused an
 
 
 _FAST = ("float16", "bfloat16", "float32", "float64")
+_SCALES = 16.0  # |a|^2 / |b|^2 (or its inverse) past which <a, b> is read by rows
 _SMALL = 1 << 14  # pairs up to this many elements take ``_reduce_small``
 _PIECE = 1 << 18  # elements per piece of ``_reduce``: a multiple of ``_ROW``
 _ROW = 1024  # sums of squares by rows of this length: each row's norm is exact to ~1e-7
@@ -139,23 +138,6 @@ def _buffer(n: int, like: torch.Tensor, slot: int) -> torch.Tensor:
         with torch.inference_mode(False):  # (a normal tensor serves in and out of it)
             buf = _scratch[key] = torch.empty(n, dtype=like.dtype, device=like.device)
     return buf[:n]
-
-
-def _first(x: torch.Tensor, value: float, largest: bool) -> int:
-    """The first index where ``x`` (1-D) holds ``value``, its max (or min): the row that
-    holds it, then the place in that row (a whole-tensor argmax is a slow kernel)."""
-    import torch
-
-    main = x.numel() - x.numel() % _ROW
-    if main:
-        rows = x[:main].view(-1, _ROW)
-        ends = rows.amax(dim=1) if largest else rows.amin(dim=1)
-        r = int(torch.argmax(ends) if largest else torch.argmin(ends))
-        if float(ends[r]) == value:
-            row = rows[r]
-            return r * _ROW + int(torch.argmax(row) if largest else torch.argmin(row))
-    tail = x[main:]
-    return main + int(torch.argmax(tail) if largest else torch.argmin(tail))
 
 
 def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float]:
@@ -222,10 +204,31 @@ def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[floa
         return _sweep(a, b, rt, at)  # NaN or Inf somewhere (or a sum past float's range)
     va, vb = float(af[k]), float(bf[k])
     bad = int(counts.to(torch.float64).sum())  # (each piece's count exact; summed in float64)
-    # <a, b> from the three sums: (|a|^2 + |b|^2 - |b - a|^2) / 2, exact enough for the
-    # cosine (its error is that of the sums, relative to |a| |b|)
-    dot = (sq_a + sq_b - sq_d) / 2.0
+    # <a, b> from the three sums: (|a|^2 + |b|^2 - |b - a|^2) / 2, whose error (the sums',
+    # ~1e-7 of the larger square) is ~1e-7 of |a| |b| where the norms are alike; where
+    # they are not (one side a scaled copy of the other), <a, b> read by rows instead
+    low, high = min(sq_a, sq_b), max(sq_a, sq_b)
+    if low > 0 and high > _SCALES * low:
+        dot = _dot_by_rows(af, bf, wide)
+    else:
+        dot = (sq_a + sq_b - sq_d) / 2.0
     return [raw, sq_a, sq_b, sq_d, dot, 0, 0, bad, va, vb, k]
+
+
+def _dot_by_rows(af: torch.Tensor, bf: torch.Tensor, wide: Any) -> float:
+    """<a, b> a piece at a time: products into a reused buffer, summed by rows of
+    ``_ROW`` in ``wide``, the rows' sums added in float64."""
+    import torch
+
+    total = 0.0
+    for s in range(0, af.numel(), _PIECE):
+        pa = af[s : s + _PIECE].to(wide)
+        pb = bf[s : s + _PIECE].to(device=af.device, dtype=wide)
+        prod = torch.mul(pa, pb, out=_buffer(pa.numel(), pa, 0))
+        main = prod.numel() - prod.numel() % _ROW
+        rows = prod[:main].view(-1, _ROW).sum(dim=1).to(torch.float64).sum()
+        total += float(rows + prod[main:].to(torch.float64).sum())
+    return total
 
 
 def _reduce_small(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float]:
@@ -251,29 +254,34 @@ def _reduce_small(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> lis
 
 def _sweep(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float]:
     """The figures of one pair in one sweep over it, a chunk at a time: sums of squares
-    of a, b and b - a, dot(a, b), max |b - a| and where, the non-finite and mismatched
-    counts. Each chunk is cast to float64 once, into buffers reused from chunk to chunk:
-    nothing as large as the pair is made."""
+    of a, b and b - a, <a, b> (its real part for complex tensors), max |b - a| and where,
+    the non-finite and mismatched counts. Each chunk is cast to float64 (complex128 where
+    a side is complex: |.| is then the modulus, as isclose takes it) once, into buffers
+    reused from chunk to chunk: nothing as large as the pair is made."""
     import torch
 
     af, bf = a.reshape(-1), b.reshape(-1)
     numel = af.numel()
     size = min(numel, _CHUNK)
-    bufs = torch.empty((3, size), dtype=torch.float64, device=af.device)
+    cplx = a.is_complex() or b.is_complex()
+    wide = torch.complex128 if cplx else torch.float64
+    bufs = torch.empty((3, size), dtype=wide, device=af.device)
     flags = torch.empty(size, dtype=torch.bool, device=af.device)
-    sq_a = sq_b = sq_d = dot = 0.0
+
+    def dot(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        return torch.vdot(x, y).real if cplx else torch.dot(x, y)
+
+    sq_a = sq_b = sq_d = dot_ab = 0.0
     bad = nfa = nfb = 0
     best, best_at, best_raw = -1.0, 0, 0.0
     for start in range(0, numel, _CHUNK):
         n = min(_CHUNK, numel - start)
         a64, b64, d = bufs[0, :n], bufs[1, :n], bufs[2, :n]
-        a64.copy_(af[start : start + n])
+        a64.copy_(af[start : start + n])  # (a real side: imaginary parts of zero)
         b64.copy_(bf[start : start + n])
         torch.sub(b64, a64, out=d)
-        sums = torch.stack(
-            [torch.dot(a64, a64), torch.dot(b64, b64), torch.dot(a64, b64), torch.dot(d, d)]
-        )
-        absd = d.abs_()
+        sums = torch.stack([dot(a64, a64), dot(b64, b64), dot(a64, b64), dot(d, d)])
+        absd = d.abs() if cplx else d.abs_()
         s = sums.tolist()
         if all(math.isfinite(v) for v in s):  # (float64 sums of these values: finite
             # exactly when every element is) the common case
@@ -281,24 +289,34 @@ def _sweep(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float
             raw = key = float(absd[k])
             n_bad = 0
             if raw > at:  # else no element can pass atol + rtol * |a|
-                a64.abs_().mul_(rt)
-                torch.sub(absd, a64, out=a64)
-                n_bad = int(torch.gt(a64, at, out=flags[:n]).sum())
+                tol = a64.abs().mul_(rt) if cplx else a64.abs_().mul_(rt)
+                n_bad = int(torch.gt(absd - tol, at, out=flags[:n]).sum())
             n_fa = n_fb = 0
         else:  # NaN or Inf somewhere: as isclose(b, a, equal_nan=True) decides
-            k = int(torch.where(torch.isnan(absd), math.inf, absd).argmax())
+            close = torch.isclose(b64, a64, rtol=rt, atol=at, equal_nan=True)
+            # the worst: a pair isclose fails where |b - a| is NaN (NaN on one side, or
+            # Infs of opposite signs) before any finite difference; equal pairs (both
+            # NaN, the same Inf) are not candidates
+            keys = torch.where(close, -1.0, torch.where(torch.isnan(absd), math.inf, absd))
+            k = int(keys.argmax())
             raw = float(absd[k])
-            key = math.inf if math.isnan(raw) else raw
-            n_bad = int((~torch.isclose(b64, a64, rtol=rt, atol=at, equal_nan=True)).sum())
+            key = float(keys[k])
+            n_bad = int((~close).sum())
             n_fa = int((~torch.isfinite(a64)).sum())
             n_fb = int((~torch.isfinite(b64)).sum())
-        sq_a, sq_b, dot, sq_d = sq_a + s[0], sq_b + s[1], dot + s[2], sq_d + s[3]
+        sq_a, sq_b, dot_ab, sq_d = sq_a + s[0], sq_b + s[1], dot_ab + s[2], sq_d + s[3]
         bad, nfa, nfb = bad + n_bad, nfa + n_fa, nfb + n_fb
         if key > best:
             best, best_at, best_raw = key, start + k, raw
-    va = float(af[best_at].to(torch.float64))
-    vb = float(bf[best_at].to(torch.float64))
-    return [best_raw, sq_a, sq_b, sq_d, dot, nfa, nfb, bad, va, vb, best_at]
+    va, vb = (_value(x[best_at]) for x in (af, bf))
+    return [best_raw, sq_a, sq_b, sq_d, dot_ab, nfa, nfb, bad, va, vb, best_at]
+
+
+def _value(x: torch.Tensor) -> float:
+    """One element as a float: a complex one's modulus."""
+    import torch
+
+    return float(x.to(torch.complex128).abs() if x.is_complex() else x.to(torch.float64))
 
 
 def tensor_diff(
@@ -334,9 +352,6 @@ def tensor_diff(
         b = b.reshape(a.shape)  # the same values, a leading (or inner) 1 more or less
     if a.is_meta or b.is_meta:
         return TensorDiff(**base, rtol=rt, atol=at)
-    parts = a.is_complex() or b.is_complex()
-    if parts:  # compared as the pairs of their real and imaginary parts
-        a, b = _parts(a), _parts(b)
     if a.numel() == 0:
         return TensorDiff(**base, rtol=rt, atol=at, max_abs=0.0, rel_l2=0.0, cosine=1.0,
                           sqnr_db=math.inf)  # fmt: skip
@@ -346,13 +361,20 @@ def tensor_diff(
     na, nb, nd = math.sqrt(sq_a), math.sqrt(sq_b), math.sqrt(sq_d)
     rel = _ratio(nd, na, 0.0, math.inf)
     cosine = dot / (na * nb) if na > 0 and nb > 0 else (1.0 if na == nb == 0 else 0.0)
+    if not math.isnan(cosine):
+        cosine = min(1.0, max(-1.0, cosine))  # (rounding never takes it past +-1)
     if nd == 0 or math.isnan(nd):
         sqnr = math.inf if nd == 0 else math.nan
     elif na == 0:
         sqnr = -math.inf
+    elif not math.isfinite(na):
+        sqnr = math.nan
+    elif math.isinf(nd):  # an Inf in B where A is finite: no signal left
+        sqnr = -math.inf
     else:
-        sqnr = 10.0 * math.log10(na * na / (nd * nd)) if math.isfinite(na) else math.nan
-    worst = _unravel(int(k) // 2 if parts else int(k), sa or ())
+        ratio = (na * na) / (nd * nd)
+        sqnr = 10.0 * math.log10(ratio) if ratio > 0 else -math.inf
+    worst = _unravel(int(k), sa or ())
     return TensorDiff(
         **base,
         rtol=rt,
@@ -368,16 +390,6 @@ def tensor_diff(
         value_a=va,
         value_b=vb,
     )
-
-
-def _parts(x: torch.Tensor) -> torch.Tensor:
-    """A complex tensor as its real and imaginary parts (``view_as_real``, a last dim of
-    2); a real one as a complex tensor's whose imaginary parts are zero."""
-    import torch
-
-    if not x.is_complex():
-        x = x.to(torch.complex128 if x.dtype == torch.float64 else torch.complex64)
-    return torch.view_as_real(x.resolve_conj())
 
 
 def _unravel(k: int, shape: tuple[int, ...]) -> tuple[int, ...]:

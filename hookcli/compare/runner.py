@@ -1118,7 +1118,7 @@ def _report(
     root = prop.get(pa.records[0].index) if pa.records else None
     if root is not None:
         totals["output"] = root.summary()
-    notes = [_side_line("A", a), _side_line("B", b)]
+    notes = [_side_line("A", a), _side_line("B", b), *alignment.notes]
     if meta:
         notes.append("on meta: alignment and shapes only; no values are compared")
     notes += idle_notes(b.vs, a.model, a.prepared.inputs, mode == Mode.TRAIN, a.seed)
