@@ -7,7 +7,8 @@ differs and each figure takes its full path, as in a real comparison):
 
 1. propagated mode alone (A's pass, B's pass, the per-call figures);
 2. local mode alone: the time of both modes minus propagated's, against the same floor
-   (its B passes, one per module depth, and their figures; A's pass is propagated's);
+   (one more forward of each model in step, B's modules fed A's values, and the
+   figures);
 3. both modes (the report compare prints).
 
 The floor: A's and B's bare ``inference_mode`` forwards, with a forward hook on every
