@@ -128,10 +128,10 @@ def _strings(value: Any, option: str) -> list[Any]:
 
 def names_arg(value: Names, option: str = "fail_on") -> str | None:
     """A comma string or a list of names (``fail_on=``, ``columns=``) -> the comma string;
-    a string that names nothing (``fail_on=""``) is a UsageError, as ``--fail-on ''``."""
+    ``fail_on=""`` (no check named) is a UsageError, as ``--fail-on ''``."""
     from hookcli.errors import UsageError
 
-    if isinstance(value, str) and not value.replace(",", "").strip():
+    if option == "fail_on" and isinstance(value, str) and not value.replace(",", "").strip():
         raise UsageError(f"{option}={value!r} names nothing; give the names, or None")
     if value is None or isinstance(value, str):
         return value
