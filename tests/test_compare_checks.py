@@ -209,3 +209,58 @@ def test_an_empty_fail_on_string_is_refused_by_the_python_twins(call: str) -> No
             hookcli.compare(model, inputs=(x,), vs="dtype=float16", fail_on="")
         else:
             getattr(hookcli, call)(model, x, fail_on=" , ")
+
+
+class Tokens(nn.Module):
+    def __init__(self, fail_b=False):
+        super().__init__()
+        self.emb = nn.Embedding(50, 16)
+        self.head = nn.Linear(16, 4)
+        self.fail_b = fail_b
+
+    def forward(self, idx):
+        if self.fail_b:
+            idx = idx.float()  # (a port that lost the ids' dtype)
+        return self.head(self.emb(idx))
+
+
+def test_an_error_both_sides_raise_is_named_on_both() -> None:
+    """Float token ids: the embedding of A and of B raises (torch's own error, as a plain
+    forward gives it); an error only B's code raises stays B's."""
+    with pytest.raises(RuntimeError) as plain:
+        nn.Embedding(50, 16)(torch.zeros(2, 8))
+    both = invoke("compare", f"{HERE}:Tokens", "--vs", "dtype=float16", "-i", "2x8")
+    assert both.exit_code == 4, both.stderr
+    line = both.stderr.strip()
+    assert line.startswith("hookcli: error: A and B: forward failed in emb") and "\n" not in line
+    assert str(plain.value).splitlines()[0][:40] in line
+    only_b = invoke("compare", f"{HERE}:Tokens", f"{HERE}:Tokens", "-i", "int64:2x8:0..50",
+                    "--b-kwargs", "fail_b=True")  # fmt: skip
+    assert only_b.exit_code == 4, only_b.stderr
+    assert only_b.stderr.startswith("hookcli: error: B: forward failed in emb")
+
+
+def test_an_error_both_sides_raise_is_named_on_both_when_a_runs_first() -> None:
+    """Train mode: A runs first, B after it (not in step); the same error is both's."""
+    both = invoke("compare", f"{HERE}:Tokens", "--vs", "dtype=float16", "-i", "2x8",
+                  "--mode", "train")  # fmt: skip
+    assert both.exit_code == 4, both.stderr
+    assert both.stderr.startswith("hookcli: error: A and B: forward failed in emb")
+    only_a = invoke("compare", f"{HERE}:Tokens", f"{HERE}:Tokens", "-i", "int64:2x8:0..50",
+                    "--a-kwargs", "fail_b=True", "--mode", "train")  # fmt: skip
+    assert only_a.exit_code == 4, only_a.stderr
+    assert only_a.stderr.startswith("hookcli: error: A: forward failed in emb")
+
+
+def test_after_b_fails_a_runs_only_up_to_that_module() -> None:
+    """B's emb fails (its own float ids): A's pass, run to tell whose error it is, stops
+    once A's emb returned; its head never runs, and the error stays B's."""
+    from hookcli.errors import RunError
+
+    a, b = Tokens(), Tokens(fail_b=True)
+    ran_a: list[str] = []
+    for name, m in a.named_modules():
+        m.register_forward_hook(lambda *_, name=name: ran_a.append(name))
+    with pytest.raises(RunError, match="^B: forward failed in emb"):
+        hookcli.compare(a, b, (torch.randint(0, 50, (2, 8)),))
+    assert "emb" in ran_a and "head" not in ran_a and "" not in ran_a
