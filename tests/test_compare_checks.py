@@ -261,6 +261,6 @@ def test_after_b_fails_a_runs_only_up_to_that_module() -> None:
     ran_a: list[str] = []
     for name, m in a.named_modules():
         m.register_forward_hook(lambda *_, name=name: ran_a.append(name))
-    with pytest.raises(RunError, match=r"^B: forward failed in emb"):
+    with pytest.raises(RunError, match="^B: forward failed in emb"):
         hookcli.compare(a, b, (torch.randint(0, 50, (2, 8)),))
     assert "emb" in ran_a and "head" not in ran_a and "" not in ran_a
