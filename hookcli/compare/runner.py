@@ -235,7 +235,7 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
 
 def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str:
     from hookcli.compare.align import align, rules_from_pairs
-    from hookcli.errors import RunError, UsageError
+    from hookcli.errors import UsageError
 
     assert a.prepared.inputs is not None
     meta = (
@@ -248,11 +248,7 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
     if step:  # A and B in step: A's outputs measured as they come, none kept
         pa, pb, foreseen = _propagated_in_step(a, b, plan, mode, args_a, kwargs_a, args_b, kwargs_b)
     else:
-        try:
-            pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
-        except RunError as err:  # does B's model fail there too? (then it is both's)
-            _same_failure(err, b, lambda: _run_pass(b, args_b, kwargs_b, mode, outputs=False))
-            raise
+        pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
         # (with --copy-weights this pass only finds B's calls: B measured with A's weights)
         foreseen = None if meta or plan.copy_weights else _measure(_foreseen(pa, plan), pa, plan)
         # (on meta B's outputs are kept, shapes only, for the shape check)
@@ -371,7 +367,6 @@ def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_re
     raised here. Each session enters its own grad mode (``no_grad``: their probes read
     version counters); ``Handoff`` keeps each side's across the switches."""
     from hookcli.compare.record import AFailed, Offer
-    from hookcli.errors import RunError
 
     offer = Offer(handoff, keep_rest)
     done: dict[str, Any] = {}
@@ -386,59 +381,17 @@ def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_re
             handoff.a_finished(error)
 
     handoff.start(run_a)
-    b_error = None
     try:
         pb = run_b()
     except AFailed:
         pb = None
-    except RunError as err:  # B's model raised: does A's fail there too? (below)
-        handoff.b_finished(failed=True)  # A stops where it is
-        b_error = err
     except BaseException:
         handoff.b_finished(failed=True)  # A stops where it is
         raise
-    if b_error is None:
-        handoff.b_finished()
-        if "error" in done:
-            raise done["error"]
-        return done["pass"], pb, offer
-    # (B failed: A's pass alone, on the thread's own stack, says whether the error is
-    # the model's on both sides, such as inputs neither accepts, or B's own)
-    _same_failure(b_error, a, lambda: _run_pass(a, a_call[0], a_call[1], mode, keep=set()))
-    raise b_error
-
-
-class _Passed(BaseException):
-    """The other side's module returned where one side's failed (``_same_failure``)."""
-
-
-def _same_failure(err: Any, other: Side, other_pass: Any) -> None:
-    """``err`` (one side's forward failed in a module): the other side's pass, run alone
-    up to its module of that name (stopped once that returns); where it fails in that
-    module too, the error is both sides' (inputs neither model takes), raised as such,
-    not pinned on the side that happened to run into it first."""
-    from hookcli.errors import RunError
-
-    if not err.module:  # (the root: the other side's whole forward; not run for a name)
-        return
-    module = dict(other.model.named_modules()).get(err.module)
-    if module is None:
-        return
-
-    def passed(*_: Any) -> None:
-        raise _Passed
-
-    handle = module.register_forward_hook(passed)
-    try:
-        other_pass()
-    except _Passed:
-        return  # its module ran: the error is the first side's own
-    except RunError as theirs:
-        if theirs.module == err.module:
-            text = theirs.message.split(": ", 1)[1]  # (without its side's label)
-            raise RunError(f"A and B: {text}", module=err.module) from err
-    finally:
-        handle.remove()
+    handoff.b_finished()
+    if "error" in done:
+        raise done["error"]
+    return done["pass"], pb, offer
 
 
 def _propagated_in_step(
