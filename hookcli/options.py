@@ -131,11 +131,14 @@ def names_arg(value: Names, option: str = "fail_on") -> str | None:
     ``fail_on=""`` (no check named) is a UsageError, as ``--fail-on ''``."""
     from hookcli.errors import UsageError
 
-    if option == "fail_on" and isinstance(value, str) and not value.replace(",", "").strip():
-        raise UsageError(f"{option}={value!r} names nothing; give the names, or None")
-    if value is None or isinstance(value, str):
+    if value is None:
         return value
-    return ",".join(_strings(value, option))
+    text = value if isinstance(value, str) else ",".join(_strings(value, option))
+    # (fail_on=[] is no check; a string or names that name nothing is a mistake)
+    given = isinstance(value, str) or len(value) > 0
+    if option == "fail_on" and given and not text.replace(",", "").strip():
+        raise UsageError(f"{option}={value!r} names nothing; give the names, or None")
+    return text
 
 
 def depth_arg(depth: int | None) -> int | None:

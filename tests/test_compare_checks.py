@@ -209,3 +209,6 @@ def test_an_empty_fail_on_string_is_refused_by_the_python_twins(call: str) -> No
             hookcli.compare(model, inputs=(x,), vs="dtype=float16", fail_on="")
         else:
             getattr(hookcli, call)(model, x, fail_on=" , ")
+    with pytest.raises(UsageError, match="names nothing"):
+        hookcli.grads(model, x, fail_on=[""])
+    assert hookcli.grads(model, x, fail_on=[]).passed  # (an empty list: no check)

@@ -154,3 +154,24 @@ def test_a_nan_on_both_sides_is_not_the_worst_element() -> None:
     got = metrics.tensor_diff(0, torch.tensor([math.nan, 1.0]), torch.tensor([math.nan, 2.0]))
     assert got.worst == (1,) and got.mismatched == 1 and got.max_abs == 1.0
     assert (got.value_a, got.value_b) == (1.0, 2.0)
+
+
+@pytest.mark.parametrize("numel", [20_000, 300_000])
+def test_equal_nans_leave_the_figures_of_the_rest(numel: int) -> None:
+    """A NaN (and an Inf) at the same place on both sides is equal, as isclose(equal_nan)
+    takes it: the figures are those of the other elements, by hand."""
+    gen = torch.Generator().manual_seed(2)
+    a = torch.randn(numel, generator=gen)
+    b = a * (1 + 1e-3)
+    a[3] = b[3] = math.nan
+    a[numel - 7] = b[numel - 7] = math.inf
+    got = metrics.tensor_diff(0, a, b)
+    keep = torch.isfinite(a)
+    a64, b64 = a[keep].double(), b[keep].double()
+    d = b64 - a64
+    assert got.nonfinite_a == got.nonfinite_b == 2
+    assert got.rel_l2 == pytest.approx(float(d.norm() / a64.norm()), rel=1e-9)
+    assert got.cosine == pytest.approx(1.0, abs=1e-9)
+    assert got.max_abs == pytest.approx(float(d.abs().max()), rel=1e-9)
+    flat = int(torch.nonzero(keep).flatten()[int(d.abs().argmax())])
+    assert got.worst == (flat,)

@@ -262,3 +262,10 @@ def test_quantize_dynamic_on_a_model_built_in_half_is_refused(tmp_path: Path) ->
     assert result.exit_code == 2, (result.exit_code, result.stderr)
     line = one_line(result)
     assert "needs float32" in line and "float16" in line and "fc1" not in line
+
+
+def test_print_map_says_a_rule_that_matched_no_call_on_stderr() -> None:
+    result = invoke("compare", *PAIR, "--map", "fc1=nosuch", "--print-map")
+    assert result.exit_code == 0, result.stderr
+    assert "'fc1=nosuch': its right side matches no module B called" in result.stderr
+    assert result.stdout.startswith("# --map rules")

@@ -263,12 +263,13 @@ class _WithTable(nn.Module):
         return self.lin(x + self.rot(x).clone())
 
 
-def test_an_inference_tensor_output_is_measured_and_the_watch_goes_on() -> None:
+@pytest.mark.parametrize("nan_origin", [False, True])
+def test_an_inference_tensor_output_is_measured_and_the_watch_goes_on(nan_origin: bool) -> None:
     torch.manual_seed(0)
     model = _WithTable()
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     x = torch.randn(8, 16)
-    with hookcli.watch(model, opt, every=1) as w:
+    with hookcli.watch(model, opt, every=1, nan_origin=nan_origin) as w:
         for _ in range(3):
             model(x).square().mean().backward()
             opt.step()

@@ -297,13 +297,19 @@ def _sweep(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float
             # the worst: a pair isclose fails where |b - a| is NaN (NaN on one side, or
             # Infs of opposite signs) before any finite difference; equal pairs (both
             # NaN, the same Inf) are not candidates
-            keys = torch.where(close, -1.0, torch.where(torch.isnan(absd), math.inf, absd))
+            nan_d = torch.isnan(absd)
+            keys = torch.where(nan_d, torch.where(close, -1.0, math.inf), absd)
             k = int(keys.argmax())
             raw = float(absd[k])
             key = float(keys[k])
             n_bad = int((~close).sum())
             n_fa = int((~torch.isfinite(a64)).sum())
             n_fb = int((~torch.isfinite(b64)).sum())
+            same = close & ~torch.isfinite(a64)  # equal non-finite pairs: out of the sums
+            if bool(same.any()):
+                for x in (a64, b64, d):
+                    x.masked_fill_(same, 0)
+                s = torch.stack([dot(a64, a64), dot(b64, b64), dot(a64, b64), dot(d, d)]).tolist()
         sq_a, sq_b, dot_ab, sq_d = sq_a + s[0], sq_b + s[1], dot_ab + s[2], sq_d + s[3]
         bad, nfa, nfb = bad + n_bad, nfa + n_fa, nfb + n_fb
         if key > best:

@@ -16,6 +16,7 @@ command does.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -271,6 +272,8 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
         if pair not in module_pairs:
             module_pairs.append(pair)
     if plan.print_map:
+        for note in alignment.notes:  # (a --map rule that matched no call)
+            print(f"hookcli: note: {note}", file=sys.stderr, flush=True)
         lines = rules_from_pairs(module_pairs)
         head = f"# --map rules for {alignment.method} alignment ({len(alignment.pairs)} calls)"
         return "\n".join([head, *lines]) + "\n"

@@ -365,14 +365,15 @@ class NanOrigin:
         for t in iter_tensors(output):
             if t.is_floating_point() and t.numel():
                 flag = _nonfinite_flag(t)
-                self.checked[(id(t), t._version)] = flag
+                if not t.is_inference():  # (an inference tensor has no version counter)
+                    self.checked[(id(t), t._version)] = flag
                 out_bad = flag if out_bad is None else _either(out_bad, flag)
                 if t.requires_grad:
                     t.register_hook(_grad_hook(self.backward_events, call, "out"))
         in_bad = None
         for t in iter_tensors(args):
             if t.is_floating_point() and t.numel():
-                flag = self.checked.get((id(t), t._version))
+                flag = None if t.is_inference() else self.checked.get((id(t), t._version))
                 if flag is None:
                     flag = _nonfinite_flag(t)
                 in_bad = flag if in_bad is None else _either(in_bad, flag)
