@@ -193,7 +193,9 @@ def test_a_module_output_costs_five_reductions_and_a_repeat_none() -> None:
         out = torch.randn(8, 64).to(dtype)
         with _Count() as count:
             figures._stats(out)
-        assert len(count.ops) <= 6, count.ops
+        # (a detach is a view, no pass over the data: some torch versions dispatch one)
+        passes = [op for op in count.ops if not op.startswith("aten.detach")]
+        assert len(passes) <= 6, count.ops
         assert sum("_to_copy" in op for op in count.ops) == 1, count.ops  # the bool one
     calls = []
     real = monitor._stats
