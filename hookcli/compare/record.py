@@ -319,12 +319,18 @@ class Substitute(Probe):
         if len(own) != len(gout) or not pairs:
             self.grad_missed[name] = self.grad_missed.get(name, 0) + 1
             return
-        try:
-            grads = torch.autograd.grad(
-                [o for o, _ in pairs],
-                [*leaves, *(p for _, p in params)],
-                grad_outputs=[g for _, g in pairs],
-                allow_unused=True,
+        targets = [*leaves, *(p for _, p in params)]
+        try:  # (nothing to take grads of, a tied parameter's module: none; older torch
+            # refuses an empty list)
+            grads = (
+                torch.autograd.grad(
+                    [o for o, _ in pairs],
+                    targets,
+                    grad_outputs=[g for _, g in pairs],
+                    allow_unused=True,
+                )
+                if targets
+                else ()
             )
         except RuntimeError:  # a graph autograd cannot go back through (a compiled call)
             self.grad_missed[name] = self.grad_missed.get(name, 0) + 1
