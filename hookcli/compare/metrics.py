@@ -167,8 +167,7 @@ def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[floa
 
     raw, k = -1.0, 0
     for i, s in enumerate(starts):
-        pa = af[s : s + _PIECE].to(wide)
-        pb = bf[s : s + _PIECE].to(device=af.device, dtype=wide)
+        pa, pb = _piece(af, bf, s, wide)
         d = torch.sub(pb, pa, out=_buffer(pa.numel(), pa, 0)).abs_()
         n = pa.numel()
         r0, r1 = s // _ROW, (s + n) // _ROW  # this piece's whole rows
@@ -215,6 +214,11 @@ def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[floa
     return [raw, sq_a, sq_b, sq_d, dot, 0, 0, bad, va, vb, k]
 
 
+def _piece(af: torch.Tensor, bf: torch.Tensor, s: int, wide: Any) -> tuple[Any, Any]:
+    """The pair's piece from element ``s``, in ``wide``, B's on A's device."""
+    return af[s : s + _PIECE].to(wide), bf[s : s + _PIECE].to(device=af.device, dtype=wide)
+
+
 def _dot_by_rows(af: torch.Tensor, bf: torch.Tensor, wide: Any) -> float:
     """<a, b> a piece at a time: products into a reused buffer, summed by rows of
     ``_ROW`` in ``wide``, the rows' sums added in float64."""
@@ -222,8 +226,7 @@ def _dot_by_rows(af: torch.Tensor, bf: torch.Tensor, wide: Any) -> float:
 
     total = 0.0
     for s in range(0, af.numel(), _PIECE):
-        pa = af[s : s + _PIECE].to(wide)
-        pb = bf[s : s + _PIECE].to(device=af.device, dtype=wide)
+        pa, pb = _piece(af, bf, s, wide)
         prod = torch.mul(pa, pb, out=_buffer(pa.numel(), pa, 0))
         main = prod.numel() - prod.numel() % _ROW
         rows = prod[:main].view(-1, _ROW).sum(dim=1).to(torch.float64).sum()

@@ -1132,7 +1132,7 @@ def _report(
         )
     unfed = [i for i in alignment.pairs if i in prop and i not in loc] if local else []
     if unfed:
-        names = _cut([_call_name({"name": by_a[i].name, "call": by_a[i].call}) for i in unfed])
+        names = _cut([_name_call(by_a[i].name, by_a[i].call) for i in unfed])
         notes.append(
             f"local mode: {len(unfed)} aligned call(s) without local figures ({names}): "
             "B's call could not be fed A's values (a module run on a thread of the "
@@ -1291,7 +1291,7 @@ def _totals_lines(
         adding = [r for r in ranks if r["rel_l2"]]
         if adding:
             top = [
-                f"{_call_name({'name': r['module'], 'call': r['call']})} "
+                f"{_name_call(r['module'], r['call'])} "
                 f"{fmt_float(r['rel_l2'])}" + ("" if r["diverged"] else " (within tolerance)")
                 for r in adding[:3]
             ]
@@ -1338,7 +1338,12 @@ def _tolerance_words(plan: Plan, tensors: Sequence[Any]) -> str:
 
 
 def _call_name(d: Mapping[str, Any]) -> str:
-    return (d["name"] or "(root)") + (f" #{d['call']}" if d.get("call") else "")
+    return _name_call(d["name"], d.get("call"))
+
+
+def _name_call(name: str, call: int | None) -> str:
+    """``attn`` for a module's first call, ``attn #1`` for its second, ``(root)``."""
+    return (name or "(root)") + (f" #{call}" if call else "")
 
 
 def _cut(names: list[str], limit: int = 6) -> str:

@@ -845,15 +845,15 @@ class Monitor:
             if track.next_logged and index not in track.act:
                 t = _first_float(output)
                 if t is not None and t.numel():
-                    last = self._last_out
                     # (an inference tensor has no version counter: never taken as known)
-                    known = not t.is_inference() and last is not None and last[0]() is t
-                    if known and last is not None and last[1] == t._version:
+                    inference = t.is_inference()
+                    last = None if inference else self._last_out
+                    if last is not None and last[0]() is t and last[1] == t._version:
                         stats = last[2]  # a container's output is its last child's
                     else:
                         stats = _stats(t)
                         self._last_out = None
-                        if not t.is_inference():
+                        if not inference:
                             with contextlib.suppress(TypeError):  # no weak references
                                 self._last_out = (weakref.ref(t), t._version, stats)
                     track.act[index] = (stats, t.numel())
