@@ -214,16 +214,19 @@ def align(
     calls_b: Sequence[CallInfo],
     rules: Sequence[Rule] = (),
     method: str = "auto",
+    stopped: bool = False,
 ) -> Alignment:
     """Pair the calls: ``names`` (rules, then same names), ``order`` (the sequences), or
     ``auto``: names where they pair at least half of A's calls (or rules are given),
-    else order."""
+    else order. ``stopped``: a side's run stopped (the model raised): half of the shorter
+    side's calls."""
     if method not in METHODS:
         raise UsageError(f"--align must be one of {', '.join(METHODS)}, got {method!r}")
     notes = _check_rules(calls_a, calls_b, rules)
     pairs, how = _by_names(calls_a, calls_b, rules)
     used = "names"
-    enough = bool(rules) or 2 * len(pairs) >= len(calls_a)
+    base = min(len(calls_a), len(calls_b)) if stopped else len(calls_a)
+    enough = bool(rules) or 2 * len(pairs) >= base
     if method == "order" or (method == "auto" and not enough):
         pairs, how = _by_order(calls_a, calls_b)
         used = "order"

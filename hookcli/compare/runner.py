@@ -24,6 +24,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
 from hookcli.compare.settings import Vs
+from hookcli.errors import RunError
 from hookcli.options import Format, Mode
 from hookcli.report import Report
 
@@ -39,6 +40,8 @@ class CompareReport(Report):
     """A Report with compare's top-level keys (``first_divergence``, ...) in its JSON."""
 
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # the model raised: what the command raises after the report is written (exit 4)
+    failure: RunError | None = field(default=None, compare=False, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
@@ -61,6 +64,7 @@ class Plan:
     backward: bool = False
     loss: Any = None  # --loss as typed (None: sum)
     local: bool = True  # the local mode's passes (the benchmark times the modes apart)
+    partial: bool = False  # the model raising: the report of the calls that ran (the CLI's)
 
 
 @dataclass
@@ -96,6 +100,30 @@ class Pass:
     measured: dict[int, tuple[int, CallDiff]] = field(default_factory=dict)  # B's call ->
     in_diverged: dict[int, tuple[int, bool]] = field(default_factory=dict)  # B's call ->
     diffs: dict[int, CallDiff] | None = None  # A's call -> the figures, once final
+    error: PassFailed | None = None  # (a local pass) the model raised: figures up to there
+
+
+class PassFailed(RunError):
+    """A side's pass in which the model raised: the ``RunError``, its message led by the
+    side (``B:``, ``B (local mode):``), with the pass as far as it got (``partial``) and
+    the call that failed (``where``: its frame; None when no module call is known)."""
+
+    def __init__(self, err: RunError, side: str, stage: str, partial: Pass, where: Any) -> None:
+        label = side if stage == "propagated" else f"{side} ({stage} mode)"
+        super().__init__(f"{label}: {err.message}", module=err.module)
+        self.reason = err.message
+        self.side, self.stage, self.partial = side, stage, partial
+        self.phase = next(
+            (p for p in ("forward", "backward") if err.message.startswith(p)), "loss"
+        )
+        self.where = None
+        if where is not None:
+            self.where = {
+                "module": where.name,
+                "type": where.type,
+                "call": where.call,
+                "input_shapes": [list(s) for s in where.input_shapes],
+            }
 
 
 def _infos(records: Sequence[Any]) -> list[CallInfo]:
@@ -123,14 +151,15 @@ def _run_pass(
     extra: Sequence[Any] = (),
     outputs: bool = True,
     grad: bool = False,
+    stage: str = "propagated",
 ) -> Pass:
     """One forward of a side inside a HookSession, recording every call; with ``loss``
-    (a ``--loss`` spec) also backward from it, recording grad_input and parameter grads."""
+    (a ``--loss`` spec) also backward from it, recording grad_input and parameter grads.
+    The model raising is ``PassFailed``, holding the pass as far as it got."""
     import torch
 
     from hookcli.compare.record import Recorder
     from hookcli.compare.settings import running
-    from hookcli.errors import RunError
     from hookcli.loading import keep_cwd
     from hookcli.pipeline import note_meta_assumptions
     from hookcli.session import HookSession
@@ -146,6 +175,8 @@ def _run_pass(
     if sub is not None:
         probes.append(sub)
     device = _device(side)
+    failed: RunError | None = None
+    where: Any = None
     try:
         with (
             keep_cwd(),
@@ -160,20 +191,23 @@ def _run_pass(
             ) as session,
         ):
             torch.manual_seed(side.seed if side.vs.seed is None else side.vs.seed)
-            output = session.forward(args, kwargs)
             grads: dict[str, Any] = {}
             loss_value = None
-            if loss is not None:
-                from hookcli.losses import make_loss
+            try:
+                output = session.forward(args, kwargs)
+                if loss is not None:
+                    from hookcli.losses import make_loss
 
-                value = make_loss(loss, side.prepared.inputs)(output)
-                loss_value = None if value.is_meta else float(value.detach())
-                session.backward(value)
-                grads = {
-                    n: p.grad.detach().clone()
-                    for n, p in side.model.named_parameters()
-                    if p.grad is not None
-                }
+                    value = make_loss(loss, side.prepared.inputs)(output)
+                    loss_value = None if value.is_meta else float(value.detach())
+                    session.backward(value)
+                    grads = {
+                        n: p.grad.detach().clone()
+                        for n, p in side.model.named_parameters()
+                        if p.grad is not None
+                    }
+            except RunError as err:  # the calls that ran are still reported (PassFailed)
+                failed, where = err, session.failure or session.backward_failure
             session.finish()
             note_meta_assumptions(session, side.prepared.settings)
             records = session.records
@@ -184,7 +218,7 @@ def _run_pass(
         kept_inputs = {
             i: refs for i in recorder.inputs if (refs := recorder.unchanged_inputs(i)) is not None
         }
-    return Pass(
+    done = Pass(
         records,
         kept_inputs,
         recorder.outputs,
@@ -199,6 +233,9 @@ def _run_pass(
         measured={} if measure is None else measure.diffs,
         in_diverged={} if measure is None else measure.in_diverged,
     )
+    if failed is not None:
+        raise PassFailed(failed, side.label, stage, done, where) from failed
+    return done
 
 
 def _device(side: Side) -> Any:
@@ -245,21 +282,44 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
     args_a, kwargs_a = a.prepared.inputs.args, dict(a.prepared.inputs.kwargs)
     args_b, kwargs_b = b_inputs(a.prepared, b.vs, _device(b))
     loss = (plan.loss or "sum") if plan.backward and not meta else None
+    failures: list[PassFailed] = []
+
+    def attempt(run: Any) -> Pass:
+        """A pass; where the model raises and ``plan.partial`` asks for the report of
+        what ran: the pass as far as it got, its failure noted (once per side and mode)."""
+        try:
+            return run()  # type: ignore[no-any-return]
+        except PassFailed as failed:
+            if not plan.partial:
+                raise
+            if not any((f.side, f.stage) == (failed.side, failed.stage) for f in failures):
+                failures.append(failed)
+            return failed.partial
+
     step = _can_step(a, b, plan, mode, meta)
     if step:  # A and B in step: A's outputs measured as they come, none kept
-        pa, pb, foreseen = _propagated_in_step(a, b, plan, mode, args_a, kwargs_a, args_b, kwargs_b)
-    else:
-        pa = _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss)
+        try:
+            pa, pb, foreseen = _propagated_in_step(
+                a, b, plan, mode, args_a, kwargs_a, args_b, kwargs_b
+            )
+        except PassFailed:
+            if not plan.partial:
+                raise
+            step = False  # again one after the other: the report of the calls that ran
+    if not step:
+        pa = attempt(lambda: _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss))
         # (with --copy-weights this pass only finds B's calls: B measured with A's weights)
         foreseen = None if meta or plan.copy_weights else _measure(_foreseen(pa, plan), pa, plan)
         # (on meta B's outputs are kept, shapes only, for the shape check)
-        pb = _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=foreseen, outputs=meta)
+        pb = attempt(
+            lambda: _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=foreseen, outputs=meta)
+        )
     if foreseen is not None:  # the calls with no partner foreseen: their copies, inputs
         pb.outputs = foreseen.outputs
         pb.inputs = {j: refs for j in foreseen.input_refs if (refs := foreseen.unchanged_inputs(j))}
     infos_a, infos_b = _infos(pa.records), _infos(pb.records)
-    alignment = align(infos_a, infos_b, plan.rules, plan.align)
-    if not alignment.pairs:
+    alignment = align(infos_a, infos_b, plan.rules, plan.align, stopped=bool(failures))
+    if not alignment.pairs and not failures:
         raise UsageError(
             "A and B have nothing aligned: no module name, --map rule or call sequence pairs "
             "them; give --map 'A_PATTERN=B_PATTERN' rules"
@@ -272,6 +332,8 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
         if pair not in module_pairs:
             module_pairs.append(pair)
     if plan.print_map:
+        if failures:  # no map from a run that stopped
+            raise failures[0]
         for note in alignment.notes:  # (a --map rule that matched no call)
             print(f"hookcli: note: {note}", file=sys.stderr, flush=True)
         lines = rules_from_pairs(module_pairs)
@@ -283,10 +345,19 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
 
         if meta:
             raise UsageError("--copy-weights needs values: --device meta holds shapes only")
-        copied = copy_weights(a.model, b.model, module_pairs)
+        # after a failure, B's parameters of modules that returned no call stay as built
+        # (nothing compared ran through them)
+        returned = {r.name for r in pb.records if r.done}
+        unrun = (
+            [n for n, _ in b.model.named_parameters() if n.rpartition(".")[0] not in returned]
+            if failures
+            else []
+        )
+        copied = copy_weights(a.model, b.model, module_pairs, unrun)
         known = _measure(_partners(alignment, by_b), pa, plan, keep_rest=False)
-        pb = _run_pass(  # A's weights
-            b, args_b, kwargs_b, mode, loss=loss, measure=known, outputs=False
+        failures[:] = [f for f in failures if f.side != "B"]  # B runs again: its own now
+        pb = attempt(  # A's weights
+            lambda: _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=known, outputs=False)
         )
         infos_b2 = _infos(pb.records)
         if [(c.name, c.call) for c in infos_b2] != [(c.name, c.call) for c in infos_b]:
@@ -295,14 +366,16 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
     if not meta:
         if step:  # the pairs measured against another call than foreseen: A's copies
             _recall(a, pa, pb, alignment, args_a, kwargs_a, mode)
-        pb.diffs = _settle(b, pa, pb, alignment, plan, args_b, kwargs_b, mode)
-    if not meta and plan.local:
+        pb.diffs = _settle(b, pa, pb, alignment, plan, args_b, kwargs_b, mode, attempt)
+    if not meta and plan.local and not failures:  # (after a failure: no local mode)
         if step:
             local = _local_in_step(a, b, pa, pb, alignment, plan, mode, (args_a, kwargs_a),
                                    (args_b, kwargs_b), foreseen.writes)  # fmt: skip
         else:
             local = _local_passes(b, pa, pb, alignment, plan, args_b, kwargs_b, mode, a.model)
-    return _report(a, b, plan, mode, pa, pb, local, alignment, meta, copied)
+        if local.error is not None:
+            failures.append(local.error)
+    return _report(a, b, plan, mode, pa, pb, local, alignment, meta, copied, failures)
 
 
 def _can_step(a: Side, b: Side, plan: Plan, mode: Mode, meta: bool) -> bool:
@@ -364,7 +437,7 @@ class _Wanted:
 
 
 def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_rest: bool,
-             run_b: Any) -> tuple[Pass, Any, Any]:  # fmt: skip
+             run_b: Any, stage: str = "propagated") -> tuple[Pass, Any, Any]:  # fmt: skip
     """A's pass in a greenlet of its own, offering its tensors to ``run_b`` (B's pass,
     here) through ``handoff``; an error of either stops the other at once, and A's is
     raised here. Each session enters its own grad mode (``no_grad``: their probes read
@@ -377,7 +450,9 @@ def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_re
     def run_a() -> None:
         error = None
         try:
-            done["pass"] = _run_pass(a, a_call[0], a_call[1], mode, keep=set(), extra=[offer])
+            done["pass"] = _run_pass(
+                a, a_call[0], a_call[1], mode, keep=set(), extra=[offer], stage=stage
+            )
         except BaseException as err:  # raised here (B stops at its next ask for A's)
             error = done["error"] = err
         finally:
@@ -495,11 +570,18 @@ def _local_in_step_once(
         writes=writes,
     )
     measure = Measure(partner, Lent(handoff, "out", keep_lent=True), plan.rtol, plan.atol)
-    _, p, _ = _in_step(
-        a, call_a, mode, handoff, False,
-        lambda: _run_pass(b, call_b[0], call_b[1], mode, substitute=sub, keep=set(),
-                          measure=measure),
-    )  # fmt: skip
+    error = None
+    try:
+        _in_step(
+            a, call_a, mode, handoff, False,
+            lambda: _run_pass(b, call_b[0], call_b[1], mode, substitute=sub, keep=set(),
+                              measure=measure, stage="local"),
+            stage="local",
+        )  # fmt: skip
+    except PassFailed as failed:  # the figures measured up to there
+        if not plan.partial:
+            raise
+        error = failed
     index_a = {(r.name, r.call): r.index for r in pa.records}
     diffs: dict[int, CallDiff] = {index_a[k]: d for k, d in measure.diffs.values() if k in index_a}
     for bkey, handed in sub.handed.items():
@@ -508,7 +590,7 @@ def _local_in_step_once(
             given = _handed(handed, lambda k: partner[k][0] if k in partner else k[0])
             diffs[i] = _worst([d for d in (diffs.get(i), *given) if d is not None])
     pa.outputs, pa.inputs = {}, {}
-    return Pass(pb.records, {}, {}, pb.finished, p.kept, diffs=diffs)
+    return Pass(pb.records, {}, {}, pb.finished, sub.kept, diffs=diffs, error=error)
 
 
 def _foreseen(pa: Pass, plan: Plan) -> dict[tuple[str, int], int]:
@@ -557,6 +639,7 @@ def _settle(
     args_b: Any,
     kwargs_b: Any,
     mode: Mode,
+    attempt: Any = None,
 ) -> dict[int, CallDiff]:
     """The propagated figures of every aligned call: measured in B's pass where its
     partner was foreseen, else from the copy its call kept (then dropped); a call the
@@ -582,13 +665,15 @@ def _settle(
     if missing:
         by_b = {r.index: r for r in pb.records}
         partner = {(by_b[j].name, by_b[j].call): i for j, i in missing.items()}
-        extra = _run_pass(
-            b,
-            args_b,
-            kwargs_b,
-            mode,
-            keep=set(),
-            measure=_measure(partner, pa, plan, keep_rest=False),
+        extra = (attempt or (lambda run: run()))(
+            lambda: _run_pass(
+                b,
+                args_b,
+                kwargs_b,
+                mode,
+                keep=set(),
+                measure=_measure(partner, pa, plan, keep_rest=False),
+            )
         )
         out.update({i: d for i, d in extra.measured.values()})
         pb.in_diverged.update(extra.in_diverged)
@@ -622,6 +707,7 @@ def _local_passes(
     kept: list[tuple[str, int]] = []
     local_grads: dict[int, dict[str, Any]] = {}
     first_grad_local = None
+    error = None
     if pairs:
         sources = {
             (by_b[j].name, by_b[j].call): pa.inputs.pop(i)
@@ -643,9 +729,13 @@ def _local_passes(
             shared=_shared_params(b.model),
         )  # fmt: skip
         measure = _measure(partner, pa, plan, keep_rest=False, inputs=False)
-        p = _run_pass(
-            b, args_b, kwargs_b, mode, substitute=sub, keep=set(), measure=measure, grad=backward
-        )
+        try:
+            p = _run_pass(b, args_b, kwargs_b, mode, substitute=sub, keep=set(),
+                          measure=measure, grad=backward, stage="local")  # fmt: skip
+        except PassFailed as failed:  # the figures measured up to there
+            if not plan.partial:
+                raise
+            p, error = failed.partial, failed
         del sources, outputs
         pa.grad_outputs, pa.grad_inputs_pos = {}, {}
         if backward:
@@ -661,7 +751,7 @@ def _local_passes(
         kept = p.kept
     pa.outputs, pa.inputs = {}, {}
     return Pass(pb.records, {}, {}, pb.finished, kept, diffs=diffs, local_grads=local_grads,
-                first_grad_local=first_grad_local)  # fmt: skip
+                first_grad_local=first_grad_local, error=error)  # fmt: skip
 
 
 def _shared_params(model: Any) -> set[int]:
@@ -988,6 +1078,7 @@ def _report(
     alignment: Alignment,
     meta: bool,
     copied: Any,
+    failures: Sequence[PassFailed] = (),
 ) -> CompareReport:
     from hookcli.compare.settings import idle_notes
     from hookcli.report import CheckResult, Row, shapes_list
@@ -1008,6 +1099,7 @@ def _report(
     if first is not None:
         key = (first["module"], first["call"])
         marks[key] = "<- first divergence" + (" (both)" if key in marks else "")
+    failed_marks, unreached = _failure_marks(failures, pa, b.model, plan)
     rows = []
     for r in pa.records:
         j = alignment.pairs.get(r.index)
@@ -1053,7 +1145,11 @@ def _report(
         if rb is not None and rb.name == r.name:
             display["partner"] = "="  # the same name: the table says so without repeating it
         mark = marks.get((r.name, r.call))
-        if rb is None:
+        if r.index in failed_marks:
+            display["mark"] = failed_marks[r.index]
+        elif rb is None and r.index in unreached:
+            display["mark"] = "(not compared: B failed)"
+        elif rb is None and r.done:
             display["mark"] = "(no partner)"
         elif mark:
             display["mark"] = mark
@@ -1078,7 +1174,9 @@ def _report(
     grad_ranking = _grad_ranking(rows, plan.top) if plan.backward and not meta else []
     first_grad_local = None if local is None else local.first_grad_local
     checks: tuple[CheckResult, ...] = ()
-    if plan.fail_on_divergence:
+    # a forward that stopped leaves the gate undecided, unless a divergence came first
+    undecided = any(f.stage == "propagated" and f.phase == "forward" for f in failures)
+    if plan.fail_on_divergence and not (undecided and first is None):
         if meta and first is None:
             detail = "every aligned call's shapes agree; on meta no values are compared"
             checks = (CheckResult("divergence", True, detail),)
@@ -1138,6 +1236,7 @@ def _report(
             "B's call could not be fed A's values (a module run on a thread of the "
             "model's own is one such); their error counts to the calls around them"
         )
+    notes += _failure_notes(failures)
     if plan.backward and not meta:
         notes.append(
             "--backward: propagated grads are each side's own backward; local grads are "
@@ -1172,6 +1271,13 @@ def _report(
         if copied is None
         else [{"a": x, "b": y, "how": h} for x, y, h in copied.pairs],
     }
+    error = _failure_error(failures)
+    if error is not None:
+        extra["failures"] = [
+            {"side": f.side, "mode": f.stage, "phase": f.phase, **(f.where or {"module": None}),
+             "error": f.reason}  # fmt: skip
+            for f in failures
+        ]
     report = CompareReport(
         command="compare",
         model={
@@ -1187,6 +1293,8 @@ def _report(
         lists={"calls": tuple(rows), "unaligned_b": tuple(unaligned_b)},
         primary="calls",
         notes=tuple(notes),
+        error=None if error is None else error.message,
+        failure=error,
         extra=extra,
         columns=tuple(_columns(meta, plan.backward)),
         table_totals=tuple(
@@ -1201,10 +1309,98 @@ def _report(
                 plan,
                 grad_ranking,
                 tensors=[t for d in prop.values() for t in d.tensors],
+                failed=bool(failures),
+                local_ran=local is not None or not plan.local,
             )
         ),
     )
     return report
+
+
+def _failure_marks(
+    failures: Sequence[PassFailed], pa: Pass, model_b: Any, plan: Plan
+) -> tuple[dict[int, str], set[int]]:
+    """A's rows marked for a failure: the call that failed (A's own, or for B's the call
+    of A whose name maps to it, as ``--map`` maps names), ``<- failed here (SIDE)``; and
+    A's calls that B stopped before (B has the module, but no call of it returned)."""
+    from hookcli.compare.align import map_name
+
+    by_key = {(r.name, r.call): r.index for r in pa.records}
+    mapped = {r.index: map_name(r.name, plan.rules)[0] for r in pa.records}
+    sides: dict[int, list[str]] = {}
+    for f in failures:
+        if f.where is None:
+            continue
+        module, call = f.where["module"], f.where["call"]
+        if f.side == "A":
+            i = by_key.get((module, call))
+        else:
+            i = next((r.index for r in pa.records
+                      if r.call == call and mapped[r.index] == module), None)  # fmt: skip
+        if i is not None:
+            how = [w for w in (f.phase if f.phase != "forward" else "",
+                               f"{f.stage} mode" if f.stage != "propagated" else "") if w]  # fmt: skip
+            sides.setdefault(i, []).append(f.side + (f" {', '.join(how)}" if how else ""))
+    marks = {i: f"<- failed here ({' and '.join(who)})" for i, who in sides.items()}
+    unreached: set[int] = set()
+    if any(f.side == "B" and f.stage == "propagated" for f in failures):
+        names_b = {n for n, _ in model_b.named_modules()}
+        unreached = {r.index for r in pa.records if r.done and mapped[r.index] in names_b}
+    return marks, unreached
+
+
+def _failure_error(failures: Sequence[PassFailed]) -> RunError | None:
+    """The one error of a run in which the model raised: one side's, or both sides' (one
+    message where they failed alike: ``A and B: forward failed in ...``)."""
+    if not failures:
+        return None
+    first = failures[0]
+    if len(failures) == 1:
+        return first
+    if all(f.reason == first.reason and f.stage == first.stage for f in failures):
+        label = " and ".join(f.side for f in failures)
+        if first.stage != "propagated":
+            label += f" ({first.stage} mode)"
+        error = RunError(f"{label}: {first.reason}", module=first.module)
+    else:
+        error = RunError("; ".join(f.message for f in failures), module=first.module)
+    error.__cause__ = first
+    return error
+
+
+def _failure_notes(failures: Sequence[PassFailed]) -> list[str]:
+    """What the failures leave of the report (one note where both sides failed alike)."""
+    first = failures[0] if failures else None
+    if first is not None and len(failures) == 2 and all(
+        (f.reason, f.stage) == (first.reason, first.stage) for f in failures
+    ):
+        return [_failure_note(first, "A and B")]
+    return [_failure_note(f) for f in failures]
+
+
+def _failure_note(f: PassFailed, who: str = "") -> str:
+    """What a failure leaves of the report."""
+    who = who or f.side
+    where = f.where["module"] or "(root)" if f.where else "a call hookcli does not know"
+    if f.stage != "propagated":
+        return (
+            f"{who} failed in the {f.stage} mode ({f.phase}, in {where}): the propagated "
+            "figures are complete; the local ones are those of the calls before the failure"
+        )
+    if f.phase != "forward":
+        return (
+            f"{who} failed in {f.phase} (in {where}): the forward figures are complete; "
+            "the gradient figures are those that arrived before the failure; the local mode "
+            "did not run"
+        )
+    rest = (
+        "" if " and " in who else f"; {'B' if f.side == 'A' else 'A'}'s calls after that "
+        "point are not compared"
+    )
+    return (
+        f"{who} failed in {where}: the figures are those of the calls that returned before "
+        f"it{rest}; the local mode did not run"
+    )
 
 
 def _side_line(label: str, side: Side) -> str:
@@ -1250,6 +1446,8 @@ def _totals_lines(
     plan: Plan,
     grad_ranking: Sequence[Mapping[str, Any]] = (),
     tensors: Sequence[Any] = (),
+    failed: bool = False,
+    local_ran: bool = True,
 ) -> list[tuple[str, str]]:
     from hookcli.render import fmt_float
 
@@ -1271,8 +1469,16 @@ def _totals_lines(
         else:
             lines += _div_lines("First divergence (shapes)", first)
         return lines
-    lines += _div_lines("First divergence", first)
-    lines += _div_lines("First divergence (local)", first_local)
+    before = "none in the calls compared before the failure"
+    lines += [("First divergence", before)] if failed and first is None else _div_lines(
+        "First divergence", first
+    )
+    if not local_ran:
+        lines.append(("First divergence (local)", "not run (the model failed before it)"))
+    elif failed and first_local is None:
+        lines.append(("First divergence (local)", before))
+    else:
+        lines += _div_lines("First divergence (local)", first_local)
     if plan.backward:
         for label, key in (
             ("First grad divergence", "first_grad_divergence"),
@@ -1503,6 +1709,7 @@ def cli_command(
         print_map=print_map,
         backward=backward,
         loss=loss_arg(loss).value if loss is not None else None,
+        partial=True,
     )
     if loss is not None and not backward:
         raise UsageError("--loss is the loss --backward starts from: add --backward")
@@ -1513,7 +1720,10 @@ def cli_command(
     if isinstance(result, str):
         write_text(result, out)
         return 0
-    return emit(result, out, result.columns, result.table_totals)
+    code = emit(result, out, result.columns, result.table_totals)
+    if result.failure is not None:  # the report of the calls that ran is written: exit 4
+        raise result.failure
+    return code
 
 
 def build_sides(mopts_a: Any, mopts_b: Any, ropts: Any, vs: Vs, same: bool) -> tuple[Side, Side]:

@@ -11,7 +11,7 @@ is refused (exit 2): B is never compared on random weights.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -33,9 +33,14 @@ def _join(prefix: str, name: str) -> str:
 
 
 def copy_weights(
-    model_a: nn.Module, model_b: nn.Module, modules: Sequence[tuple[str, str]]
+    model_a: nn.Module,
+    model_b: nn.Module,
+    modules: Sequence[tuple[str, str]],
+    unrun: Collection[str] = (),
 ) -> Copied:
-    """Copy through the module pairs (A name, B name); UsageError listing what cannot be."""
+    """Copy through the module pairs (A name, B name); UsageError listing what cannot be.
+    ``unrun``: B's parameters that may stay as built (after a model failed: those of
+    modules none of whose calls returned)."""
     mods_a = dict(model_a.named_modules())
     mods_b = dict(model_b.named_modules())
     done: list[tuple[str, str, str]] = []
@@ -86,7 +91,8 @@ def copy_weights(
             bb = own_bufs_b.get(bname)
             if bb is not None and tuple(ba.shape) == tuple(bb.shape):
                 plan.append((ba, bb, False))
-    left = [n for n, p in model_b.named_parameters() if id(p) not in filled]
+    skip = set(unrun)
+    left = [n for n, p in model_b.named_parameters() if id(p) not in filled and n not in skip]
     if left:
         problems.append(f"B's {', '.join(_cut(left))} (no aligned module of A gives it)")
     if problems:
