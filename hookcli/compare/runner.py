@@ -113,6 +113,8 @@ class PassFailed(RunError):
         super().__init__(f"{label}: {err.message}", module=err.module)
         self.reason = err.message
         self.side, self.stage, self.partial = side, stage, partial
+        self.other: Pass | None = None  # (a run in step) the other side's, as far as it got
+        self.also: PassFailed | None = None  # (a run in step) A's failure after B's
         self.phase = next(
             (p for p in ("forward", "backward") if err.message.startswith(p)), "loss"
         )
@@ -177,6 +179,35 @@ def _run_pass(
     device = _device(side)
     failed: RunError | None = None
     where: Any = None
+    session: Any = None
+    grads: dict[str, Any] = {}
+    loss_value = None
+
+    def made() -> Pass:
+        """The pass as far as it got."""
+        kept_inputs = recorder.inputs
+        if input_refs:  # only the inputs no in-place op changed after the call
+            kept_inputs = {
+                i: refs
+                for i in recorder.inputs
+                if (refs := recorder.unchanged_inputs(i)) is not None
+            }
+        return Pass(
+            session.records,
+            kept_inputs,
+            recorder.outputs,
+            recorder.finished,
+            sub.kept if sub else [],
+            recorder.grad_inputs,
+            recorder.backward_order,
+            grads,
+            recorder.grad_outputs,
+            grad_inputs_pos=recorder.grad_inputs_pos,
+            loss=loss_value,
+            measured={} if measure is None else measure.diffs,
+            in_diverged={} if measure is None else measure.in_diverged,
+        )
+
     try:
         with (
             keep_cwd(),
@@ -191,8 +222,6 @@ def _run_pass(
             ) as session,
         ):
             torch.manual_seed(side.seed if side.vs.seed is None else side.vs.seed)
-            grads: dict[str, Any] = {}
-            loss_value = None
             try:
                 output = session.forward(args, kwargs)
                 if loss is not None:
@@ -210,29 +239,13 @@ def _run_pass(
                 failed, where = err, session.failure or session.backward_failure
             session.finish()
             note_meta_assumptions(session, side.prepared.settings)
-            records = session.records
     except RunError as err:
         raise RunError(f"{side.label}: {err.message}", module=err.module) from err
-    kept_inputs = recorder.inputs
-    if input_refs:  # only the inputs no in-place op changed after the call
-        kept_inputs = {
-            i: refs for i in recorder.inputs if (refs := recorder.unchanged_inputs(i)) is not None
-        }
-    done = Pass(
-        records,
-        kept_inputs,
-        recorder.outputs,
-        recorder.finished,
-        sub.kept if sub else [],
-        recorder.grad_inputs,
-        recorder.backward_order,
-        grads,
-        recorder.grad_outputs,
-        grad_inputs_pos=recorder.grad_inputs_pos,
-        loss=loss_value,
-        measured={} if measure is None else measure.diffs,
-        in_diverged={} if measure is None else measure.in_diverged,
-    )
+    except BaseException as stop:  # the other side of a run in step stopped this one
+        if session is not None:
+            stop.partial = made()  # type: ignore[attr-defined]
+        raise
+    done = made()
     if failed is not None:
         raise PassFailed(failed, side.label, stage, done, where) from failed
     return done
@@ -298,15 +311,10 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
 
     step = _can_step(a, b, plan, mode, meta)
     if step:  # A and B in step: A's outputs measured as they come, none kept
-        try:
-            pa, pb, foreseen = _propagated_in_step(
-                a, b, plan, mode, args_a, kwargs_a, args_b, kwargs_b
-            )
-        except PassFailed:
-            if not plan.partial:
-                raise
-            step = False  # again one after the other: the report of the calls that ran
-    if not step:
+        pa, pb, foreseen, failures = _propagated_in_step(
+            a, b, plan, mode, args_a, kwargs_a, args_b, kwargs_b
+        )
+    else:
         pa = attempt(lambda: _run_pass(a, args_a, kwargs_a, mode, inputs=not meta, loss=loss))
         # (with --copy-weights this pass only finds B's calls: B measured with A's weights)
         foreseen = None if meta or plan.copy_weights else _measure(_foreseen(pa, plan), pa, plan)
@@ -365,7 +373,7 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
     local = None
     if not meta:
         if step:  # the pairs measured against another call than foreseen: A's copies
-            _recall(a, pa, pb, alignment, args_a, kwargs_a, mode)
+            _recall(a, pa, pb, alignment, args_a, kwargs_a, mode, attempt)
         pb.diffs = _settle(b, pa, pb, alignment, plan, args_b, kwargs_b, mode, attempt)
     if not meta and plan.local and not failures:  # (after a failure: no local mode)
         if step:
@@ -437,14 +445,18 @@ class _Wanted:
 
 
 def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_rest: bool,
-             run_b: Any, stage: str = "propagated") -> tuple[Pass, Any, Any]:  # fmt: skip
+             run_b: Any, stage: str = "propagated", offer: Any = None,
+             finish_a: bool = False) -> tuple[Pass, Any, Any]:  # fmt: skip
     """A's pass in a greenlet of its own, offering its tensors to ``run_b`` (B's pass,
     here) through ``handoff``; an error of either stops the other at once, and A's is
     raised here. Each session enters its own grad mode (``no_grad``: their probes read
-    version counters); ``Handoff`` keeps each side's across the switches."""
+    version counters); ``Handoff`` keeps each side's across the switches. A side's
+    ``PassFailed`` is raised with the other side's pass as far as it got (``other``);
+    with ``finish_a``, B's failure lets A's pass run on to its end (A's own failure, if it
+    fails too, then in ``also``)."""
     from hookcli.compare.record import AFailed, Offer
 
-    offer = Offer(handoff, keep_rest)
+    offer = offer or Offer(handoff, keep_rest)
     done: dict[str, Any] = {}
 
     def run_a() -> None:
@@ -461,13 +473,21 @@ def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_re
     handoff.start(run_a)
     try:
         pb = run_b()
-    except AFailed:
-        pb = None
+    except AFailed as stop:
+        pb = getattr(stop, "partial", None)
+    except PassFailed as failed:  # B's model raised: A stops where it is, or runs on
+        handoff.b_finished(failed=not finish_a)
+        error = done.get("error")
+        failed.other = done.get("pass") or getattr(error, "partial", None)
+        failed.also = error if isinstance(error, PassFailed) else None
+        raise
     except BaseException:
         handoff.b_finished(failed=True)  # A stops where it is
         raise
     handoff.b_finished()
     if "error" in done:
+        if isinstance(done["error"], PassFailed):
+            done["error"].other = pb
         raise done["error"]
     return done["pass"], pb, offer
 
@@ -475,12 +495,12 @@ def _in_step(a: Side, a_call: tuple[Any, Any], mode: Mode, handoff: Any, keep_re
 def _propagated_in_step(
     a: Side, b: Side, plan: Plan, mode: Mode, args_a: Any, kwargs_a: Any, args_b: Any,
     kwargs_b: Any,
-) -> tuple[Pass, Pass, Any]:  # fmt: skip
+) -> tuple[Pass, Pass, Any, list[PassFailed]]:  # fmt: skip
     """The propagated mode with A and B in step: each of B's calls whose partner is
     foreseen by name (as ``_foreseen``) is measured against A's own output, lent while A
     waits; A keeps copies only of what B does not take."""
     from hookcli.compare.align import map_name
-    from hookcli.compare.record import Handoff, Lent, Measure
+    from hookcli.compare.record import Handoff, Lent, Measure, Offer
 
     names: dict[str, str] = {}
     for name, _ in a.model.named_modules():
@@ -495,10 +515,20 @@ def _propagated_in_step(
         keep_rest=True,
         track_writes=True,
     )
-    pa, pb, offer = _in_step(
-        a, (args_a, kwargs_a), mode, handoff, True,
-        lambda: _run_pass(b, args_b, kwargs_b, mode, measure=measure, outputs=False),
-    )  # fmt: skip
+    offer = Offer(handoff, True)
+    failures: list[PassFailed] = []
+    try:
+        pa, pb, _ = _in_step(
+            a, (args_a, kwargs_a), mode, handoff, True,
+            lambda: _run_pass(b, args_b, kwargs_b, mode, measure=measure, outputs=False),
+            offer=offer, finish_a=plan.partial,
+        )  # fmt: skip
+    except PassFailed as failed:  # each side's pass as far as it got
+        if not plan.partial:
+            raise
+        failures = [f for f in (failed.also, failed) if f is not None]
+        mine, other = failed.partial, failed.other or Pass((), {}, {}, [])
+        pa, pb = (mine, other) if failed.side == "A" else (other, mine)
     index_a = {(r.name, r.call): r.index for r in pa.records}
     pb.measured = {j: (index_a[k], d) for j, (k, d) in measure.diffs.items() if k in index_a}
     pb.in_diverged = {
@@ -507,12 +537,13 @@ def _propagated_in_step(
     measure.diffs, measure.in_diverged = {}, {}
     pa.outputs = {**offer.outputs, **handoff.left("out")}
     pa.inputs = {**offer.inputs, **handoff.left("in")}
-    return pa, pb, measure
+    return pa, pb, measure, failures
 
 
 def _recall(
-    a: Side, pa: Pass, pb: Pass, alignment: Alignment, args_a: Any, kwargs_a: Any, mode: Mode
-) -> None:
+    a: Side, pa: Pass, pb: Pass, alignment: Alignment, args_a: Any, kwargs_a: Any, mode: Mode,
+    attempt: Any,
+) -> None:  # fmt: skip
     """(After a run in step) A's outputs again, by one more pass of A keeping only them,
     for the aligned calls that were measured against another call than the alignment's
     and whose copy A did not keep."""
@@ -522,7 +553,7 @@ def _recall(
         if (pb.measured.get(j) or (None,))[0] != i and i not in pa.outputs
     }
     if lost:
-        again = _run_pass(a, args_a, kwargs_a, mode, keep=lost)
+        again = attempt(lambda: _run_pass(a, args_a, kwargs_a, mode, keep=lost))
         pa.outputs.update(again.outputs)
 
 
