@@ -115,9 +115,7 @@ class PassFailed(RunError):
         self.side, self.stage, self.partial = side, stage, partial
         self.other: Pass | None = None  # (a run in step) the other side's, as far as it got
         self.also: PassFailed | None = None  # (a run in step) A's failure after B's
-        self.phase = next(
-            (p for p in ("forward", "backward") if err.message.startswith(p)), "loss"
-        )
+        self.phase = next((p for p in ("forward", "backward") if err.message.startswith(p)), "loss")
         self.where = None
         if where is not None:
             self.where = {
@@ -1259,7 +1257,9 @@ def _report(
             f"local mode: {len(local.kept)} call(s) of B kept their own inputs or outputs "
             "(their number or shapes differ from A's, or their container cannot be rebuilt)"
         )
+    # (a local pass that stopped: the calls after the failure have no local figures)
     unfed = [i for i in alignment.pairs if i in prop and i not in loc] if local else []
+    unfed = [] if local is None or local.error is not None else unfed
     if unfed:
         names = _cut([_name_call(by_a[i].name, by_a[i].call) for i in unfed])
         notes.append(
@@ -1305,8 +1305,13 @@ def _report(
     error = _failure_error(failures)
     if error is not None:
         extra["failures"] = [
-            {"side": f.side, "mode": f.stage, "phase": f.phase, **(f.where or {"module": None}),
-             "error": f.reason}  # fmt: skip
+            {
+                "side": f.side,
+                "mode": f.stage,
+                "phase": f.phase,
+                **(f.where or {"module": None}),
+                "error": f.reason,
+            }
             for f in failures
         ]
     report = CompareReport(
@@ -1369,8 +1374,8 @@ def _failure_marks(
             i = next((r.index for r in pa.records
                       if r.call == call and mapped[r.index] == module), None)  # fmt: skip
         if i is not None:
-            how = [w for w in (f.phase if f.phase != "forward" else "",
-                               f"{f.stage} mode" if f.stage != "propagated" else "") if w]  # fmt: skip
+            phase = f.phase if f.phase != "forward" else ""
+            how = [w for w in (phase, f"{f.stage} mode" if f.stage != "propagated" else "") if w]
             sides.setdefault(i, []).append(f.side + (f" {', '.join(how)}" if how else ""))
     marks = {i: f"<- failed here ({' and '.join(who)})" for i, who in sides.items()}
     unreached: set[int] = set()
@@ -1402,8 +1407,10 @@ def _failure_error(failures: Sequence[PassFailed]) -> RunError | None:
 def _failure_notes(failures: Sequence[PassFailed]) -> list[str]:
     """What the failures leave of the report (one note where both sides failed alike)."""
     first = failures[0] if failures else None
-    if first is not None and len(failures) == 2 and all(
-        (f.reason, f.stage) == (first.reason, first.stage) for f in failures
+    if (
+        first is not None
+        and len(failures) == 2
+        and all((f.reason, f.stage) == (first.reason, first.stage) for f in failures)
     ):
         return [_failure_note(first, "A and B")]
     return [_failure_note(f) for f in failures]
@@ -1425,8 +1432,9 @@ def _failure_note(f: PassFailed, who: str = "") -> str:
             "did not run"
         )
     rest = (
-        "" if " and " in who else f"; {'B' if f.side == 'A' else 'A'}'s calls after that "
-        "point are not compared"
+        ""
+        if " and " in who
+        else f"; {'B' if f.side == 'A' else 'A'}'s calls after that point are not compared"
     )
     return (
         f"{who} failed in {where}: the figures are those of the calls that returned before "
@@ -1501,8 +1509,10 @@ def _totals_lines(
             lines += _div_lines("First divergence (shapes)", first)
         return lines
     before = "none in the calls compared before the failure"
-    lines += [("First divergence", before)] if failed and first is None else _div_lines(
-        "First divergence", first
+    lines += (
+        [("First divergence", before)]
+        if failed and first is None
+        else _div_lines("First divergence", first)
     )
     if not local_ran:
         lines.append(("First divergence (local)", "not run (the model failed before it)"))
