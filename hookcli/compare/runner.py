@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -295,11 +295,11 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
     loss = (plan.loss or "sum") if plan.backward and not meta else None
     failures: list[PassFailed] = []
 
-    def attempt(run: Any) -> Pass:
+    def attempt(run: Callable[[], Pass]) -> Pass:
         """A pass; where the model raises and ``plan.partial`` asks for the report of
         what ran: the pass as far as it got, its failure noted (once per side and mode)."""
         try:
-            return run()  # type: ignore[no-any-return]
+            return run()
         except PassFailed as failed:
             if not plan.partial:
                 raise
@@ -1529,7 +1529,7 @@ def _totals_lines(
             lines.append(
                 (
                     label,
-                    "none"
+                    ("none in the gradients that arrived before the failure" if failed else "none")
                     if g is None
                     else f"{g['module'] or '(root)'} <-> {g['partner'] or '(root)'} ({g['what']})",
                 )
