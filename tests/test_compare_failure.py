@@ -328,3 +328,20 @@ def test_the_python_api_raises_the_run_error_naming_the_side() -> None:
         hookcli.compare(a, b, (X,))
     assert_no_hooks(a)
     assert_no_hooks(b)
+
+
+def test_a_loss_that_raises_keeps_the_forward_figures(tmp_path: Path, xfile: str) -> None:
+    loss = tmp_path / "lossfn.py"
+    loss.write_text("def bad(out):\n    raise ValueError('no loss')\n", encoding="utf-8")
+    code, out, _ = run(f"{HERE}:Net", f"{HERE}:Net", "--b-kwargs", "scale=2.0", "--backward",
+                         "--loss", f"fn:{loss}:bad", "--input-file", xfile, "-f", "json")  # fmt: skip
+    assert code == 4
+    report = json.loads(out)
+    assert [(f["side"], f["phase"]) for f in report["failures"]] == [("A", "loss"), ("B", "loss")]
+    assert report["error"].startswith("A and B: the loss function")
+    ref_a, ref_b = plain_outputs(built()), plain_outputs(built(scale=2.0))
+    rows = rows_by_call(report)
+    assert set(rows) == set(ref_a)
+    for key, a in ref_a.items():
+        assert rows[key]["max_abs"] == pytest.approx(float((a - ref_b[key]).abs().max()), rel=1e-6)
+    assert all(r["grad_input_rel_l2"] is None for r in report["calls"])

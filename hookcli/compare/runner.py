@@ -1425,6 +1425,11 @@ def _failure_note(f: PassFailed, who: str = "") -> str:
             f"{who} failed in the {f.stage} mode ({f.phase}, in {where}): the propagated "
             "figures are complete; the local ones are those of the calls before the failure"
         )
+    if f.phase == "loss":
+        return (
+            f"{who} failed in {'their' if ' and ' in who else 'its'} loss: the forward "
+            "figures are complete; no gradient figures; the local mode did not run"
+        )
     if f.phase != "forward":
         return (
             f"{who} failed in {f.phase} (in {where}): the forward figures are complete; "
