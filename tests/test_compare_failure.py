@@ -156,13 +156,14 @@ def test_b_failing_reports_the_calls_before_it_with_plain_hooks_figures(xfile: s
     assert report["first_divergence_local"] is None
 
 
-def test_the_table_marks_the_failed_call_of_the_side_that_failed(xfile: str) -> None:
-    code, out, _ = run(f"{HERE}:Net", f"{HERE}:Net", "--a-kwargs", "fail_at=2",
+@pytest.mark.parametrize("side", ["A", "B"])
+def test_the_table_marks_the_failed_call_of_the_side_that_failed(xfile: str, side: str) -> None:
+    code, out, _ = run(f"{HERE}:Net", f"{HERE}:Net", f"--{side.lower()}-kwargs", "fail_at=2",
                        "--input-file", xfile)  # fmt: skip
     assert code == 4
     lines = out.splitlines()
-    assert any(ln.lstrip().startswith("act #2 <- failed here (A)") for ln in lines), out
-    assert lines[-1].startswith("ERROR: A: forward failed in act (Act)")
+    assert any(ln.lstrip().startswith(f"act #2 <- failed here ({side})") for ln in lines), out
+    assert lines[-1].startswith(f"ERROR: {side}: forward failed in act (Act)")
     assert any(ln.startswith("First divergence (local):") and "not run" in ln for ln in lines)
 
 
