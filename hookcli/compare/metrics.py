@@ -381,7 +381,8 @@ def tensor_diff(
         return TensorDiff(**base, rtol=rt, atol=at, max_abs=0.0, rel_l2=0.0, cosine=1.0,
                           sqnr_db=math.inf)  # fmt: skip
     with torch.no_grad():
-        figures = _reduce(a.detach(), b.detach(), rt, at)
+        af, bf, order = _flat_pair(a.detach(), b.detach())
+        figures = _reduce(af, bf, rt, at)
     max_abs, sq_a, sq_b, sq_d, dot, nfa, nfb, bad, va, vb, k = figures
     na, nb, nd = math.sqrt(sq_a), math.sqrt(sq_b), math.sqrt(sq_d)
     rel = _ratio(nd, na, 0.0, math.inf)
@@ -399,7 +400,11 @@ def tensor_diff(
     else:
         ratio = (na * na) / (nd * nd)
         sqnr = 10.0 * math.log10(ratio) if ratio > 0 else -math.inf
-    worst = _unravel(int(k), sa or ())
+    if order is None:
+        worst = _unravel(int(k), sa or ())
+    else:  # k counts in memory order: its index in each of A's dims
+        in_order = _unravel(int(k), tuple(a.shape[p] for p in order))
+        worst = tuple(in_order[order.index(i)] for i in range(a.dim()))
     return TensorDiff(
         **base,
         rtol=rt,
@@ -415,6 +420,19 @@ def tensor_diff(
         value_a=va,
         value_b=vb,
     )
+
+
+def _flat_pair(a: torch.Tensor, b: torch.Tensor) -> tuple[Any, Any, list[int] | None]:
+    """A and B as 1-D views in one order: their memory order where both lie alike
+    (channels-last or transposed the same way: read where they are, not copied), with the
+    dims in that order; else A's shape's order (None), a side that lies otherwise copied."""
+    if a.is_contiguous() and b.is_contiguous():
+        return a.reshape(-1), b.reshape(-1), None
+    order = sorted(range(a.dim()), key=a.stride, reverse=True)
+    pa, pb = a.permute(order), b.permute(order)
+    if pa.is_contiguous() and pb.is_contiguous():
+        return pa.reshape(-1), pb.reshape(-1), order
+    return a.reshape(-1), b.reshape(-1), None
 
 
 def _unravel(k: int, shape: tuple[int, ...]) -> tuple[int, ...]:
