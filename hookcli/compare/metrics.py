@@ -128,16 +128,16 @@ def release_scratch() -> None:
     _scratch.clear()
 
 
-def _buffer(n: int, like: torch.Tensor, slot: int) -> torch.Tensor:
+def _buffer(n: int, device: Any, dtype: Any, slot: int) -> torch.Tensor:
     """``n`` elements of a buffer kept between pairs (no fresh pages for each pair)."""
     import torch
 
-    key = (like.device, like.dtype, slot)
+    key = (device, dtype, slot)
     buf = _scratch.get(key)
     if buf is None or buf.numel() < n:
         with torch.inference_mode(False):  # (a normal tensor serves in and out of it)
-            buf = _scratch[key] = torch.empty(n, dtype=like.dtype, device=like.device)
-    return buf[:n]
+            buf = _scratch[key] = torch.empty(n, dtype=dtype, device=device)
+    return buf if buf.numel() == n else buf[:n]
 
 
 def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float]:
@@ -168,14 +168,10 @@ def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[floa
     table = torch.zeros((5, rows), dtype=wide, device=af.device)
     norms, tops, counts = table[:3], table[3], table[4]
     whole = numel <= _PIECE
-    buf = _buffer(min(numel, _PIECE), table, 0)
+    buf = _buffer(min(numel, _PIECE), af.device, wide, 0)
     s = 0
     for i, s in enumerate(range(0, numel, _PIECE)):
-        pa, pb = (af, bf) if whole else (af[s : s + _PIECE], bf[s : s + _PIECE])
-        if pa.dtype != wide:
-            pa = pa.to(wide)
-        if pb.dtype != wide or pb.device != pa.device:
-            pb = pb.to(device=pa.device, dtype=wide)
+        pa, pb = _piece(af, bf, s, wide, whole)
         n = pa.numel()
         d = torch.sub(pb, pa, out=buf if n == buf.numel() else buf[:n])
         main = n - n % _ROW  # whole rows; a short one only in the last piece
@@ -199,7 +195,7 @@ def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[floa
             torch.amax(d[main:], dim=0, out=tops[r1])
             top = tops[r0 : r1 + 1].max()
         if float(top) > at:  # else no element can pass atol + rtol * |a|
-            tol = torch.abs(pa, out=_buffer(n, table, 1))
+            tol = torch.abs(pa, out=_buffer(n, af.device, wide, 1))
             torch.sub(d, tol, alpha=rt, out=tol)  # |b - a| - rtol * |a|
             # the elements past atol, 1.0 each (exact in the piece's float sum; a
             # comparison to bool is a slow kernel), into the piece's slot
@@ -230,9 +226,18 @@ def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[floa
     return [raw, sq_a, sq_b, sq_d, dot, 0, 0, int(bad), va, vb, k]
 
 
-def _piece(af: torch.Tensor, bf: torch.Tensor, s: int, wide: Any) -> tuple[Any, Any]:
-    """The pair's piece from element ``s``, in ``wide``, B's on A's device."""
-    return af[s : s + _PIECE].to(wide), bf[s : s + _PIECE].to(device=af.device, dtype=wide)
+def _piece(
+    af: torch.Tensor, bf: torch.Tensor, s: int, wide: Any, whole: bool = False
+) -> tuple[Any, Any]:
+    """The pair's piece from element ``s`` (``whole``: the pair is one piece), in
+    ``wide``, B's on A's device: a side of another dtype or device is copied into a buffer
+    reused from piece to piece (a fresh tensor that size would take fresh pages each time)."""
+    pa, pb = (af, bf) if whole else (af[s : s + _PIECE], bf[s : s + _PIECE])
+    if pa.dtype != wide:
+        pa = _buffer(pa.numel(), af.device, wide, 2).copy_(pa)
+    if pb.dtype != wide or pb.device != af.device:
+        pb = _buffer(pb.numel(), af.device, wide, 3).copy_(pb)
+    return pa, pb
 
 
 def _dot_by_rows(af: torch.Tensor, bf: torch.Tensor, wide: Any) -> float:
@@ -243,7 +248,7 @@ def _dot_by_rows(af: torch.Tensor, bf: torch.Tensor, wide: Any) -> float:
     total = 0.0
     for s in range(0, af.numel(), _PIECE):
         pa, pb = _piece(af, bf, s, wide)
-        prod = torch.mul(pa, pb, out=_buffer(pa.numel(), pa, 0))
+        prod = torch.mul(pa, pb, out=_buffer(pa.numel(), af.device, wide, 0))
         main = prod.numel() - prod.numel() % _ROW
         rows = prod[:main].view(-1, _ROW).sum(dim=1).to(torch.float64).sum()
         total += float(rows + prod[main:].to(torch.float64).sum())
