@@ -6,7 +6,8 @@ device): ``|b - a|`` once (rounded once, to half an ulp of the difference), norm
 rows of a, b and b - a squared and summed in float64 (each sum to about 1e-7 relative),
 the largest ``|b - a|`` and where, and the count beyond the tolerance; a pair of at most
 16Ki elements is read in float64; a pair with a NaN or Inf (or a sum past float32's
-range) takes a chunked float64 sweep:
+range) takes a chunked float64 sweep. A pair whose sides lie alike in memory
+(channels-last, transposed) is read in that order, where it lies (``_flat_pair``):
 
     max_abs  = max |b - a|
     rel_l2   = ||b - a|| / ||a||          (0 when both are zero, inf when only a is)
@@ -120,7 +121,7 @@ _SCALES = 16.0  # |a|^2 / |b|^2 (or its inverse) past which <a, b> is read by ro
 _SMALL = 1 << 14  # pairs up to this many elements take ``_reduce_small``
 _PIECE = 1 << 18  # elements per piece of ``_reduce``: a multiple of ``_ROW``
 _ROW = 1024  # sums of squares by rows of this length: each row's norm is exact to ~1e-7
-_scratch: dict[tuple[Any, Any, int], torch.Tensor] = {}  # (device, dtype) -> reused buffer
+_scratch: dict[tuple[Any, Any, int], torch.Tensor] = {}  # (device, dtype, slot) -> buffer
 
 
 def release_scratch() -> None:
@@ -148,9 +149,9 @@ def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[floa
     rows (``_ROW`` elements) and of a's and b's, and its rows' largest magnitude, into
     one small table of the pair's rows; and, only where the piece's largest ``|b - a|``
     passes atol, the count of elements beyond the tolerance (into the table's last row),
-    while ``|b - a|`` is still in the buffer. After the last piece: the table in
-    float64, the norms squared and summed, the first row with the largest ``|b - a|``
-    and the first place in it (from the buffer where that row is in the last piece, else
+    while ``|b - a|`` is still in the buffer. After the last piece: the norms of the
+    rows' norms in float64, squared; the first row with the largest ``|b - a|`` and the
+    first place in it (from the buffer where that row is in the last piece, else
     that row's difference taken again). Nothing as large as the pair is made (a piece's
     buffers, 1 MiB each); each call costs a few microseconds, so they are few (about 30
     for a pair of one piece)."""
