@@ -6,7 +6,8 @@ device): ``|b - a|`` once (rounded once, to half an ulp of the difference), norm
 rows of a, b and b - a squared and summed in float64 (each sum to about 1e-7 relative),
 the largest ``|b - a|`` and where, and the count beyond the tolerance; a pair of at most
 16Ki elements is read in float64; a pair with a NaN or Inf (or a sum past float32's
-range) takes a chunked float64 sweep:
+range) takes a chunked float64 sweep. A pair whose sides lie alike in memory
+(channels-last, transposed) is read in that order, where it lies (``_flat_pair``):
 
     max_abs  = max |b - a|
     rel_l2   = ||b - a|| / ||a||          (0 when both are zero, inf when only a is)
@@ -120,7 +121,7 @@ _SCALES = 16.0  # |a|^2 / |b|^2 (or its inverse) past which <a, b> is read by ro
 _SMALL = 1 << 14  # pairs up to this many elements take ``_reduce_small``
 _PIECE = 1 << 18  # elements per piece of ``_reduce``: a multiple of ``_ROW``
 _ROW = 1024  # sums of squares by rows of this length: each row's norm is exact to ~1e-7
-_scratch: dict[tuple[Any, Any, int], torch.Tensor] = {}  # (device, dtype) -> reused buffer
+_scratch: dict[tuple[Any, Any, int], torch.Tensor] = {}  # (device, dtype, slot) -> buffer
 
 
 def release_scratch() -> None:
@@ -128,28 +129,32 @@ def release_scratch() -> None:
     _scratch.clear()
 
 
-def _buffer(n: int, like: torch.Tensor, slot: int) -> torch.Tensor:
+def _buffer(n: int, device: Any, dtype: Any, slot: int) -> torch.Tensor:
     """``n`` elements of a buffer kept between pairs (no fresh pages for each pair)."""
     import torch
 
-    key = (like.device, like.dtype, slot)
+    key = (device, dtype, slot)
     buf = _scratch.get(key)
     if buf is None or buf.numel() < n:
         with torch.inference_mode(False):  # (a normal tensor serves in and out of it)
-            buf = _scratch[key] = torch.empty(n, dtype=like.dtype, device=like.device)
-    return buf[:n]
+            buf = _scratch[key] = torch.empty(n, dtype=dtype, device=device)
+    return buf if buf.numel() == n else buf[:n]
 
 
 def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[float]:
     """The figures of one pair, from passes over pieces of ``_PIECE`` elements in float32
     (float64 where either side is float64) where every value is finite, else from the
-    float64 sweep (``_sweep``). Per piece: |b - a| once (b - a rounded once, to half an
-    ulp of the difference itself) into a buffer reused from piece to piece; the norms of
-    its rows and of a's and b's (``_ROW`` elements each) into one small buffer; its max
-    and where it is first read to the host; and, only where that max passes atol, the
-    count of elements beyond the tolerance, while |b - a| is still in the buffer. The
-    rows' norms are squared and summed in float64 once per pair. Nothing as large as the
-    pair is made (a piece's buffers, 1 MiB each)."""
+    float64 sweep (``_sweep``). Per piece: ``b - a`` once (rounded once, to half an ulp
+    of the difference itself) into a buffer reused from piece to piece; the norms of its
+    rows (``_ROW`` elements) and of a's and b's, and its rows' largest magnitude, into
+    one small table of the pair's rows; and, only where the piece's largest ``|b - a|``
+    passes atol, the count of elements beyond the tolerance (into the table's last row),
+    while ``|b - a|`` is still in the buffer. After the last piece: the norms of the
+    rows' norms in float64, squared; the first row with the largest ``|b - a|`` and the
+    first place in it (from the buffer where that row is in the last piece, else
+    that row's difference taken again). Nothing as large as the pair is made (a piece's
+    buffers, 1 MiB each); each call costs a few microseconds, so they are few (about 30
+    for a pair of one piece)."""
     import torch
 
     if dtype_name(a.dtype) not in _FAST or dtype_name(b.dtype) not in _FAST:
@@ -159,50 +164,58 @@ def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[floa
     wide = torch.float64 if torch.float64 in (a.dtype, b.dtype) else torch.float32
     af, bf = a.reshape(-1), b.reshape(-1)
     numel = af.numel()
-    starts = range(0, numel, _PIECE)
-    full = numel // _ROW  # rows of ``_ROW`` elements; the rest (< _ROW) is the tail
-    norms = torch.empty((3, full), dtype=wide, device=af.device)
-    counts = torch.zeros(len(starts), dtype=wide, device=af.device)
-    tail = [0.0, 0.0, 0.0]
-
-    raw, k = -1.0, 0
-    for i, s in enumerate(starts):
-        pa, pb = _piece(af, bf, s, wide)
-        d = torch.sub(pb, pa, out=_buffer(pa.numel(), pa, 0)).abs_()
+    rows = -(-numel // _ROW)  # the last one may be short
+    # per row: ||a||, ||b||, ||b - a||, max |b - a|; per piece (in row 4): the count
+    table = torch.zeros((5, rows), dtype=wide, device=af.device)
+    norms, tops, counts = table[:3], table[3], table[4]
+    whole = numel <= _PIECE
+    buf = _buffer(min(numel, _PIECE), af.device, wide, 0)
+    s = 0
+    for i, s in enumerate(range(0, numel, _PIECE)):
+        pa, pb = _piece(af, bf, s, wide, whole)
         n = pa.numel()
-        r0, r1 = s // _ROW, (s + n) // _ROW  # this piece's whole rows
-        main = (r1 - r0) * _ROW
-        for j, x in enumerate((pa, pb, d)):
+        d = torch.sub(pb, pa, out=buf if n == buf.numel() else buf[:n])
+        main = n - n % _ROW  # whole rows; a short one only in the last piece
+        r0 = s // _ROW
+        r1 = r0 + main // _ROW
+        if main == n:
+            out = norms[:, r0:r1]
+            for j, x in enumerate((pa, pb, d)):
+                torch.linalg.vector_norm(x.view(-1, _ROW), dim=1, out=out[j])
+            d.abs_()
+            torch.amax(d.view(-1, _ROW), dim=1, out=tops[r0:r1])
+            top = tops[r0:r1].max()
+        else:
+            for j, x in enumerate((pa, pb, d)):
+                if main:
+                    torch.linalg.vector_norm(x[:main].view(-1, _ROW), dim=1, out=norms[j, r0:r1])
+                torch.linalg.vector_norm(x[main:], out=norms[j, r1])
+            d.abs_()
             if main:
-                torch.linalg.vector_norm(x[:main].view(-1, _ROW), dim=1, out=norms[j, r0:r1])
-            if main < n:
-                tail[j] = float(x[main:].to(torch.float64).square().sum())
-        # the piece's largest |b - a| and the first place that holds it: the rows' maxima
-        # in one pass, then the row that holds it (a whole-piece argmax is a slow kernel)
-        m, at_k = -1.0, 0
-        if main:
-            top, row = d[:main].view(-1, _ROW).amax(dim=1).max(dim=0)
-            m, r = float(top), int(row)
-            if m > raw:
-                at_k = r * _ROW + int(d[r * _ROW : (r + 1) * _ROW].argmax())
-        if main < n:
-            top, where = d[main:].max(dim=0)
-            if float(top) > m:
-                m, at_k = float(top), main + int(where)
-        if m > raw:
-            raw, k = m, s + at_k
-        if m > at:  # else no element of this piece can pass atol + rtol * |a|
-            tol = torch.abs(pa, out=_buffer(n, pa, 1))
-            torch.sub(d, tol, alpha=rt, out=d)  # |b - a| - rtol * |a|
+                torch.amax(d[:main].view(-1, _ROW), dim=1, out=tops[r0:r1])
+            torch.amax(d[main:], dim=0, out=tops[r1])
+            top = tops[r0 : r1 + 1].max()
+        if float(top) > at:  # else no element can pass atol + rtol * |a|
+            tol = torch.abs(pa, out=_buffer(n, af.device, wide, 1))
+            torch.sub(d, tol, alpha=rt, out=tol)  # |b - a| - rtol * |a|
             # the elements past atol, 1.0 each (exact in the piece's float sum; a
             # comparison to bool is a slow kernel), into the piece's slot
-            torch.sum(torch.gt(d, at, out=tol), dim=0, out=counts[i])
-    sums = norms.to(torch.float64).square_().sum(dim=1).tolist()
-    sq_a, sq_b, sq_d = (sums[j] + tail[j] for j in range(3))
+            torch.sum(torch.gt(tol, at, out=tol), dim=0, out=counts[i])
+    # the rows' norms squared and summed in float64 (the norm of the rows' norms)
+    sq_a, sq_b, sq_d = (
+        x * x for x in torch.linalg.vector_norm(norms, dim=1, dtype=torch.float64).tolist()
+    )
     if not (math.isfinite(sq_a) and math.isfinite(sq_b) and math.isfinite(sq_d)):
         return _sweep(a, b, rt, at)  # NaN or Inf somewhere (or a sum past float's range)
+    bad = float(counts.sum(dtype=torch.float64))  # (each piece's count exact)
+    top, row = tops.max(dim=0)  # (the first row that holds it)
+    raw, lo = float(top), int(row) * _ROW
+    if lo >= s:  # in the last piece: its |b - a| is still in the buffer
+        k = lo + int(buf[lo - s : lo - s + _ROW].argmax())  # the first place in the row
+    else:
+        ra, rb = af[lo : lo + _ROW].to(wide), bf[lo : lo + _ROW].to(device=af.device, dtype=wide)
+        k = lo + int(torch.sub(rb, ra).abs_().argmax())
     va, vb = float(af[k]), float(bf[k])
-    bad = int(counts.to(torch.float64).sum())  # (each piece's count exact; summed in float64)
     # <a, b> from the three sums: (|a|^2 + |b|^2 - |b - a|^2) / 2, whose error (the sums',
     # ~1e-7 of the larger square) is ~1e-7 of |a| |b| where the norms are alike; where
     # they are not (one side a scaled copy of the other), <a, b> read by rows instead
@@ -211,12 +224,21 @@ def _reduce(a: torch.Tensor, b: torch.Tensor, rt: float, at: float) -> list[floa
         dot = _dot_by_rows(af, bf, wide)
     else:
         dot = (sq_a + sq_b - sq_d) / 2.0
-    return [raw, sq_a, sq_b, sq_d, dot, 0, 0, bad, va, vb, k]
+    return [raw, sq_a, sq_b, sq_d, dot, 0, 0, int(bad), va, vb, k]
 
 
-def _piece(af: torch.Tensor, bf: torch.Tensor, s: int, wide: Any) -> tuple[Any, Any]:
-    """The pair's piece from element ``s``, in ``wide``, B's on A's device."""
-    return af[s : s + _PIECE].to(wide), bf[s : s + _PIECE].to(device=af.device, dtype=wide)
+def _piece(
+    af: torch.Tensor, bf: torch.Tensor, s: int, wide: Any, whole: bool = False
+) -> tuple[Any, Any]:
+    """The pair's piece from element ``s`` (``whole``: the pair is one piece), in
+    ``wide``, B's on A's device: a side of another dtype or device is copied into a buffer
+    reused from piece to piece (a fresh tensor that size would take fresh pages each time)."""
+    pa, pb = (af, bf) if whole else (af[s : s + _PIECE], bf[s : s + _PIECE])
+    if pa.dtype != wide:
+        pa = _buffer(pa.numel(), af.device, wide, 2).copy_(pa)
+    if pb.dtype != wide or pb.device != af.device:
+        pb = _buffer(pb.numel(), af.device, wide, 3).copy_(pb)
+    return pa, pb
 
 
 def _dot_by_rows(af: torch.Tensor, bf: torch.Tensor, wide: Any) -> float:
@@ -227,7 +249,7 @@ def _dot_by_rows(af: torch.Tensor, bf: torch.Tensor, wide: Any) -> float:
     total = 0.0
     for s in range(0, af.numel(), _PIECE):
         pa, pb = _piece(af, bf, s, wide)
-        prod = torch.mul(pa, pb, out=_buffer(pa.numel(), pa, 0))
+        prod = torch.mul(pa, pb, out=_buffer(pa.numel(), af.device, wide, 0))
         main = prod.numel() - prod.numel() % _ROW
         rows = prod[:main].view(-1, _ROW).sum(dim=1).to(torch.float64).sum()
         total += float(rows + prod[main:].to(torch.float64).sum())
@@ -365,7 +387,8 @@ def tensor_diff(
         return TensorDiff(**base, rtol=rt, atol=at, max_abs=0.0, rel_l2=0.0, cosine=1.0,
                           sqnr_db=math.inf)  # fmt: skip
     with torch.no_grad():
-        figures = _reduce(a.detach(), b.detach(), rt, at)
+        af, bf, order = _flat_pair(a.detach(), b.detach())
+        figures = _reduce(af, bf, rt, at)
     max_abs, sq_a, sq_b, sq_d, dot, nfa, nfb, bad, va, vb, k = figures
     na, nb, nd = math.sqrt(sq_a), math.sqrt(sq_b), math.sqrt(sq_d)
     rel = _ratio(nd, na, 0.0, math.inf)
@@ -383,7 +406,11 @@ def tensor_diff(
     else:
         ratio = (na * na) / (nd * nd)
         sqnr = 10.0 * math.log10(ratio) if ratio > 0 else -math.inf
-    worst = _unravel(int(k), sa or ())
+    if order is None:
+        worst = _unravel(int(k), sa or ())
+    else:  # k counts in memory order: its index in each of A's dims
+        in_order = _unravel(int(k), tuple(a.shape[p] for p in order))
+        worst = tuple(in_order[order.index(i)] for i in range(a.dim()))
     return TensorDiff(
         **base,
         rtol=rt,
@@ -399,6 +426,19 @@ def tensor_diff(
         value_a=va,
         value_b=vb,
     )
+
+
+def _flat_pair(a: torch.Tensor, b: torch.Tensor) -> tuple[Any, Any, list[int] | None]:
+    """A and B as 1-D views in one order: their memory order where both lie alike
+    (channels-last or transposed the same way: read where they are, not copied), with the
+    dims in that order; else A's shape's order (None), a side that lies otherwise copied."""
+    if a.is_contiguous() and b.is_contiguous():
+        return a.reshape(-1), b.reshape(-1), None
+    order = sorted(range(a.dim()), key=a.stride, reverse=True)
+    pa, pb = a.permute(order), b.permute(order)
+    if pa.is_contiguous() and pb.is_contiguous():
+        return pa.reshape(-1), pb.reshape(-1), order
+    return a.reshape(-1), b.reshape(-1), None
 
 
 def _unravel(k: int, shape: tuple[int, ...]) -> tuple[int, ...]:
