@@ -164,6 +164,7 @@ def _run_pass(
     from hookcli.pipeline import note_meta_assumptions
     from hookcli.session import HookSession
 
+    args, kwargs = fresh_inputs(args), fresh_inputs(kwargs)  # (A's forward may write them)
     recorder = Recorder(
         inputs=inputs, keep=keep, input_refs=input_refs, outputs=outputs,
         grad_outputs=loss is not None and inputs,
@@ -249,6 +250,24 @@ def _run_pass(
     return done
 
 
+def fresh_inputs(value: Any) -> Any:
+    """A pass's own copy of the run's input tensors (the structures around them rebuilt
+    as ``move_tensors`` rebuilds them): a forward that writes its input in place
+    (``x.mul_(2)``, ``ReLU(inplace=True)`` on it) changes its own pass's copy only, so
+    every pass of A and B starts from the user's values. Meta tensors, which hold no
+    values, are kept."""
+    import torch
+
+    from hookcli.structures import _rebuildable, rebuild
+
+    def leaf(v: Any) -> Any:
+        if not isinstance(v, torch.Tensor) or v.is_meta:
+            return v
+        return v.detach().clone().requires_grad_(v.requires_grad)
+
+    return rebuild(value, leaf, _rebuildable)
+
+
 def _device(side: Side) -> Any:
     import torch
 
@@ -256,7 +275,8 @@ def _device(side: Side) -> Any:
 
 
 def b_inputs(a: Prepared, vs: Vs, device: Any) -> tuple[Any, dict[str, Any]]:
-    """A's input tensors for B: the same objects, cast/moved only where --vs says so."""
+    """A's input tensors for B: the same objects, cast/moved only where --vs says so
+    (each pass then runs on its own copy: ``fresh_inputs``)."""
     import torch
 
     from hookcli.structures import move_tensors
