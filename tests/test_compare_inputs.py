@@ -5,13 +5,14 @@ forward on the user's values, plain autograd)."""
 from __future__ import annotations
 
 import copy
+import warnings
 from typing import Any
 
 import pytest
 import torch
 from torch import nn
 
-from tests.conftest import invoke_json
+from tests.conftest import invoke, invoke_json
 from tests.test_compare import metrics
 
 T = "tests.test_compare_inputs"
@@ -94,3 +95,117 @@ def test_the_api_leaves_the_users_input_tensors_as_they_were() -> None:
     report = hookcli.compare(a, b, (x,), vs=None).to_dict()
     assert torch.equal(x, before)
     assert report["first_divergence"] is None
+
+
+# -- --backward: a gradient one side has and the other lacks ---------------------------------
+
+
+class Det(nn.Module):
+    """``bug``: the hidden state detached (no gradient reaches l1)."""
+
+    def __init__(self, bug=False):
+        super().__init__()
+        self.l1 = nn.Linear(8, 8)
+        self.l2 = nn.Linear(8, 8)
+        self.bug = bug
+        self.example_input_array = torch.randn(2, 8)
+
+    def forward(self, x):
+        h = self.l1(x)
+        if self.bug:
+            h = h.detach()
+        return self.l2(h)
+
+
+class _Twice(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x):
+        return x.view_as(x)
+
+    @staticmethod
+    def backward(ctx, g):
+        return g * 2
+
+
+class GradBug(Det):
+    """``bug``: the gradient doubled between l2 and l1 (the forward is the same)."""
+
+    def forward(self, x):
+        h = self.l1(x)
+        if self.bug:
+            h = _Twice.apply(h)
+        return self.l2(h)
+
+
+def _plain_grads(cls: type[nn.Module], bug: bool) -> tuple[nn.Module, dict[str, Any]]:
+    """One backward from the output's sum (hookcli's default loss), with full backward
+    hooks keeping each module's grad_input."""
+    torch.manual_seed(0)
+    model = cls(bug).eval()
+    gin: dict[str, Any] = {}
+    handles = [
+        m.register_full_backward_hook(lambda m, gi, go, n=n: gin.__setitem__(n, gi))
+        for n, m in model.named_modules()
+    ]
+    with warnings.catch_warnings():  # (a hook on a module whose input needs no grad)
+        warnings.simplefilter("ignore", UserWarning)
+        model(model.example_input_array.clone()).sum().backward()
+    for h in handles:
+        h.remove()
+    return model, gin
+
+
+@pytest.mark.parametrize("bug_side", ["B", "A"])
+def test_a_grad_none_on_one_side_is_a_divergence_that_names_the_side(bug_side: str) -> None:
+    kw = "--b-kwargs" if bug_side == "B" else "--a-kwargs"
+    args = ("compare", f"{T}:Det", f"{T}:Det", kw, "bug=True", "--backward")
+    report = invoke_json(*args)
+    a, gin_a = _plain_grads(Det, bug_side == "A")
+    b, gin_b = _plain_grads(Det, bug_side == "B")
+    lacking = f"no grad in {bug_side}"
+    # plain autograd: l2's grad_input and l1's parameter grads exist on one side only
+    assert (gin_a["l2"][0] is None) == (bug_side == "A") != (gin_b["l2"][0] is None)
+    assert (a.l1.weight.grad is None) == (bug_side == "A") != (b.l1.weight.grad is None)
+    rows = {r["name"]: r for r in report["calls"]}
+    assert rows["l2"]["grad_input_diverged"] is True
+    assert [t["problem"] for t in rows["l2"]["grad_inputs"]] == [lacking]
+    assert rows["l1"]["param_grad_diverged"] is True
+    assert [(p["a"], p["b"], p["problem"], p["diverged"]) for p in rows["l1"]["param_grads"]] == [
+        ("weight", "weight", lacking, True),
+        ("bias", "bias", lacking, True),
+    ]
+    # l2's own parameter grads exist on both sides and agree (plain autograd says so)
+    assert torch.equal(a.l2.weight.grad, b.l2.weight.grad)
+    assert rows["l2"]["param_grad_diverged"] is False
+    first = report["first_grad_divergence"]
+    assert (first["module"], first["what"], first["problem"]) == ("l2", "grad_input", lacking)
+    # the forward is the same: the gate fails on the gradient
+    assert report["first_divergence"] is None
+    gate = invoke(*args, "--fail-on", "divergence")
+    assert gate.exit_code == 1, gate.stdout[-800:]
+    assert f"FAIL  divergence: first grad divergence at l2 <-> l2 (grad_input: {lacking})" in (
+        gate.stdout
+    )
+
+
+def test_fail_on_divergence_with_backward_fails_on_a_gradient_error_alone() -> None:
+    args = ("compare", f"{T}:GradBug", f"{T}:GradBug", "--b-kwargs", "bug=True", "--backward")
+    report = invoke_json(*args)
+    a, _ = _plain_grads(GradBug, False)
+    b, _ = _plain_grads(GradBug, True)
+    want = metrics(a.l1.weight.grad, b.l1.weight.grad)["rel_l2"]
+    assert want == pytest.approx(1.0)  # doubled
+    row = next(r for r in report["calls"] if r["name"] == "l1")
+    assert row["param_grad_rel_l2"] == pytest.approx(want, rel=1e-6)
+    assert report["first_divergence"] is None
+    assert report["first_grad_divergence"]["module"] == "l1"
+    gate = invoke(*args, "--fail-on", "divergence")
+    assert gate.exit_code == 1, gate.stdout[-800:]
+    # the same models, forward only: the gate is the forward's (unchanged) and passes
+    fwd = invoke("compare", f"{T}:GradBug", f"{T}:GradBug", "--b-kwargs", "bug=True",
+                 "--fail-on", "divergence")  # fmt: skip
+    assert fwd.exit_code == 0, fwd.stdout[-800:]
+    same = invoke("compare", f"{T}:GradBug", f"{T}:GradBug", "--backward", "--fail-on",
+                  "divergence")  # fmt: skip
+    assert same.exit_code == 0, same.stdout[-800:]
+    assert "outputs and gradients" in same.stdout
