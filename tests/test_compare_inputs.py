@@ -209,3 +209,87 @@ def test_fail_on_divergence_with_backward_fails_on_a_gradient_error_alone() -> N
                   "divergence")  # fmt: skip
     assert same.exit_code == 0, same.stdout[-800:]
     assert "outputs and gradients" in same.stdout
+
+
+# -- tolerances where B computes below what its outputs show -----------------------------------
+
+
+class Res(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(64, 64)
+
+    def forward(self, x):
+        return x + self.lin(x)  # float32 under autocast: the add of a bfloat16 matmul
+
+
+class ResNetTiny(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blk = Res()
+        self.norm = nn.LayerNorm(64)
+        self.example_input_array = torch.randn(4, 64)
+
+    def forward(self, x):
+        return self.norm(self.blk(x))
+
+
+class Upcast(nn.Module):
+    """Logits upcast to float32 at the end, as many language models do."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(16, 16)
+        self.example_input_array = torch.randn(4, 16)
+
+    def forward(self, x):
+        return self.lin(x).float()
+
+
+def _isclose_count(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -> int:
+    return int((~torch.isclose(b.double(), a.double(), rtol=rtol, atol=atol)).sum())
+
+
+def test_under_amp_every_pair_gets_the_autocast_dtypes_tolerance() -> None:
+    from torch.testing._comparison import default_tolerances
+
+    from tests.test_compare import plain_run
+
+    report = invoke_json("compare", f"{T}:ResNetTiny", "--vs", "amp=bf16")
+    rtol, atol = default_tolerances(torch.bfloat16)
+    torch.manual_seed(0)
+    a = ResNetTiny().eval()
+    b = copy.deepcopy(a)
+    x = a.example_input_array
+    outs_a, _ = plain_run(a, (x,))
+    outs_b, _ = plain_run(b, (x,), ctx=lambda: torch.autocast("cpu", dtype=torch.bfloat16))
+    assert outs_b["blk"][0].dtype == torch.float32  # (its output shows no bfloat16)
+    for row in report["calls"]:
+        name = row["name"]
+        (t,) = row["outputs"]
+        assert (t["rtol"], t["atol"]) == (rtol, atol), name
+        want = _isclose_count(outs_a[name][0], outs_b[name][0], rtol, atol)
+        assert t["mismatched"] == want, name
+        (lt,) = row["local_outputs"]
+        assert (lt["rtol"], lt["atol"]) == (rtol, atol), name
+    assert "at least bfloat16's" in invoke("compare", f"{T}:ResNetTiny", "--vs", "amp=bf16").stdout
+
+
+def test_a_float32_upcast_of_half_precision_values_gets_the_half_tolerance() -> None:
+    from torch.testing._comparison import default_tolerances
+
+    report = invoke_json("compare", f"{T}:Upcast", "--vs", "dtype=float16")
+    torch.manual_seed(0)
+    a = Upcast().eval()
+    b = copy.deepcopy(a).half()
+    x = a.example_input_array
+    with torch.no_grad():
+        ya, yb = a(x), b(x.half())
+    assert yb.dtype == torch.float32
+    rtol, atol = default_tolerances(torch.float16)
+    (t,) = report["calls"][0]["outputs"]
+    assert (t["rtol"], t["atol"]) == (rtol, atol)
+    assert t["mismatched"] == _isclose_count(ya, yb, rtol, atol)
+    # the given value wins over the default
+    given = invoke_json("compare", f"{T}:Upcast", "--vs", "dtype=float16", "--rtol", "0.5")
+    assert given["calls"][0]["outputs"][0]["rtol"] == 0.5

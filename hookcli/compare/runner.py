@@ -304,14 +304,28 @@ def b_inputs(a: Prepared, vs: Vs, device: Any) -> tuple[Any, dict[str, Any]]:
 def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str:
     """Both sides' passes, the alignment and the figures: the report (or, for
     ``print_map``, the ``--map`` rules as text)."""
-    from hookcli.compare.metrics import release_scratch
+    from hookcli.compare.metrics import computed_in, release_scratch
     from hookcli.session import hooks_outside_compile
 
     try:  # (B under torch.compile: the hooks run eagerly where its graph breaks)
-        with hooks_outside_compile(b.vs.compile is not None):
+        with hooks_outside_compile(b.vs.compile is not None), computed_in(lowest_precision(b)):
             return _run_compare(a, b, plan, mode)
     finally:
         release_scratch()
+
+
+def lowest_precision(b: Side) -> str | None:
+    """The dtype B computes in below what its outputs show, whose default tolerance every
+    floating pair then gets at least: autocast's (``--vs amp=bf16``: which op ran in
+    bfloat16 no output says; a float32 residual add carries its children's rounding) and
+    a half-precision ``--vs dtype`` (a float32 upcast of half-precision values)."""
+    from hookcli.amp import CHOICES
+
+    if b.vs.amp is not None:
+        return CHOICES[b.vs.amp]
+    if b.vs.dtype in ("float16", "bfloat16"):
+        return b.vs.dtype
+    return None
 
 
 def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str:
@@ -756,7 +770,9 @@ def _local_passes(
     """The local mode: one pass of B in which every aligned call runs its own code on
     A's values: its input is A's input for that call (a forward pre-hook) and its
     children's outputs are A's (a forward hook on each, after it was measured), so its
-    error is the one its own code adds, and each error shows in one module. A call's
+    error is the one its own code adds (with, where B's dtype is another, the rounding
+    of its children's outputs handed on in B's dtype; and the whole error of a child
+    with no partner, run as B's code). A call's
     local figures are the worst (by relative L2) of its outputs and of the inputs its code
     hands to its aligned children (code between two children shows only there). Each fed
     call is measured as it returns; A's copies are dropped after the pass."""
@@ -1470,6 +1486,7 @@ def _report(
                 tensors=[t for d in prop.values() for t in d.tensors],
                 failed=bool(failures),
                 local_ran=local is not None or not plan.local,
+                floor=lowest_precision(b),
             )
         ),
     )
@@ -1640,6 +1657,7 @@ def _totals_lines(
     tensors: Sequence[Any] = (),
     failed: bool = False,
     local_ran: bool = True,
+    floor: str | None = None,
 ) -> list[tuple[str, str]]:
     from hookcli.render import fmt_float
 
@@ -1696,16 +1714,23 @@ def _totals_lines(
                 for r in adding[:3]
             ]
             lines.append((label, ", ".join(top)))
-    lines.append(("Tolerance", _tolerance_words(plan, tensors)))
+    lines.append(("Tolerance", _tolerance_words(plan, tensors, floor)))
     return lines
 
 
-def _tolerance_words(plan: Plan, tensors: Sequence[Any]) -> str:
+def _tolerance_words(plan: Plan, tensors: Sequence[Any], floor: str | None = None) -> str:
     """The tolerance line: a value given, and for one not given the default each dtype's
-    tensors were held to (``rtol 0.1 (given), atol 1e-05 (float32's default)``)."""
+    tensors were held to (``rtol 0.1 (given), atol 1e-05 (float32's default)``); with
+    ``floor`` (``lowest_precision``), the floating pairs' defaults are at least its."""
     from hookcli.compare.metrics import default_tolerance
 
     if plan.rtol is None and plan.atol is None:
+        if floor is not None:
+            rt, at = default_tolerance(floor, floor)
+            return (
+                f"assert_close's defaults by dtype, at least {floor}'s for every floating "
+                f"pair (rtol {rt:g}, atol {at:g}): B computes in {floor}"
+            )
         return "assert_close's defaults by dtype"
     if plan.rtol is not None and plan.atol is not None:
         return f"rtol {plan.rtol}, atol {plan.atol}"
@@ -1719,8 +1744,15 @@ def _tolerance_words(plan: Plan, tensors: Sequence[Any]) -> str:
             da, db = t.dtype_a or t.dtype_b, t.dtype_b or t.dtype_a
             if da is None:
                 continue
-            # the looser dtype's default is the one used
+            # the looser dtype's default is the one used (B's computing dtype's, at least)
             name = da if default_tolerance(da, da) == default_tolerance(da, db) else db
+            if (
+                floor is not None
+                and getattr(t, key)
+                == dict(zip(("rtol", "atol"), default_tolerance(floor, floor), strict=True))[key]
+                and default_tolerance(da, db) == default_tolerance(floor, floor)
+            ):
+                name = floor
             names = by_value.setdefault(getattr(t, key), [])
             if name not in names:
                 names.append(name)
