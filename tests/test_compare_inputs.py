@@ -293,3 +293,126 @@ def test_a_float32_upcast_of_half_precision_values_gets_the_half_tolerance() -> 
     # the given value wins over the default
     given = invoke_json("compare", f"{T}:Upcast", "--vs", "dtype=float16", "--rtol", "0.5")
     assert given["calls"][0]["outputs"][0]["rtol"] == 0.5
+
+
+# -- a module called several times, in another order on B's side ------------------------------
+
+
+class Order(nn.Module):
+    """One ReLU after each of two layers; ``swap``: B's code calls the second first."""
+
+    def __init__(self, swap=False):
+        super().__init__()
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+        self.swap = swap
+        self.r = nn.ReLU()
+        self.example_input_array = torch.randn(2, 8)
+
+    def forward(self, x):
+        if self.swap:
+            yb = self.r(self.b(x))
+            ya = self.r(self.a(x))
+        else:
+            ya = self.r(self.a(x))
+            yb = self.r(self.b(x))
+        return ya - yb
+
+
+def _plain_calls(model: nn.Module, name: str) -> list[torch.Tensor]:
+    outs: list[torch.Tensor] = []
+    h = model.get_submodule(name).register_forward_hook(lambda m, a, o: outs.append(o.detach()))
+    with torch.no_grad():
+        model(model.example_input_array)
+    h.remove()
+    return outs
+
+
+@pytest.mark.parametrize("extra", [(), ("--backward",)], ids=["in step", "one after the other"])
+def test_calls_in_another_order_pair_by_their_place(extra: tuple[str, ...]) -> None:
+    args = ("compare", f"{T}:Order", f"{T}:Order", "--b-kwargs", "swap=True", *extra)
+    report = invoke_json(*args)
+    torch.manual_seed(0)
+    ra = _plain_calls(Order().eval(), "r")
+    torch.manual_seed(0)
+    rb = _plain_calls(Order(swap=True).eval(), "r")
+    # plain hooks: A's first ReLU call is B's second (pairing by number compares apples
+    # with pears)
+    assert torch.equal(ra[0], rb[1]) and torch.equal(ra[1], rb[0])
+    assert metrics(ra[0], rb[0])["rel_l2"] > 0.1
+    rows = {(r["name"], r["call"]): r for r in report["calls"]}
+    assert rows[("r", 0)]["partner_call"] == 1 and rows[("r", 1)]["partner_call"] == 0
+    assert rows[("r", 0)]["rel_l2"] == metrics(ra[0], rb[1])["rel_l2"] == 0
+    assert report["first_divergence"] is None and report["first_divergence_local"] is None
+    gate = invoke(*args, "--fail-on", "divergence")
+    assert gate.exit_code == 0, gate.stdout[-800:]
+    assert "r: B calls it in another order" in gate.stdout
+    assert "= #1" in gate.stdout  # the partner's call in the table
+
+
+class Slices(nn.Module):
+    """One ReLU on x, on its first half, on 2x; ``swap``: the first two in another order
+    (the places alone cannot tell which is which: the input shapes can)."""
+
+    def __init__(self, swap=False):
+        super().__init__()
+        self.r = nn.ReLU()
+        self.swap = swap
+        self.example_input_array = torch.randn(2, 8)
+
+    def forward(self, x):
+        if self.swap:
+            v = self.r(x[:, :4])
+            u = self.r(x)
+        else:
+            u = self.r(x)
+            v = self.r(x[:, :4])
+        w = self.r(x * 2)
+        return u + w, v
+
+
+class Host(nn.Module):
+    def __init__(self, scale):
+        super().__init__()
+        self.scale = scale
+
+    def forward(self, x, act=None):
+        h = x * self.scale
+        return act(h) if act is not None else h
+
+
+class Placed(nn.Module):
+    """One ReLU the root owns, run inside ``p`` (``moved``: inside ``q``) and at the end;
+    the outputs agree (ReLU(6x) = 3 ReLU(2x)), the ReLU's first calls do not."""
+
+    def __init__(self, moved=False):
+        super().__init__()
+        self.act = nn.ReLU()
+        self.p = Host(2.0)
+        self.q = Host(3.0)
+        self.moved = moved
+        self.example_input_array = torch.randn(2, 8)
+
+    def forward(self, x):
+        y = self.p(x, None if self.moved else self.act)
+        return self.act(self.q(y, self.act if self.moved else None))
+
+
+def test_a_call_paired_by_number_in_another_parent_is_noted_and_never_the_first_divergence():
+    args = ("compare", f"{T}:Placed", f"{T}:Placed", "--b-kwargs", "moved=True")
+    report = invoke_json(*args)
+    torch.manual_seed(0)
+    a = Placed().eval()
+    torch.manual_seed(0)
+    b = Placed(moved=True).eval()
+    ya, yb = _plain_calls(a, "act"), _plain_calls(b, "act")
+    pa, pb = _plain_calls(a, "p"), _plain_calls(b, "p")
+    assert metrics(ya[0], yb[0])["rel_l2"] > 0.1  # the act calls differ (other inputs)
+    assert metrics(pa[0], pb[0])["rel_l2"] > 0.1  # and so does p's output
+    rows = {(r["name"], r["call"]): r for r in report["calls"]}
+    assert rows[("act", 0)]["diverged"] is True  # compared all the same
+    assert rows[("", 0)]["max_abs"] == 0
+    # the first call that differs and is surely the same call on both sides: p
+    assert report["first_divergence"]["module"] == "p"
+    text = invoke(*args).stdout
+    assert "act: call(s) #0 paired by number, though B's runs in another parent call" in text

@@ -138,11 +138,31 @@ class PassFailed(RunError):
             }
 
 
-def _infos(records: Sequence[Any]) -> list[CallInfo]:
+def _infos(records: Sequence[Any], finished: Sequence[int] = ()) -> list[CallInfo]:
+    """The alignment's view of a pass's calls, each with the call it ran inside (the
+    innermost that began before it and returned after it, by ``finished``)."""
     from hookcli.compare.align import CallInfo
 
+    pos = {i: n for n, i in enumerate(finished)}
+    parent: dict[int, int | None] = {}
+    stack: list[int] = []
+    for r in sorted(records, key=lambda r: r.index):
+        at = pos.get(r.index, math.inf)
+        while stack and pos.get(stack[-1], math.inf) < at:
+            stack.pop()  # returned before this call returned: before it began
+        parent[r.index] = stack[-1] if stack else None
+        stack.append(r.index)
     return [
-        CallInfo(r.index, r.name, r.type, r.call, r.depth, r.input_shapes, r.output_shapes)
+        CallInfo(
+            r.index,
+            r.name,
+            r.type,
+            r.call,
+            r.depth,
+            r.input_shapes,
+            r.output_shapes,
+            parent[r.index],
+        )
         for r in records
         if r.done
     ]
@@ -369,7 +389,7 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
     if foreseen is not None:  # the calls with no partner foreseen: their copies, inputs
         pb.outputs = foreseen.outputs
         pb.inputs = {j: refs for j in foreseen.input_refs if (refs := foreseen.unchanged_inputs(j))}
-    infos_a, infos_b = _infos(pa.records), _infos(pb.records)
+    infos_a, infos_b = _infos(pa.records, pa.finished), _infos(pb.records, pb.finished)
     alignment = align(infos_a, infos_b, plan.rules, plan.align, stopped=bool(failures))
     if not alignment.pairs and not failures:
         raise UsageError(
@@ -411,7 +431,7 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
         pb = attempt(  # A's weights
             lambda: _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=known, outputs=False)
         )
-        infos_b2 = _infos(pb.records)
+        infos_b2 = _infos(pb.records, pb.finished)
         if [(c.name, c.call) for c in infos_b2] != [(c.name, c.call) for c in infos_b]:
             raise UsageError("--copy-weights: B called other modules with A's weights")
     local = None
@@ -1121,8 +1141,8 @@ def _divergence(
     child that carries it)."""
     for i in pa.finished:
         d = diffs.get(i)
-        if d is None or not d.diverged:
-            continue
+        if d is None or not d.diverged or i in alignment.doubtful:
+            continue  # (a doubtful pair: another call order may pair other calls)
         if pb is not None and plan is not None:
             while _input_diverged(i, pa, pb, alignment, plan):
                 up = _enclosing(i, pa)
@@ -1295,7 +1315,9 @@ def _report(
         data["outputs"] = [t.to_dict() for t in d.tensors] if d else []
         data["local_outputs"] = [t.to_dict() for t in dl.tensors] if dl else []
         if rb is not None and rb.name == r.name:
-            display["partner"] = "="  # the same name: the table says so without repeating it
+            # the same name: the table says so without repeating it (and the call, where
+            # B's call of another number is the partner: another call order)
+            display["partner"] = "=" if rb.call == r.call else f"= #{rb.call}"
         mark = marks.get((r.name, r.call))
         if r.index in failed_marks:
             display["mark"] = failed_marks[r.index]
