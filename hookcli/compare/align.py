@@ -164,9 +164,12 @@ def _at_place(
     B, not yet paired, in the partner of the parent with the same input shapes (among
     calls alike, the order kept); else ``same``, with ``"parent"`` where it sits in
     another parent call than the partner of c's, or ``"shapes"`` where its input shapes
-    differ from c's."""
+    differ from c's. Where c's parent call has no partner (a side that stopped before it
+    returned), ``same``: no place to match."""
     parent, before = place_a[c.index]
-    want_parent = None if parent is None else pairs.get(parent, -1)
+    if parent is not None and parent not in pairs:
+        return same, None
+    want_parent = None if parent is None else pairs[parent]
     want_before = None if before is None else pairs.get(before, -1)
 
     def shaped(d: CallInfo) -> bool:
