@@ -1260,9 +1260,12 @@ def _report(
     first_grad = None
     if plan.backward and not meta:
         whole = not failures  # (a backward that stopped: the grads that arrived only)
-        names = tuple([n for n, _ in s.model.named_parameters()] for s in (a, b))
+        params = (
+            [n for n, _ in a.model.named_parameters()],
+            [n for n, _ in b.model.named_parameters()],
+        )
         grad_cols, first_grad = _grad_report(
-            pa, pb, alignment, by_a, by_b, plan, names if whole else None
+            pa, pb, alignment, by_a, by_b, plan, params if whole else None
         )
     first_local = _divergence(pa, loc, alignment, by_a, by_b)
     marks = {}
