@@ -607,7 +607,8 @@ def compare(
         a: the reference model (run as it is).
         b: the other model; None with ``vs`` for a copy of ``a`` changed as ``vs`` says.
         inputs: the positional inputs of forward (a tensor or a tuple); B gets the same
-            tensors (cast or moved where ``vs`` changes dtype or device).
+            values (cast or moved where ``vs`` changes dtype or device); each pass runs
+            on its own copy, so a forward writing its input leaves these as they are.
         forward_kwargs: keyword inputs.
         vs: ``"amp=bf16"``, ``"dtype=float16"``, ``"quantize=dynamic"``, ... (a string or
             a list), as ``--vs`` takes them.

@@ -12,8 +12,10 @@ Three ways, tried in this order (``--align auto``):
   shapes alone (a Linear against a transformers Conv1D), then on type alone (an
   Embedding whose output has a leading 1 on one side).
 
-A module called several times is paired call by call (A's call k with B's call k for
-names and rules; in sequence order otherwise). Pure Python: no torch.
+A module called several times is paired call by call: for names and rules, each call of
+A with B's call at the same place (the partner of its parent call, after the partner of
+the call before it there), else A's call k with B's call k; in sequence order otherwise.
+Pure Python: no torch.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class CallInfo:
     depth: int
     input_shapes: tuple[tuple[int, ...], ...]
     output_shapes: tuple[tuple[int, ...], ...]
+    parent: int | None = None  # the call it ran inside (its index; None: none)
 
 
 @dataclass(frozen=True)
@@ -129,21 +132,144 @@ class Alignment:
     unaligned_a: tuple[int, ...]
     unaligned_b: tuple[int, ...]
     notes: tuple[str, ...] = ()  # --map rules that matched no call
+    # A's calls of a module called several times paired by call number though their
+    # places differ (another parent call, other input shapes): compared, never named
+    # the first divergence
+    doubtful: frozenset[int] = frozenset()
+
+
+def _places(calls: Sequence[CallInfo]) -> dict[int, tuple[int | None, int | None]]:
+    """Each call's place: (its parent call, the call before it among the parent's)
+    (indices; None: the root, the first)."""
+    out: dict[int, tuple[int | None, int | None]] = {}
+    last: dict[int | None, int] = {}  # parent -> its latest child
+    for c in sorted(calls, key=lambda c: c.index):
+        out[c.index] = (c.parent, last.get(c.parent))
+        last[c.parent] = c.index
+    return out
+
+
+def _at_place(
+    c: CallInfo,
+    same: CallInfo | None,
+    by_place: dict[tuple[int | None, int | None], list[CallInfo]],
+    taken: set[int],
+    pairs: dict[int, int],
+    place_a: dict[int, tuple[int | None, int | None]],
+    place_b: dict[int, tuple[int | None, int | None]],
+) -> tuple[CallInfo | None, str | None]:
+    """B's call for A's call ``c`` of a module called several times, and what differs
+    where it falls back to the call number: B's call at the same place with the same
+    input shapes (``same``, B's call of the same number, first); else the first call of
+    B, not yet paired, in the partner of the parent with the same input shapes (among
+    calls alike, the order kept); else ``same``, with ``"parent"`` where it sits in
+    another parent call than the partner of c's, or ``"shapes"`` where its input shapes
+    differ from c's. Where c's parent call has no partner (a side that stopped before it
+    returned), ``same``: no place to match."""
+    parent, before = place_a[c.index]
+    if parent is not None and parent not in pairs:
+        return same, None
+    want_parent = None if parent is None else pairs[parent]
+    want_before = None if before is None else pairs.get(before, -1)
+
+    def shaped(d: CallInfo) -> bool:
+        return d.input_shapes == c.input_shapes
+
+    at = [
+        d
+        for d in by_place.get((want_parent, want_before), ())
+        if d.index not in taken and shaped(d)
+    ]
+    if same is not None and same in at:
+        return same, None
+    if at:
+        return min(at, key=lambda d: d.index), None
+    fits = [
+        d
+        for (p, _), ds in by_place.items()
+        if p == want_parent
+        for d in ds
+        if d.index not in taken and shaped(d)
+    ]
+    if same is not None and same in fits:
+        return same, None
+    if fits:
+        return min(fits, key=lambda d: d.index), None
+    if same is None:
+        return None, None
+    if place_b[same.index][0] != want_parent:
+        return same, "parent"
+    return same, None if shaped(same) else "shapes"
 
 
 def _by_names(
     calls_a: Sequence[CallInfo], calls_b: Sequence[CallInfo], rules: Sequence[Rule]
-) -> tuple[dict[int, int], dict[int, str]]:
-    b_at = {(c.name, c.call): c.index for c in calls_b}
+) -> tuple[dict[int, int], dict[int, str], list[str], set[int]]:
+    """A's call -> B's of the name the rules (or the same name) give. A module called
+    once on each side pairs at once; a module called several times pairs each call of A
+    with B's call at the same place (its parent call's partner, after the partner of the
+    call before it there), so that B calling them in another order (``r(b(x))`` before
+    ``r(a(x))``) pairs the calls that do the same work; a call with no such match pairs
+    by call number, as before, and where the places then differ (other parents, other
+    input shapes) it is ``doubtful``. Also the notes saying both."""
+    b_at = {(c.name, c.call): c for c in calls_b}
+    count_a: dict[str, int] = {}
+    for c in calls_a:
+        count_a[c.name] = count_a.get(c.name, 0) + 1
+    place_a, place_b = _places(calls_a), _places(calls_b)
+    # B's calls by name, then by place (parent call, the call before it there)
+    by_name_b: dict[str, dict[tuple[int | None, int | None], list[CallInfo]]] = {}
+    count_b: dict[str, int] = {}
+    for c in calls_b:
+        by_name_b.setdefault(c.name, {}).setdefault(place_b[c.index], []).append(c)
+        count_b[c.name] = count_b.get(c.name, 0) + 1
     pairs: dict[int, int] = {}
     how: dict[int, str] = {}
-    for c in calls_a:
+    taken: set[int] = set()
+    moved: dict[str, list[tuple[int, int]]] = {}
+    differ: dict[tuple[str, str], list[int]] = {}  # (name, what) -> A's call numbers
+    doubtful_a: set[int] = set()
+    for c in sorted(calls_a, key=lambda c: c.index):  # parents, earlier siblings first
         target, kind = map_name(c.name, rules)
-        j = b_at.get((target, c.call))
-        if j is not None and j not in pairs.values():
-            pairs[c.index] = j
-            how[c.index] = kind
-    return pairs, how
+        same = b_at.get((target, c.call))
+        if same is not None and same.index in taken:
+            same = None
+        pick = same
+        if count_a[c.name] > 1 or count_b.get(target, 0) > 1:
+            by_place = by_name_b.get(target, {})
+            pick, what = _at_place(c, same, by_place, taken, pairs, place_a, place_b)
+            if what is not None:
+                differ.setdefault((c.name, what), []).append(c.call)
+                if what == "parent":
+                    doubtful_a.add(c.index)
+        if pick is None:
+            continue
+        if pick.call != c.call:
+            moved.setdefault(c.name, []).append((c.call, pick.call))
+        pairs[c.index] = pick.index
+        how[c.index] = kind
+        taken.add(pick.index)
+    notes = []
+    for name, moves in moved.items():
+        pairs_text = ", ".join(f"A's #{i} <-> B's #{j}" for i, j in moves)
+        notes.append(
+            f"{name or '(root)'}: B calls it in another order; its calls are paired by their "
+            f"place in the parent call (after the same call there), not by number: {pairs_text}"
+        )
+    for (name, what), calls in differ.items():
+        numbers = ", ".join(f"#{i}" for i in calls)
+        if what == "parent":
+            notes.append(
+                f"{name or '(root)'}: call(s) {numbers} paired by number, though B's runs in "
+                "another parent call than A's (another call order?): compared, but never "
+                "named the first divergence; check with --align order or --map"
+            )
+        else:
+            notes.append(
+                f"{name or '(root)'}: call(s) {numbers} paired by number, though A's and B's "
+                "differ in their input shapes and no call of B at that place matches them"
+            )
+    return pairs, how, notes, doubtful_a
 
 
 _LEVELS = ("type+shapes", "shapes", "type")
@@ -223,13 +349,14 @@ def align(
     if method not in METHODS:
         raise UsageError(f"--align must be one of {', '.join(METHODS)}, got {method!r}")
     notes = _check_rules(calls_a, calls_b, rules)
-    pairs, how = _by_names(calls_a, calls_b, rules)
+    pairs, how, order_notes, doubtful = _by_names(calls_a, calls_b, rules)
     used = "names"
     base = min(len(calls_a), len(calls_b)) if stopped else len(calls_a)
     enough = bool(rules) or 2 * len(pairs) >= base
     if method == "order" or (method == "auto" and not enough):
         pairs, how = _by_order(calls_a, calls_b)
         used = "order"
+        order_notes, doubtful = [], set()
     taken = set(pairs.values())
     return Alignment(
         method=used,
@@ -237,7 +364,8 @@ def align(
         how=how,
         unaligned_a=tuple(c.index for c in calls_a if c.index not in pairs),
         unaligned_b=tuple(c.index for c in calls_b if c.index not in taken),
-        notes=notes,
+        notes=(*notes, *order_notes),
+        doubtful=frozenset(doubtful),
     )
 
 

@@ -23,7 +23,9 @@ the real part of ``<a, b>`` over the norms, the worst element's values its modul
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -46,9 +48,32 @@ def dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+# the dtype a run computes in below what its outputs show (``--vs amp=bf16``: autocast
+# runs float32 ops in bfloat16): every floating pair's default is at least its
+# (``computed_in``); integers stay exact
+_computed_in: list[str] = []
+
+
+@contextlib.contextmanager
+def computed_in(dtype: str | None) -> Iterator[None]:
+    """Within it, the default tolerance of every floating pair is at least ``dtype``'s."""
+    if dtype is None:
+        yield
+        return
+    _computed_in.append(dtype)
+    try:
+        yield
+    finally:
+        _computed_in.pop()
+
+
 def default_tolerance(dtype_a: Any, dtype_b: Any) -> tuple[float, float]:
-    """(rtol, atol): assert_close's for the looser of the two dtypes; integers exact."""
-    pairs = [_TOLERANCES.get(dtype_name(d), (0.0, 0.0)) for d in (dtype_a, dtype_b)]
+    """(rtol, atol): assert_close's for the looser of the two dtypes (and of the dtype
+    the run computes in, ``computed_in``); integers exact."""
+    names = [dtype_name(d) for d in (dtype_a, dtype_b)]
+    if _computed_in and any(n in _TOLERANCES for n in names):
+        names.append(_computed_in[-1])
+    pairs = [_TOLERANCES.get(n, (0.0, 0.0)) for n in names]
     return max(p[0] for p in pairs), max(p[1] for p in pairs)
 
 

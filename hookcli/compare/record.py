@@ -16,17 +16,6 @@ from hookcli.session import Frame, HookSession, Probe, disable_compile
 from hookcli.structures import _rebuildable, iter_tensors, rebuild
 
 
-def _copies(*objs: Any) -> list[torch.Tensor]:
-    """Every tensor in ``objs``, detached and copied (a later in-place op cannot change it)."""
-    out = []
-    for obj in objs:
-        if obj is None:
-            continue
-        for t in iter_tensors(obj):
-            out.append(t.detach().clone())
-    return out
-
-
 def _by_position(grads: Any) -> list[torch.Tensor | None]:
     """A backward hook's grads copied by position (None where no grad reached)."""
     return [g.detach().clone() if isinstance(g, torch.Tensor) else None for g in grads]
@@ -102,13 +91,12 @@ class Recorder(Probe):
     ) -> None:
         self.backward_order.append(frame.index)
         if self.keep is None or frame.index in self.keep:
-            if self.keep_grad_outputs:  # by position, None where no grad reached
+            if self.keep_grad_outputs:
                 self.grad_outputs[frame.index] = _by_position(grad_output)
-                pos = _by_position(grad_input)
-                self.grad_inputs_pos[frame.index] = pos
-                self.grad_inputs[frame.index] = [g for g in pos if g is not None]
-            else:
-                self.grad_inputs[frame.index] = _copies(grad_input)
+            # by position, None where no grad reached (a grad on one side only diverges)
+            pos = _by_position(grad_input)
+            self.grad_inputs_pos[frame.index] = pos
+            self.grad_inputs[frame.index] = [g for g in pos if g is not None]
 
     def unchanged_inputs(self, index: int) -> list[torch.Tensor] | None:
         """A call's inputs (kept by reference) if nothing changed them in place since."""

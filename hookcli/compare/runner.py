@@ -15,6 +15,7 @@ command does.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -23,6 +24,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
 
+from hookcli.compare.metrics import TensorDiff
 from hookcli.compare.settings import Vs
 from hookcli.errors import RunError
 from hookcli.options import Format, Mode
@@ -47,6 +49,16 @@ class CompareReport(Report):
         out = super().to_dict()
         out.update({k: v for k, v in self.extra.items()})
         return out
+
+
+@dataclass(frozen=True)
+class _NoGrad(TensorDiff):
+    """A gradient present on one side and None on the other (``problem``: ``no grad in
+    B`` or ``no grad in A``): a divergence of its own."""
+
+    @property
+    def diverged(self) -> bool:
+        return True
 
 
 @dataclass(frozen=True)
@@ -126,11 +138,31 @@ class PassFailed(RunError):
             }
 
 
-def _infos(records: Sequence[Any]) -> list[CallInfo]:
+def _infos(records: Sequence[Any], finished: Sequence[int] = ()) -> list[CallInfo]:
+    """The alignment's view of a pass's calls, each with the call it ran inside (the
+    innermost that began before it and returned after it, by ``finished``)."""
     from hookcli.compare.align import CallInfo
 
+    pos = {i: n for n, i in enumerate(finished)}
+    parent: dict[int, int | None] = {}
+    stack: list[int] = []
+    for r in sorted(records, key=lambda r: r.index):
+        at = pos.get(r.index, math.inf)
+        while stack and pos.get(stack[-1], math.inf) < at:
+            stack.pop()  # returned before this call returned: before it began
+        parent[r.index] = stack[-1] if stack else None
+        stack.append(r.index)
     return [
-        CallInfo(r.index, r.name, r.type, r.call, r.depth, r.input_shapes, r.output_shapes)
+        CallInfo(
+            r.index,
+            r.name,
+            r.type,
+            r.call,
+            r.depth,
+            r.input_shapes,
+            r.output_shapes,
+            parent[r.index],
+        )
         for r in records
         if r.done
     ]
@@ -164,6 +196,7 @@ def _run_pass(
     from hookcli.pipeline import note_meta_assumptions
     from hookcli.session import HookSession
 
+    args, kwargs = fresh_inputs(args), fresh_inputs(kwargs)  # (A's forward may write them)
     recorder = Recorder(
         inputs=inputs, keep=keep, input_refs=input_refs, outputs=outputs,
         grad_outputs=loss is not None and inputs,
@@ -249,6 +282,24 @@ def _run_pass(
     return done
 
 
+def fresh_inputs(value: Any) -> Any:
+    """A pass's own copy of the run's input tensors (the structures around them rebuilt
+    as ``move_tensors`` rebuilds them): a forward that writes its input in place
+    (``x.mul_(2)``, ``ReLU(inplace=True)`` on it) changes its own pass's copy only, so
+    every pass of A and B starts from the user's values. Meta tensors, which hold no
+    values, are kept."""
+    import torch
+
+    from hookcli.structures import _rebuildable, rebuild
+
+    def leaf(v: Any) -> Any:
+        if not isinstance(v, torch.Tensor) or v.is_meta:
+            return v
+        return v.detach().clone().requires_grad_(v.requires_grad)
+
+    return rebuild(value, leaf, _rebuildable)
+
+
 def _device(side: Side) -> Any:
     import torch
 
@@ -256,7 +307,8 @@ def _device(side: Side) -> Any:
 
 
 def b_inputs(a: Prepared, vs: Vs, device: Any) -> tuple[Any, dict[str, Any]]:
-    """A's input tensors for B: the same objects, cast/moved only where --vs says so."""
+    """A's input tensors for B: the same objects, cast/moved only where --vs says so
+    (each pass then runs on its own copy: ``fresh_inputs``)."""
     import torch
 
     from hookcli.structures import move_tensors
@@ -272,14 +324,28 @@ def b_inputs(a: Prepared, vs: Vs, device: Any) -> tuple[Any, dict[str, Any]]:
 def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str:
     """Both sides' passes, the alignment and the figures: the report (or, for
     ``print_map``, the ``--map`` rules as text)."""
-    from hookcli.compare.metrics import release_scratch
+    from hookcli.compare.metrics import computed_in, release_scratch
     from hookcli.session import hooks_outside_compile
 
     try:  # (B under torch.compile: the hooks run eagerly where its graph breaks)
-        with hooks_outside_compile(b.vs.compile is not None):
+        with hooks_outside_compile(b.vs.compile is not None), computed_in(lowest_precision(b)):
             return _run_compare(a, b, plan, mode)
     finally:
         release_scratch()
+
+
+def lowest_precision(b: Side) -> str | None:
+    """The dtype B computes in below what its outputs show, whose default tolerance every
+    floating pair then gets at least: autocast's (``--vs amp=bf16``: which op ran in
+    bfloat16 no output says; a float32 residual add carries its children's rounding) and
+    a half-precision ``--vs dtype`` (a float32 upcast of half-precision values)."""
+    from hookcli.amp import CHOICES
+
+    if b.vs.amp is not None:
+        return CHOICES[b.vs.amp]
+    if b.vs.dtype in ("float16", "bfloat16"):
+        return b.vs.dtype
+    return None
 
 
 def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str:
@@ -323,7 +389,7 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
     if foreseen is not None:  # the calls with no partner foreseen: their copies, inputs
         pb.outputs = foreseen.outputs
         pb.inputs = {j: refs for j in foreseen.input_refs if (refs := foreseen.unchanged_inputs(j))}
-    infos_a, infos_b = _infos(pa.records), _infos(pb.records)
+    infos_a, infos_b = _infos(pa.records, pa.finished), _infos(pb.records, pb.finished)
     alignment = align(infos_a, infos_b, plan.rules, plan.align, stopped=bool(failures))
     if not alignment.pairs and not failures:
         raise UsageError(
@@ -365,7 +431,7 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
         pb = attempt(  # A's weights
             lambda: _run_pass(b, args_b, kwargs_b, mode, loss=loss, measure=known, outputs=False)
         )
-        infos_b2 = _infos(pb.records)
+        infos_b2 = _infos(pb.records, pb.finished)
         if [(c.name, c.call) for c in infos_b2] != [(c.name, c.call) for c in infos_b]:
             raise UsageError("--copy-weights: B called other modules with A's weights")
     local = None
@@ -724,7 +790,9 @@ def _local_passes(
     """The local mode: one pass of B in which every aligned call runs its own code on
     A's values: its input is A's input for that call (a forward pre-hook) and its
     children's outputs are A's (a forward hook on each, after it was measured), so its
-    error is the one its own code adds, and each error shows in one module. A call's
+    error is the one its own code adds (with, where B's dtype is another, the rounding
+    of its children's outputs handed on in B's dtype; and the whole error of a child
+    with no partner, run as B's code). A call's
     local figures are the worst (by relative L2) of its outputs and of the inputs its code
     hands to its aligned children (code between two children shows only there). Each fed
     call is measured as it returns; A's copies are dropped after the pass."""
@@ -766,7 +834,7 @@ def _local_passes(
                 raise
             p, error = failed.partial, failed
         del sources, outputs
-        pa.grad_outputs, pa.grad_inputs_pos = {}, {}
+        pa.grad_outputs = {}  # (grad_inputs_pos holds grad_inputs' tensors: the report's)
         if backward:
             local_grads, first_grad_local = _local_grad_report(
                 sub, pa, pb, alignment, plan, _tied_names(model_a)
@@ -822,7 +890,7 @@ def _local_grad_report(
     # A's grads of tied parameters hold every holder's part: not compared
     grads_a = {n: g for n, g in pa.param_grads.items() if n not in tied_a}
     cols: dict[int, dict[str, Any]] = {}
-    diverged: dict[int, str] = {}
+    diverged: dict[int, tuple[str, str | None]] = {}
     for i, j in alignment.pairs.items():
         ra, rb = by_a[i], by_b[j]
         gi = sub.grad_diffs.get((rb.name, rb.call))
@@ -843,15 +911,17 @@ def _grad_columns(
     gi: CallDiff | None,
     pg: tuple[CallDiff, list[tuple[str, str]]] | None,
     prefix: str,
-    diverged: dict[int, str],
+    diverged: dict[int, tuple[str, str | None]],
 ) -> dict[str, Any]:
     """A call's gradient columns (``PREFIXgrad_input_*``, ``PREFIXparam_grad_*`` and the
-    per-parameter list), noting in ``diverged`` what of A's call ``i`` diverged."""
+    per-parameter list), noting in ``diverged`` what of A's call ``i`` diverged (and the
+    problem of its worst tensor: ``no grad in B``, ...)."""
     data: dict[str, Any] = {}
     if gi is not None:
         data.update(gi.summary(f"{prefix}grad_input_"))
+        data[f"{prefix}grad_inputs"] = [t.to_dict() for t in gi.tensors]
         if gi.diverged:
-            diverged[i] = "grad_input"
+            diverged[i] = ("grad_input", _problem(gi))
     if pg is not None:
         cd, names = pg
         data.update(cd.summary(f"{prefix}param_grad_"))
@@ -859,19 +929,29 @@ def _grad_columns(
             {"a": a, "b": b, **t.to_dict()} for (a, b), t in zip(names, cd.tensors, strict=True)
         ]
         if cd.diverged:
-            diverged.setdefault(i, "param_grad")
+            diverged.setdefault(i, ("param_grad", _problem(cd)))
     return data
 
 
+def _problem(cd: CallDiff) -> str | None:
+    bad = cd.first_bad()
+    return None if bad is None else bad.problem
+
+
 def _first_in_backward(
-    pa: Pass, diverged: Mapping[int, str], by_a: Any, by_b: Any, alignment: Alignment
+    pa: Pass,
+    diverged: Mapping[int, tuple[str, str | None]],
+    by_a: Any,
+    by_b: Any,
+    alignment: Alignment,
 ) -> dict[str, Any] | None:
     """The first call of ``diverged``, in A's backward order, with its partner."""
     for i in pa.backward_order:
         if i in diverged:
             ra, rb = by_a[i], by_b[alignment.pairs[i]]
+            what, problem = diverged[i]
             return {"module": ra.name, "partner": rb.name, "call": ra.call,
-                    "partner_call": rb.call, "what": diverged[i]}  # fmt: skip
+                    "partner_call": rb.call, "what": what, "problem": problem}  # fmt: skip
     return None
 
 
@@ -896,56 +976,115 @@ def _worst(diffs: Sequence[CallDiff]) -> CallDiff:
 
 
 def _param_grads(
-    grads_a: Mapping[str, Any], grads_b: Mapping[str, Any], ra: Any, rb: Any, plan: Plan
+    grads_a: Mapping[str, Any],
+    grads_b: Mapping[str, Any],
+    ra: Any,
+    rb: Any,
+    plan: Plan,
+    params_a: Sequence[str] | None = None,
+    params_b: Sequence[str] | None = None,
 ) -> tuple[CallDiff, list[tuple[str, str]]] | None:
     """The grads of A's call's module's own parameters (``grads_a``: by qualified name)
     against its partner's (by local name, else by position; a Linear/Conv1D weight
-    transposed)."""
+    transposed). ``params_a``/``params_b``: every parameter of each side (qualified
+    names), so that a parameter whose grad is None on one side only (B's backward never
+    reached it: a ``detach()``) is a divergence (``no grad in B``), told apart from one
+    that side lacks (``missing in B``); a parameter with no grad on either side (frozen
+    on both) is left out."""
     from hookcli.compare.metrics import CallDiff, tensor_diff
 
-    def own(grads: Mapping[str, Any], module: str) -> list[tuple[str, Any]]:
+    def own(names: Any, module: str) -> list[str]:
         prefix = f"{module}." if module else ""
         return [
-            (n[len(prefix) :], g)
-            for n, g in grads.items()
-            if n.startswith(prefix) and "." not in n[len(prefix) :]
+            n[len(prefix) :] for n in names if n.startswith(prefix) and "." not in n[len(prefix) :]
         ]
 
-    ga, gb = own(grads_a, ra.name), own(grads_b, rb.name)
-    if not ga:
-        return None
-    named_b = dict(gb)
+    def qualified(module: str, name: str) -> str:
+        return f"{module}.{name}" if module else name
+
+    na = own(grads_a if params_a is None else params_a, ra.name)
+    nb = own(grads_b if params_b is None else params_b, rb.name)
     crossed = {ra.type, rb.type} == {"Linear", "Conv1D"}
     tensors: list[Any] = []
     names: list[tuple[str, str]] = []
-    for pos, (name, g) in enumerate(ga):
-        other = named_b.get(name)
-        if other is None and len(ga) == len(gb):
-            other = gb[pos][1]
+    for pos, name in enumerate(na):
+        partner = name if name in nb else (nb[pos] if len(na) == len(nb) else "")
+        g = grads_a.get(qualified(ra.name, name))
+        other = grads_b.get(qualified(rb.name, partner)) if partner else None
+        if g is None and other is None:
+            continue  # no grad on either side (frozen on both), or B has no such parameter
         if other is not None and crossed and other.dim() == 2:
             other = other.t()
-        tensors.append(tensor_diff(len(tensors), g, other, plan.rtol, plan.atol))
-        names.append(
-            (name, name if name in named_b else (gb[pos][0] if len(ga) == len(gb) else ""))
-        )
+        if partner and (g is None or other is None):
+            tensors.append(_no_grad(len(tensors), g, other, plan))
+        else:
+            tensors.append(tensor_diff(len(tensors), g, other, plan.rtol, plan.atol))
+        names.append((name, partner))
+    if not tensors:
+        return None
     return CallDiff(tuple(tensors)), names
 
 
-def _grad_report(
-    pa: Pass, pb: Pass, alignment: Alignment, by_a: Any, by_b: Any, plan: Plan
-) -> tuple[dict[int, dict[str, Any]], dict[str, Any] | None]:
-    """Per aligned call: its grad_input and (first call only) its parameters' grads; and the
-    first divergence in A's backward order."""
-    from hookcli.compare.metrics import call_diff
+def _no_grad(index: int, a: Any, b: Any, plan: Plan) -> TensorDiff:
+    """A gradient one side has and the other's backward left None (``no grad in B``,
+    ``no grad in A``): a divergence, unlike an output tensor one side lacks."""
+    from hookcli.compare.metrics import tensor_diff
 
+    d = tensor_diff(index, a, b, plan.rtol, plan.atol)
+    fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
+    fields["problem"] = "no grad in B" if b is None else "no grad in A"
+    return _NoGrad(**fields)
+
+
+def _grads_by_position(
+    ga: Sequence[Any] | None, gb: Sequence[Any] | None, plan: Plan
+) -> CallDiff | None:
+    """A call's grad_input, A's against B's by position (None where no grad reached; a
+    side whose backward never reached the call: None everywhere): a grad on one side
+    only is ``_no_grad``'s divergence; None on both is left out."""
+    from hookcli.compare.metrics import CallDiff, tensor_diff
+
+    if ga is None and gb is None:
+        return None
+    ga = [None] * len(gb or ()) if ga is None else ga
+    gb = [None] * len(ga) if gb is None else gb
+    tensors: list[Any] = []
+    for pos in range(max(len(ga), len(gb))):
+        a = ga[pos] if pos < len(ga) else None
+        b = gb[pos] if pos < len(gb) else None
+        if a is None and b is None:
+            continue
+        if a is None or b is None:
+            tensors.append(_no_grad(len(tensors), a, b, plan))
+        else:
+            tensors.append(tensor_diff(len(tensors), a, b, plan.rtol, plan.atol))
+    return CallDiff(tuple(tensors)) if tensors else None
+
+
+def _grad_report(
+    pa: Pass,
+    pb: Pass,
+    alignment: Alignment,
+    by_a: Any,
+    by_b: Any,
+    plan: Plan,
+    params: tuple[Sequence[str], Sequence[str]] | None = None,
+) -> tuple[dict[int, dict[str, Any]], dict[str, Any] | None]:
+    """Per aligned call: its grad_input (by position) and (first call only) its
+    parameters' grads; and the first divergence in A's backward order. ``params``: both
+    sides' parameter names, given where both backwards ran to their end: a grad one side
+    has and the other lacks (None; a call whose backward hook never ran) then diverges."""
     cols: dict[int, dict[str, Any]] = {}
-    diverged: dict[int, str] = {}
+    diverged: dict[int, tuple[str, str | None]] = {}
     for i, j in alignment.pairs.items():
-        gi = None
-        if i in pa.grad_inputs and j in pb.grad_inputs:
-            gi = call_diff(pa.grad_inputs[i], pb.grad_inputs[j], plan.rtol, plan.atol)
+        ga, gb = pa.grad_inputs_pos.get(i), pb.grad_inputs_pos.get(j)
+        gi = _grads_by_position(ga, gb, plan) if params or (ga and gb) else None
         ra, rb = by_a[i], by_b[j]
-        pg = _param_grads(pa.param_grads, pb.param_grads, ra, rb, plan) if ra.call == 0 else None
+        pg = (
+            _param_grads(pa.param_grads, pb.param_grads, ra, rb, plan, *(params or (None, None)))
+            if ra.call == 0
+            else None
+        )
         cols[i] = _grad_columns(i, gi, pg, "", diverged)
     return cols, _first_in_backward(pa, diverged, by_a, by_b, alignment)
 
@@ -1002,8 +1141,8 @@ def _divergence(
     child that carries it)."""
     for i in pa.finished:
         d = diffs.get(i)
-        if d is None or not d.diverged:
-            continue
+        if d is None or not d.diverged or i in alignment.doubtful:
+            continue  # (a doubtful pair: another call order may pair other calls)
         if pb is not None and plan is not None:
             while _input_diverged(i, pa, pb, alignment, plan):
                 up = _enclosing(i, pa)
@@ -1120,7 +1259,14 @@ def _report(
     grad_cols: dict[int, dict[str, Any]] = {}
     first_grad = None
     if plan.backward and not meta:
-        grad_cols, first_grad = _grad_report(pa, pb, alignment, by_a, by_b, plan)
+        whole = not failures  # (a backward that stopped: the grads that arrived only)
+        params = (
+            [n for n, _ in a.model.named_parameters()],
+            [n for n, _ in b.model.named_parameters()],
+        )
+        grad_cols, first_grad = _grad_report(
+            pa, pb, alignment, by_a, by_b, plan, params if whole else None
+        )
     first_local = _divergence(pa, loc, alignment, by_a, by_b)
     marks = {}
     if first_local is not None:
@@ -1168,11 +1314,13 @@ def _report(
             data["local_grad_rel_l2"] = (
                 max(worst, key=lambda v: math.inf if math.isnan(v) else v) if worst else None
             )
+        display = _no_grad_cells(data) if plan.backward else {}
         data["outputs"] = [t.to_dict() for t in d.tensors] if d else []
         data["local_outputs"] = [t.to_dict() for t in dl.tensors] if dl else []
-        display: dict[str, Any] = {}
         if rb is not None and rb.name == r.name:
-            display["partner"] = "="  # the same name: the table says so without repeating it
+            # the same name: the table says so without repeating it (and the call, where
+            # B's call of another number is the partner: another call order)
+            display["partner"] = "=" if rb.call == r.call else f"= #{rb.call}"
         mark = marks.get((r.name, r.call))
         if r.index in failed_marks:
             display["mark"] = failed_marks[r.index]
@@ -1203,14 +1351,30 @@ def _report(
     grad_ranking = _grad_ranking(rows, plan.top) if plan.backward and not meta else []
     first_grad_local = None if local is None else local.first_grad_local
     checks: tuple[CheckResult, ...] = ()
-    # a forward that stopped leaves the gate undecided, unless a divergence came first
-    undecided = any(f.stage == "propagated" and f.phase == "forward" for f in failures)
-    if plan.fail_on_divergence and not (undecided and first is None):
+    # a forward that stopped leaves the gate undecided, unless a divergence came first;
+    # with --backward, a loss or backward that stopped leaves it so for the gradients
+    grads = plan.backward and not meta
+    undecided = any(f.stage == "propagated" and (f.phase == "forward" or grads) for f in failures)
+    if plan.fail_on_divergence and not (undecided and first is None and first_grad is None):
         if meta and first is None:
             detail = "every aligned call's shapes agree; on meta no values are compared"
             checks = (CheckResult("divergence", True, detail),)
+        elif first is None and first_grad is None:
+            detail = "every aligned call within tolerance" + (
+                ", outputs and gradients" if grads else ""
+            )
+            checks = (CheckResult("divergence", True, detail),)
         elif first is None:
-            checks = (CheckResult("divergence", True, "every aligned call within tolerance"),)
+            assert first_grad is not None
+            checks = (
+                CheckResult(
+                    "divergence",
+                    False,
+                    f"first grad divergence at {_grad_where(first_grad)}; the forward "
+                    "outputs are within tolerance",
+                    (first_grad["module"],),
+                ),
+            )
         else:
             checks = (
                 CheckResult(
@@ -1347,10 +1511,29 @@ def _report(
                 tensors=[t for d in prop.values() for t in d.tensors],
                 failed=bool(failures),
                 local_ran=local is not None or not plan.local,
+                floor=lowest_precision(b),
             )
         ),
     )
     return report
+
+
+def _no_grad_cells(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The table's gradient cells of a call whose grads one side lacks: ``no grad in B``
+    where there is no figure to show."""
+    out: dict[str, Any] = {}
+    for prefix in ("", "local_"):
+        for key, tensors in (
+            ("grad_input_rel_l2", "grad_inputs"),
+            ("param_grad_rel_l2", "param_grads"),
+        ):
+            problems = sorted({
+                t["problem"] for t in data.get(prefix + tensors) or ()
+                if (t.get("problem") or "").startswith("no grad")
+            })  # fmt: skip
+            if problems and data.get(prefix + key) is None:
+                out[prefix + key] = ", ".join(problems)
+    return out
 
 
 def _failure_marks(
@@ -1461,6 +1644,13 @@ def _where(d: Mapping[str, Any]) -> str:
     return f"{a} <-> {d['partner'] or '(root)'}{pcall} ({d['partner_type']})"
 
 
+def _grad_where(g: Mapping[str, Any]) -> str:
+    """``l2 <-> l2 (grad_input: no grad in B)``."""
+    call = f" #{g['call']}" if g.get("call") else ""
+    what = g["what"] + (f": {g['problem']}" if g.get("problem") else "")
+    return f"{g['module'] or '(root)'}{call} <-> {g['partner'] or '(root)'} ({what})"
+
+
 def _div_lines(label: str, d: Mapping[str, Any] | None) -> list[tuple[str, str]]:
     from hookcli.render import fmt_float, fmt_shapes
 
@@ -1492,6 +1682,7 @@ def _totals_lines(
     tensors: Sequence[Any] = (),
     failed: bool = False,
     local_ran: bool = True,
+    floor: str | None = None,
 ) -> list[tuple[str, str]]:
     from hookcli.render import fmt_float
 
@@ -1536,7 +1727,7 @@ def _totals_lines(
                     label,
                     ("none in the gradients that arrived before the failure" if failed else "none")
                     if g is None
-                    else f"{g['module'] or '(root)'} <-> {g['partner'] or '(root)'} ({g['what']})",
+                    else _grad_where(g),
                 )
             )
     for label, ranks in (("Local ranking", ranking), ("Local grad ranking", grad_ranking)):
@@ -1548,16 +1739,23 @@ def _totals_lines(
                 for r in adding[:3]
             ]
             lines.append((label, ", ".join(top)))
-    lines.append(("Tolerance", _tolerance_words(plan, tensors)))
+    lines.append(("Tolerance", _tolerance_words(plan, tensors, floor)))
     return lines
 
 
-def _tolerance_words(plan: Plan, tensors: Sequence[Any]) -> str:
+def _tolerance_words(plan: Plan, tensors: Sequence[Any], floor: str | None = None) -> str:
     """The tolerance line: a value given, and for one not given the default each dtype's
-    tensors were held to (``rtol 0.1 (given), atol 1e-05 (float32's default)``)."""
+    tensors were held to (``rtol 0.1 (given), atol 1e-05 (float32's default)``); with
+    ``floor`` (``lowest_precision``), the floating pairs' defaults are at least its."""
     from hookcli.compare.metrics import default_tolerance
 
     if plan.rtol is None and plan.atol is None:
+        if floor is not None:
+            rt, at = default_tolerance(floor, floor)
+            return (
+                f"assert_close's defaults by dtype, at least {floor}'s for every floating "
+                f"pair (rtol {rt:g}, atol {at:g}): B computes in {floor}"
+            )
         return "assert_close's defaults by dtype"
     if plan.rtol is not None and plan.atol is not None:
         return f"rtol {plan.rtol}, atol {plan.atol}"
@@ -1571,8 +1769,15 @@ def _tolerance_words(plan: Plan, tensors: Sequence[Any]) -> str:
             da, db = t.dtype_a or t.dtype_b, t.dtype_b or t.dtype_a
             if da is None:
                 continue
-            # the looser dtype's default is the one used
+            # the looser dtype's default is the one used (B's computing dtype's, at least)
             name = da if default_tolerance(da, da) == default_tolerance(da, db) else db
+            if (
+                floor is not None
+                and getattr(t, key)
+                == dict(zip(("rtol", "atol"), default_tolerance(floor, floor), strict=True))[key]
+                and default_tolerance(da, db) == default_tolerance(floor, floor)
+            ):
+                name = floor
             names = by_value.setdefault(getattr(t, key), [])
             if name not in names:
                 names.append(name)
