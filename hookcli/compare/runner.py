@@ -286,7 +286,7 @@ def run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str
 
 
 def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str:
-    from hookcli.compare.align import align, rules_from_pairs
+    from hookcli.compare.align import align, print_map
     from hookcli.errors import UsageError
 
     assert a.prepared.inputs is not None
@@ -345,9 +345,10 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
             raise failures[0]
         for note in alignment.notes:  # (a --map rule that matched no call)
             print(f"hookcli: note: {note}", file=sys.stderr, flush=True)
-        lines = rules_from_pairs(module_pairs)
-        head = f"# --map rules for {alignment.method} alignment ({len(alignment.pairs)} calls)"
-        return "\n".join([head, *lines]) + "\n"
+        text, left_out = print_map(infos_a, infos_b, alignment)
+        for note in left_out:  # (modules whose calls no rule can pair)
+            print(f"hookcli: note: {note}", file=sys.stderr, flush=True)
+        return text
     copied = None
     if plan.copy_weights:
         from hookcli.compare.weights import copy_weights
