@@ -1294,9 +1294,7 @@ def _report(
     notes = [_side_line("A", a), _side_line("B", b), *alignment.notes]
     if meta:
         notes.append("on meta: alignment and shapes only; no values are compared")
-    notes += idle_notes(
-        b.vs, a.model, a.prepared.inputs, mode == Mode.TRAIN, a.seed, _device(a)
-    )
+    notes += idle_notes(b.vs, a.model, a.prepared.inputs, mode == Mode.TRAIN, a.seed, _device(a))
     if local is not None and local.kept:
         notes.append(
             f"local mode: {len(local.kept)} call(s) of B kept their own inputs or outputs "
