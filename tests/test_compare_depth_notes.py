@@ -240,3 +240,13 @@ def test_every_table_note_is_in_json() -> None:
     report = json.loads(invoke(*args, "-f", "json").stdout)
     assert table[1 : table.index("")] == report["notes"]
     assert len(report["notes"]) == 4
+
+
+def test_depth_marks_the_row_above_a_hidden_failed_call() -> None:
+    result = invoke(
+        "compare", "tests.test_compare_failure:Chain", "tests.test_compare_failure:Chain",
+        "--b-kwargs", "bad=True", "-i", "2x4", "--depth", "0",
+    )  # fmt: skip
+    assert result.exit_code == 4, result.stderr
+    rows = result.stdout.split("---\n", 1)[1].split("\n\n")[0].splitlines()
+    assert len(rows) == 1 and rows[0].startswith("(root) <- failed inside (B)"), rows

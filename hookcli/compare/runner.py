@@ -1166,6 +1166,12 @@ def _report(
         else:
             marks[key] = "<- first divergence" + (" (both)" if key in marks else "")
     failed_marks, unreached = _failure_marks(failures, pa, b.model, plan)
+    if plan.depth is not None:  # a failed call --depth hides: its row at depth N says so
+        shown = {i: _shown(i, pa, by_a, plan.depth) for i in failed_marks}
+        failed_marks = {
+            shown[i]: m if shown[i] == i else m.replace("failed here", "failed inside")
+            for i, m in failed_marks.items()
+        }
     rows = []
     for r in pa.records:
         if plan.depth is not None and r.depth > plan.depth:
