@@ -923,9 +923,7 @@ def render_markdown(report: Report) -> str:
     """The diff report as Markdown: the header, the summary lines, the differences."""
     from hookcli.render import render_markdown as plain
 
-    head, _, rest = plain(report).partition("\n")
-    notes = "".join(f"- {n}\n" for n in report.notes)
-    return f"{head}\n\n{notes}{rest}"
+    return plain(report, notes=True)
 
 
 def iter_messages(result: DiffResult) -> Iterator[tuple[str, str]]:

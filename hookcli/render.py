@@ -140,11 +140,15 @@ def _md_escape(value: Any) -> str:
     return printable(str(value)).replace("|", "\\|")
 
 
-def render_markdown(report: Report) -> str:
-    """The primary rows as a GitHub Markdown table, with a heading line and the checks."""
+def render_markdown(report: Report, notes: bool | None = None) -> str:
+    """The primary rows as a GitHub Markdown table, with a heading line and the checks;
+    ``notes`` (default: the report's ``markdown_notes``): the notes as a list under the
+    heading."""
     rows = report.rows()
     keys = _keys(rows)
     lines = [f"**{_md_escape(header_line(report))}**", ""]
+    if (report.markdown_notes if notes is None else notes) and report.notes:
+        lines += [*(f"- {printable(n)}" for n in report.notes), ""]
     if keys:
         lines.append("| " + " | ".join(keys) + " |")
         lines.append("|" + "|".join("---" for _ in keys) + "|")

@@ -7,7 +7,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 SCHEMA = "hookcli.report/1"
 
@@ -105,6 +105,8 @@ class Report:
     # How the table shows it: its columns and totals lines (not part of the JSON).
     columns: tuple[Column, ...] = field(default=(), compare=False, repr=False)
     table_totals: tuple[tuple[str, str], ...] = field(default=(), compare=False, repr=False)
+    # Whether Markdown lists the notes under its heading, as the table prints them.
+    markdown_notes: ClassVar[bool] = False
 
     @property
     def failed_checks(self) -> tuple[CheckResult, ...]:

@@ -211,6 +211,7 @@ def test_print_map_refuses_fail_on_and_formats(extra: list[str], says: str) -> N
         ("dtype=float64", "eval", False),
         ("seed=3", "eval", True),
         ("seed=3", "train", False),
+        ("device=cpu", "eval", True),
     ],
 )
 def test_a_vs_setting_that_changes_nothing_is_noted(vs: str, mode: str, idle: bool) -> None:
@@ -269,3 +270,21 @@ def test_print_map_says_a_rule_that_matched_no_call_on_stderr() -> None:
     assert result.exit_code == 0, result.stderr
     assert "'fc1=nosuch': its right side matches no module B called" in result.stderr
     assert result.stdout.startswith("# --map rules")
+
+
+# -- I: compare's --help and the --vs values with nothing after '=' -----------------------------
+
+
+def test_compare_help_says_no_baseline() -> None:
+    """compare has no --baseline: its --annotate and --junit carry its checks alone."""
+    result = invoke("compare", "--help")
+    assert result.exit_code == 0
+    assert "--baseline" not in result.stdout and "baseline" not in result.stdout.lower()
+    assert "--annotate" in result.stdout and "--junit" in result.stdout
+
+
+@pytest.mark.parametrize("vs", ["compile=", "weights=", "dtype="])
+def test_a_vs_setting_with_an_empty_value_is_refused(vs: str) -> None:
+    result = invoke("compare", f"{M}:MLPNet", "--vs", vs, "-i", "4x16")
+    assert result.exit_code == 2, (result.exit_code, result.stderr)
+    assert repr(vs) in one_line(result)

@@ -7,6 +7,7 @@ from typing import Annotated, Any
 import typer
 
 from hookcli import cliopts as opts
+from hookcli.options import Annotate
 
 NAME = "compare"
 
@@ -59,6 +60,12 @@ BackwardOpt = Annotated[bool, typer.Option("--backward", rich_help_panel="Run",
     "grads, after backward from --loss on each side.")]  # fmt: skip
 FailOnOpt = Annotated[str | None, _opt("--fail-on", "divergence",
     "Exit 1 when an aligned call's output passes --rtol/--atol.", "Checks")]  # fmt: skip
+# (compare has no --baseline: its annotations and JUnit carry its checks alone)
+AnnotateOpt = opts.option(Annotate | None, "--annotate",
+    help="Print failed checks (--fail-on divergence) as CI annotations on stderr (github: "
+    "::error workflow commands; on by itself when GITHUB_ACTIONS=true).")  # fmt: skip
+JunitOpt = opts.option(Path | None, "--junit", metavar="FILE",
+    help="Write the checks (--fail-on divergence) as JUnit XML test cases to FILE.")  # fmt: skip
 
 
 @opts.forwards(
@@ -73,7 +80,8 @@ FailOnOpt = Annotated[str | None, _opt("--fail-on", "divergence",
     opts.Param("b_kwargs_file", BKwFileOpt, convert=Path),
     (opts.WEIGHTS, opts.Param("a_weights", AWeightsOpt, convert=Path)),
     (opts.Param("b_weights", BWeightsOpt, convert=Path), opts.TRUST_PICKLE),
-    (*opts.INPUTS, *opts.RUN, opts.FORMAT, opts.OUTPUT, opts.ANNOTATE, opts.JUNIT),
+    (*opts.INPUTS, *opts.RUN, opts.FORMAT, opts.OUTPUT, opts.DEPTH),
+    (opts.Param("annotate", AnnotateOpt), opts.Param("junit", JunitOpt)),
     (opts.SEED, opts.DEBUG),
 )
 def command() -> None:

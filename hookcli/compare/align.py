@@ -384,24 +384,102 @@ def check_print_map(gates: Sequence[str], fmt: str) -> None:
         )
 
 
-def rules_from_pairs(pairs: Sequence[tuple[str, str]]) -> list[str]:
+def rules_from_pairs(pairs: Sequence[tuple[str, str]], keep: Sequence[str] = ()) -> list[str]:
     """``--map`` rules that reproduce the module pairs: indices generalised to ``{i}`` where
     the same indices appear on both sides in the same order; pairs with equal names left out
-    (the names already pair them)."""
+    (the names already pair them) unless ``keep`` names them, and the modules of ``keep``
+    given a literal rule of their own. The deeper rules come first (the first rule that
+    matches wins, and a rule also maps the modules under its name), a literal before a
+    pattern of its depth."""
     lines: list[str] = []
     seen: dict[str, str] = {}
     literal: list[str] = []
     for a, b in pairs:
-        if a == b:
+        if a == b and a not in keep:
             continue
         ta, tb = _template(a, b)
-        if ta is None or tb is None or seen.get(ta, tb) != tb:
+        if a in keep or ta is None or tb is None or seen.get(ta, tb) != tb:
             literal.append(f"{a or '(root)'}={b or '(root)'}")
             continue
         if ta not in seen:
             seen[ta] = tb
             lines.append(f"{ta or '(root)'}={tb or '(root)'}")
-    return lines + [line for line in literal if line not in lines]
+    out = lines + [line for line in literal if line not in lines]
+
+    def key(line: str) -> tuple[int, bool]:
+        left = _root(line.partition("=")[0])
+        return (-(left.count(".") + 1 if left else 0), "{" in left)
+
+    return sorted(out, key=key)
+
+
+def _label(name: str, call: int) -> str:
+    return (name or "(root)") + (f" #{call}" if call else "")
+
+
+def print_map(
+    calls_a: Sequence[CallInfo], calls_b: Sequence[CallInfo], alignment: Alignment
+) -> tuple[str, list[str]]:
+    """The alignment as ``--map`` rules (``--print-map``'s text, for ``--map-file``) and a
+    note for stderr. A rule pairs call k of one of A's modules with call k of one module
+    of B: a module whose calls pair otherwise (torchvision's one ReLU per block, called
+    twice, against timm's act1 and act2) is left out, named in ``#`` lines. The rules are
+    tried on the two call sequences before they are printed: every module they cover
+    (by a rule or by its name) pairs as the alignment pairs it."""
+    by_b = {c.index: c for c in calls_b}
+    calls_of: dict[str, list[CallInfo]] = {}
+    for c in calls_a:
+        calls_of.setdefault(c.name, []).append(c)
+    target: dict[str, str] = {}
+    left_out: dict[str, str] = {}
+    for name, cs in calls_of.items():
+        got = [(c.call, by_b[j]) for c in cs if (j := alignment.pairs.get(c.index)) is not None]
+        if not got:
+            continue
+        if len({b.name for _, b in got}) == 1 and all(k == b.call for k, b in got):
+            target[name] = got[0][1].name
+        else:
+            left_out[name] = ", ".join(f"#{k} with {_label(b.name, b.call)}" for k, b in got)
+    covered = dict(target)
+    keep: list[str] = []  # modules a pattern or a shorter rule sends elsewhere: literal rules
+    while True:
+        lines = rules_from_pairs(list(covered.items()), keep)
+        paired, _ = _by_names(calls_a, calls_b, parse_rules(lines))
+        wrong = [
+            n for n in covered
+            if any(paired.get(c.index) != alignment.pairs.get(c.index) for c in calls_of[n])
+        ]  # fmt: skip
+        if not wrong:
+            break
+        for n in wrong:
+            if n in keep:  # a literal rule of its own is not enough (its partner is taken)
+                del covered[n]
+                keep.remove(n)
+                left_out[n] = "the rules would pair it otherwise"
+            else:
+                keep.append(n)
+    total = len(alignment.pairs)
+    same = sum(1 for i, j in alignment.pairs.items() if paired.get(i) == j)
+    head = f"# --map rules for {alignment.method} alignment ({total} calls"
+    head += ")" if same == total else f"; these rules pair {same} of them as it does)"
+    notes: list[str] = []
+    text = [head]
+    if left_out:
+        names = list(left_out)
+        text += [
+            f"# left out: {len(names)} module(s) of A whose calls pair with several modules "
+            "of B, or with calls of",
+            "# other numbers: a rule pairs call k with call k of one module; --align order "
+            "pairs them",
+        ]
+        text += [f"#   {n or '(root)'}: {why}" for n, why in left_out.items()]
+        more = f" (+{len(names) - 4})" if len(names) > 4 else ""
+        notes.append(
+            f"--print-map: {len(names)} module(s) of A pair with B call by call as no --map "
+            f"rule can say ({', '.join(n or '(root)' for n in names[:4])}{more}): the map "
+            "leaves them out (its # lines); --align order pairs them"
+        )
+    return "\n".join([*text, *lines]) + "\n", notes
 
 
 def _template(a: str, b: str) -> tuple[str | None, str | None]:

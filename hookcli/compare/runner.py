@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from hookcli.compare.metrics import TensorDiff
 from hookcli.compare.settings import Vs
@@ -44,9 +44,11 @@ class CompareReport(Report):
     extra: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     # the model raised: what the command raises after the report is written (exit 4)
     failure: RunError | None = field(default=None, compare=False, repr=False)
+    markdown_notes: ClassVar[bool] = True  # (Markdown carries the notes, as the table)
 
     def to_dict(self) -> dict[str, Any]:
         out = super().to_dict()
+        out["notes"] = list(self.notes)  # the lines the table prints under its header
         out.update({k: v for k, v in self.extra.items()})
         return out
 
@@ -77,6 +79,7 @@ class Plan:
     loss: Any = None  # --loss as typed (None: sum)
     local: bool = True  # the local mode's passes (the benchmark times the modes apart)
     partial: bool = False  # the model raising: the report of the calls that ran (the CLI's)
+    depth: int | None = None  # --depth: rows to this depth; the local mode feeds these alone
 
 
 @dataclass
@@ -349,7 +352,7 @@ def lowest_precision(b: Side) -> str | None:
 
 
 def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | str:
-    from hookcli.compare.align import align, rules_from_pairs
+    from hookcli.compare.align import align, print_map
     from hookcli.errors import UsageError
 
     assert a.prepared.inputs is not None
@@ -408,9 +411,10 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
             raise failures[0]
         for note in alignment.notes:  # (a --map rule that matched no call)
             print(f"hookcli: note: {note}", file=sys.stderr, flush=True)
-        lines = rules_from_pairs(module_pairs)
-        head = f"# --map rules for {alignment.method} alignment ({len(alignment.pairs)} calls)"
-        return "\n".join([head, *lines]) + "\n"
+        text, left_out = print_map(infos_a, infos_b, alignment)
+        for note in left_out:  # (modules whose calls no rule can pair)
+            print(f"hookcli: note: {note}", file=sys.stderr, flush=True)
+        return text
     copied = None
     if plan.copy_weights:
         from hookcli.compare.weights import copy_weights
@@ -440,14 +444,39 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
             _recall(a, pa, pb, alignment, args_a, kwargs_a, mode, attempt)
         pb.diffs = _settle(b, pa, pb, alignment, plan, args_b, kwargs_b, mode, attempt)
     if not meta and plan.local and not failures:  # (after a failure: no local mode)
+        fed = _fed(alignment, pa, plan.depth)
         if step:
-            local = _local_in_step(a, b, pa, pb, alignment, plan, mode, (args_a, kwargs_a),
+            local = _local_in_step(a, b, pa, pb, fed, plan, mode, (args_a, kwargs_a),
                                    (args_b, kwargs_b), foreseen.writes)  # fmt: skip
         else:
-            local = _local_passes(b, pa, pb, alignment, plan, args_b, kwargs_b, mode, a.model)
+            local = _local_passes(b, pa, pb, fed, plan, args_b, kwargs_b, mode, a.model)
         if local.error is not None:
             failures.append(local.error)
     return _report(a, b, plan, mode, pa, pb, local, alignment, meta, copied, failures)
+
+
+def _fed(alignment: Alignment, pa: Pass, depth: int | None) -> Alignment:
+    """The pairs the local mode feeds A's values to: with ``--depth N`` only the calls at
+    depth <= N, so a call deeper runs B's own code and its error counts to its ancestor
+    at depth N (a row folded by --depth shows what its whole subtree adds)."""
+    import dataclasses
+
+    if depth is None:
+        return alignment
+    depths = {r.index: r.depth for r in pa.records}
+    pairs = {i: j for i, j in alignment.pairs.items() if depths[i] <= depth}
+    return dataclasses.replace(alignment, pairs=pairs)
+
+
+def _shown(i: int, pa: Pass, by_a: Any, depth: int | None) -> int:
+    """The row that shows call ``i`` under ``--depth``: the call itself, or its enclosing
+    call at depth N."""
+    while depth is not None and by_a[i].depth > depth:
+        up = _enclosing(i, pa)
+        if up is None:
+            break
+        i = up
+    return i
 
 
 def _can_step(a: Side, b: Side, plan: Plan, mode: Mode, meta: bool) -> bool:
@@ -1269,14 +1298,30 @@ def _report(
         )
     first_local = _divergence(pa, loc, alignment, by_a, by_b)
     marks = {}
+    by_key = {(r.name, r.call): r.index for r in pa.records}
     if first_local is not None:
         marks[(first_local["module"], first_local["call"])] = "<- first divergence (local)"
     if first is not None:
         key = (first["module"], first["call"])
-        marks[key] = "<- first divergence" + (" (both)" if key in marks else "")
+        row = by_a[_shown(by_key[key], pa, by_a, plan.depth)]
+        if (row.name, row.call) != key:  # a call --depth hides: its row at depth N says so
+            key = (row.name, row.call)
+            marks[key] = "<- first divergence inside" + (
+                "; first divergence (local)" if key in marks else ""
+            )
+        else:
+            marks[key] = "<- first divergence" + (" (both)" if key in marks else "")
     failed_marks, unreached = _failure_marks(failures, pa, b.model, plan)
+    if plan.depth is not None:  # a failed call --depth hides: its row at depth N says so
+        shown = {i: _shown(i, pa, by_a, plan.depth) for i in failed_marks}
+        failed_marks = {
+            shown[i]: m if shown[i] == i else m.replace("failed here", "failed inside")
+            for i, m in failed_marks.items()
+        }
     rows = []
     for r in pa.records:
+        if plan.depth is not None and r.depth > plan.depth:
+            continue  # (the totals, the first divergence and the rankings cover every call)
         j = alignment.pairs.get(r.index)
         rb = by_b.get(j) if j is not None else None
         data: dict[str, Any] = {
@@ -1393,6 +1438,10 @@ def _report(
     if b.vs.given:
         settings["vs"] = list(b.vs.texts)
     settings["align"] = alignment.method
+    if plan.rules:  # --map's rules, then --map-file's, in the order they are tried
+        settings["map"] = [rule.text for rule in plan.rules]
+    if plan.depth is not None:
+        settings["depth"] = plan.depth
     settings["rtol"] = plan.rtol
     settings["atol"] = plan.atol
     totals: dict[str, Any] = {
@@ -1415,14 +1464,15 @@ def _report(
     notes = [_side_line("A", a), _side_line("B", b), *alignment.notes]
     if meta:
         notes.append("on meta: alignment and shapes only; no values are compared")
-    notes += idle_notes(b.vs, a.model, a.prepared.inputs, mode == Mode.TRAIN, a.seed)
+    notes += idle_notes(b.vs, a.model, a.prepared.inputs, mode == Mode.TRAIN, a.seed, _device(a))
     if local is not None and local.kept:
         notes.append(
             f"local mode: {len(local.kept)} call(s) of B kept their own inputs or outputs "
             "(their number or shapes differ from A's, or their container cannot be rebuilt)"
         )
     # (a local pass that stopped: the calls after the failure have no local figures)
-    unfed = [i for i in alignment.pairs if i in prop and i not in loc] if local else []
+    fed = _fed(alignment, pa, plan.depth).pairs
+    unfed = [i for i in fed if i in prop and i not in loc] if local else []
     unfed = [] if local is None or local.error is not None else unfed
     if unfed:
         names = _cut([_name_call(by_a[i].name, by_a[i].call) for i in unfed])
@@ -1891,6 +1941,7 @@ def cli_command(
     mode: Mode | None,
     format: Format,
     output: Path | None,
+    depth: int | None,
     rtol: float | None,
     atol: float | None,
     fail_on: str | None,
@@ -1911,7 +1962,7 @@ def cli_command(
     from hookcli.compare.settings import check as check_vs
     from hookcli.compare.settings import parse_vs, side_kwargs
     from hookcli.errors import UsageError
-    from hookcli.options import loss_arg
+    from hookcli.options import depth_arg, loss_arg
 
     if (model_b is None) == (not vs):
         raise UsageError(
@@ -1949,7 +2000,7 @@ def cli_command(
         input_file=input_file, inputs_from=inputs_from,
     )  # fmt: skip
     ci = ci_options(None, False, annotate, junit, rtol, atol)  # (NaN, inf: exit 2)
-    out = output_options(format, output, None, debug, ci)
+    out = output_options(format, output, depth, debug, ci)
     plan = Plan(
         rules=rules,
         align=align,
@@ -1961,6 +2012,7 @@ def cli_command(
         backward=backward,
         loss=loss_arg(loss).value if loss is not None else None,
         partial=True,
+        depth=depth_arg(depth),
     )
     if loss is not None and not backward:
         raise UsageError("--loss is the loss --backward starts from: add --backward")

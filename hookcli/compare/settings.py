@@ -85,6 +85,8 @@ def parse_vs(texts: Sequence[str]) -> Vs:
             raise UsageError(f"--vs {key} is given twice")
         if key == "deterministic" and sep:
             raise UsageError(f"--vs {text!r}: deterministic takes no value")
+        if key == "compile" and sep and not value:
+            raise UsageError(f"--vs {text!r}: write compile or compile=BACKEND")
         if key not in _FLAGS and not value:
             raise UsageError(f"--vs {text!r}: write {key}=VALUE")
         if key == "amp":
@@ -268,11 +270,20 @@ def running(vs: Vs, device: Any) -> Iterator[None]:
             torch.set_num_threads(threads)
 
 
-def idle_notes(vs: Vs, model_a: Any, inputs: Any, train: bool, seed_a: int | None) -> list[str]:
+def idle_notes(
+    vs: Vs, model_a: Any, inputs: Any, train: bool, seed_a: int | None, device_a: Any = None
+) -> list[str]:
     """Notes for a --vs setting that changes nothing in this run (B is then A again)."""
+    from hookcli.inputs.grammar import resolve_device
     from hookcli.structures import iter_tensors
 
     notes = []
+    if vs.device is not None and device_a is not None:
+        d_b, d_a = resolve_device(vs.device), resolve_device(str(device_a))
+        if d_b.type == d_a.type and (d_b.index or 0) == (d_a.index or 0):  # cuda is cuda:0
+            notes.append(
+                f"--vs device={vs.device} changes nothing here: A runs on {device_a} already"
+            )
     if vs.dtype is not None:
         held = [*model_a.parameters(), *model_a.buffers()]
         if inputs is not None:
