@@ -444,7 +444,7 @@ def print_map(
     keep: list[str] = []  # modules a pattern or a shorter rule sends elsewhere: literal rules
     while True:
         lines = rules_from_pairs(list(covered.items()), keep)
-        paired, _ = _by_names(calls_a, calls_b, parse_rules(lines))
+        paired, *_ = _by_names(calls_a, calls_b, parse_rules(lines))
         wrong = [
             n for n in covered
             if any(paired.get(c.index) != alignment.pairs.get(c.index) for c in calls_of[n])
