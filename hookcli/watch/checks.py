@@ -192,7 +192,7 @@ def bound_check(
     missing: list[str] = []
     for p in processes:
         for model, steps in p.steps.items():
-            seen = False  # a figure this check reads, on any step of this model
+            seen = False  # a grad norm this check reads, on any step of this model
             for s in steps:
                 total = number(s.get("grad_norm"))
                 seen = seen or (high is not None and total is not None)
@@ -203,7 +203,7 @@ def bound_check(
                 for mod, entry in (s.get("modules") or {}).items():
                     g = number(entry.get("grad_norm"))
                     u = number(entry.get("update_ratio"))
-                    seen = seen or g is not None or (ratio is not None and u is not None)
+                    seen = seen or g is not None
                     why = None
                     if low is not None and g is not None and g < low:
                         why = f"grad norm {g:.4g} < {low:g}"

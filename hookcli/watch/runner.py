@@ -147,7 +147,7 @@ def check_outputs(run: WatchRun, out: Path | None) -> None:
             ("--tensorboard", run.tensorboard),
         ):
             of_run = _of_the_run(path, out) if path is not None else None
-            if of_run == path:
+            if of_run is not None and of_run == path:
                 raise UsageError(
                     f"{option} {path}: a file of the run under --out {out} (its report.json "
                     "or a steps file) would be overwritten; give another path"
