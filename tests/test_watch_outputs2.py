@@ -127,9 +127,7 @@ def _mlp() -> tuple[nn.Module, torch.optim.Optimizer]:
 
 @pytest.mark.parametrize("name", ["min_grad_norm", "max_grad_norm", "max_update_ratio"])
 @pytest.mark.parametrize("value", [math.nan, math.inf, -1.0])
-def test_a_threshold_that_could_never_fail_is_refused_from_python(
-    name: str, value: float
-) -> None:
+def test_a_threshold_that_could_never_fail_is_refused_from_python(name: str, value: float) -> None:
     """As ``hookcli watch --max-grad-norm nan`` is (exit 2), and with what
     ``hookcli.grads`` raises for the same argument."""
     model, opt = _mlp()

@@ -54,9 +54,7 @@ def gate_results(
     return checks
 
 
-def _unchecked(
-    result: CheckResult, missing: list[str], what: str, hint: str = ""
-) -> CheckResult:
+def _unchecked(result: CheckResult, missing: list[str], what: str, hint: str = "") -> CheckResult:
     """``result`` failed where some models (``missing``) never got ``what``: a check
     that saw no data is no pass."""
     if not missing:

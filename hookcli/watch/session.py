@@ -113,11 +113,11 @@ class Watch:
         spec = f"hookcli.watch({type(self.model).__name__})"
         return build_report(processes, checks, settings, spec)
 
-
     def _unwatched(self) -> str:
         """Why the block recorded no step, in a clause."""
         if self.optimizer is not None:
-            return f"no step recorded: the block never called {type(self.optimizer).__name__}.step()"
+            name = type(self.optimizer).__name__
+            return f"no step recorded: the block never called {name}.step()"
         return (
             "no step recorded: the block ran no optimizer.step() over the model's parameters "
             "(nor, with no optimizer, a backward)"
