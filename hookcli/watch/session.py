@@ -160,7 +160,9 @@ def watch(
     check every module's output and input gradients each step (exact NaN origin,
     slower). ``stop_on="nan"``: raise ``hookcli.watch.monitor.StopTraining`` out of
     ``optimizer.step()`` at the first NaN, before it is applied. ``fail_on`` and the
-    thresholds: the report's checks (docs/watch.md). The training is not changed.
+    thresholds: the report's checks (docs/watch.md), checked as the options are (a NaN,
+    infinite or negative threshold raises ``UsageError``); a block that recorded no step
+    fails every check asked for. The training is not changed.
     """
     return Watch(
         model,
