@@ -273,6 +273,14 @@ def test_the_commands_status_and_signal_pass_through_the_watchdog(tmp_path: Path
         (["-o", "{tmp}/a.png", "--plot", "{tmp}/a.png"], "name the same file"),
         (["--out", "{run}", "--tensorboard", "{run}"], "name the same file"),
         (["--out", "{readonly}"], "read-only"),
+        (["-o", ""], "--output '': an empty path"),
+        (["--tensorboard", "{run}/report.json", "--out", "{run}"], "a file of the run under"),
+        (["--tensorboard", "{run}/steps.jsonl", "--out", "{run}"], "a file of the run under"),
+        (["--tensorboard", "{run}/steps.rank1.jsonl", "--out", "{run}"], "a file of the run"),
+        (["--tensorboard", "{run}/report.json/tb", "--out", "{run}"], "is under {run}/report"),
+        (["-o", "{run}/steps.jsonl/r.json", "--out", "{run}"], "is under {run}/steps.jsonl"),
+        (["-o", "{tmp}/r.json", "--tensorboard", "{tmp}/r.json/tb"], "is under --output"),
+        (["--plot", "{tmp}/p.png", "--out", "{tmp}/p.png/run"], "is under --plot"),
     ],
     ids=[
         "out-proc",
@@ -294,6 +302,14 @@ def test_the_commands_status_and_signal_pass_through_the_watchdog(tmp_path: Path
         "output-is-plot",
         "out-is-tensorboard",
         "out-read-only-report",
+        "output-empty",
+        "tb-the-runs-report",
+        "tb-a-steps-file",
+        "tb-a-rank-steps-file",
+        "tb-under-the-runs-report",
+        "output-under-a-steps-file",
+        "tb-under-output",
+        "out-under-plot",
     ],
 )
 def test_every_output_is_checked_before_the_command_starts(
@@ -314,52 +330,72 @@ def test_every_output_is_checked_before_the_command_starts(
     assert r.returncode == 2, (r.returncode, r.stderr)
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("hookcli: error:"), r.stderr
-    assert words in lines[0], lines[0]
+    assert words.format(**paths) in lines[0], lines[0]
     assert not marker.exists()  # COMMAND never started
     assert not (tmp_path / "run").exists() and not (tmp_path / "default").exists()
+    assert not (tmp_path / "p.png").exists() and not (tmp_path / "r.json").exists()
     assert (readonly / "report.json").read_text() == "{}"
     assert file.read_text() == "x"
 
 
-def test_a_tensorboard_writer_that_dies_mid_run_loses_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+@pytest.mark.parametrize("when", ["mid-run", "at-close"])
+def test_a_tensorboard_writer_that_dies_loses_nothing(
+    when: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
-    """The writer fails on the 13th step it is given (as one whose folder went away):
-    the run goes on to its end, every step is in the report and on disk, and stderr
-    holds one line about it."""
+    """The writer fails on the 13th step it is given (as one whose folder went away), or
+    when it flushes its last events: the run goes on to its end, every step is in the
+    report on disk and on stdout, stderr holds one line about it, and the exit status
+    is 2 (an output that could not be written, as for --plot)."""
     pytest.importorskip("tensorboard")
+    from hookcli.formats import Format
     from hookcli.watch import runner
-    from hookcli.watch.config import WatchGates
+    from hookcli.watch.command import cli_command
 
     calls = {"n": 0}
-    real_add = runner._Boards.add
+    real_add, real_close = runner._Boards.add, runner._Boards.close
 
     def add(self: runner._Boards, process: object, record: dict[str, object]) -> None:
         calls["n"] += 1
-        if calls["n"] == 13:
+        if calls["n"] == 13 and when == "mid-run":
             raise OSError(5, "Input/output error")
         real_add(self, process, record)  # type: ignore[arg-type]
 
+    def close(self: runner._Boards) -> None:
+        real_close(self)
+        if when == "at-close" and calls["n"] >= 30:
+            calls["n"] = 0
+            raise OSError(28, "No space left on device")
+
     monkeypatch.setattr(runner._Boards, "add", add)
+    monkeypatch.setattr(runner._Boards, "close", close)
     out = tmp_path / "run"
-    run = runner.WatchRun(
-        command=(sys.executable, str(TINY), "--steps", "30", "--sleep", "0.03"),
+    code = cli_command(
+        cmd=["--", sys.executable, str(TINY), "--steps", "30", "--sleep", "0.03"],
         every=10,
-        gates=WatchGates(fail_on=("nan",)),
-        out=out,
-        tensorboard=tmp_path / "tb",
+        nan_origin=False,
+        fail_on="nan",
+        stop_on=None,
+        min_grad_norm=None,
+        max_grad_norm=None,
+        max_update_ratio=None,
+        out=str(out),
+        plot=None,
+        tensorboard=str(tmp_path / "tb"),
+        format=Format.JSON,
+        output=None,
+        debug=False,
     )
-    _report, code, outcome = runner.watch_command(run)
     captured = capfd.readouterr()
-    assert code == 0 and outcome.returncode == 0, captured.err[-2000:]
+    assert code == 2, captured.err[-2000:]
     printed = [line for line in captured.err.splitlines() if line.startswith("step ")]
     assert len(printed) == 30
     saved = json.loads((out / "report.json").read_text())
     assert saved["totals"]["models"][0]["steps"] == 30
-    assert calls["n"] >= 13
+    assert json.loads(captured.out)["totals"]["models"][0]["steps"] == 30  # printed too
     mine = own_lines(captured.err)
     assert len(mine) == 1 and "--tensorboard" in mine[0] and "stopped writing" in mine[0]
     assert mine[0].endswith("the run and its report go on")
+    assert ("No space left" in mine[0]) == (when == "at-close")
 
 
 # -- thresholds that could never fail --------------------------------------------------------

@@ -101,6 +101,10 @@ TensorboardOpt = _output(
     "Write the per-step scalars as TensorBoard event files while the run goes "
     "(needs tensorboard: pip install 'hookcli[tensorboard]').",
 )
+# -o as typed, as the others: '' is refused by name (a Path would make it '.')
+OutputOpt = opts.option(
+    str | None, "--output", "-o", metavar="FILE", help="Write the report to FILE instead of stdout."
+)
 
 
 @opts.forwards(
@@ -111,7 +115,8 @@ TensorboardOpt = _output(
     opts.Param("max_grad_norm", MaxGradNormOpt),
     opts.Param("max_update_ratio", MaxUpdateRatioOpt),
     (opts.Param("out", OutDirOpt), opts.Param("plot", PlotOpt)),
-    (opts.Param("tensorboard", TensorboardOpt), opts.FORMAT, opts.OUTPUT, opts.DEBUG),
+    (opts.Param("tensorboard", TensorboardOpt), opts.FORMAT, opts.Param("output", OutputOpt)),
+    opts.DEBUG,
 )
 def command() -> None:
     """Watch a real training run, unchanged: per-step loss, grad norms, update ratios and

@@ -4,17 +4,74 @@
 ``grads`` names them (``--min-grad-norm``, ``--max-grad-norm``) plus
 ``--max-update-ratio``; a threshold given alone turns its check on. Every check spans
 every process (rank) of the run and names the modules (and ranks) that failed it.
+
+A check never passes on data that was not recorded: a run that recorded no step fails
+every check asked for (``gate_results``), and a check whose figures a model never got
+(``dead`` without activation statistics, ``vanishing``/``exploding`` without a grad
+norm, ``unused`` without a record of the parameters' gradients) fails and says so.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from hookcli.checks import make_check
 from hookcli.fmt import number
 from hookcli.report import CheckResult
 from hookcli.watch.config import WatchGates
 from hookcli.watch.merge import Process, firsts
+
+
+def asked_checks(gates: WatchGates, stop_on: Sequence[str]) -> list[str]:
+    """The names of the checks a run asked for: ``--fail-on`` and the thresholds', then
+    ``stop-on``."""
+    return [*gates.checks, *(["stop-on"] if stop_on else [])]
+
+
+def recorded_a_step(processes: Sequence[Process]) -> bool:
+    return any(steps for p in processes for steps in p.steps.values())
+
+
+def gate_results(
+    gates: WatchGates,
+    stop_on: Sequence[str],
+    processes: Sequence[Process],
+    unwatched: Callable[[], str],
+) -> list[CheckResult]:
+    """The report's checks (``hookcli watch`` and ``hookcli.watch`` alike). Nothing
+    watched is never a pass: a run that recorded no step fails every check it asked
+    for, "nothing checked: " and ``unwatched()`` (why nothing was recorded)."""
+    if not recorded_a_step(processes):
+        why = unwatched()
+        return [
+            CheckResult(name, False, f"nothing checked: {why}")
+            for name in asked_checks(gates, stop_on)
+        ]
+    checks = list(run_checks(gates, processes))
+    stopped = stop_check(processes)
+    if stopped is not None:
+        checks.append(stopped)
+    return checks
+
+
+def _unchecked(result: CheckResult, missing: list[str], what: str, hint: str = "") -> CheckResult:
+    """``result`` failed where some models (``missing``) never got ``what``: a check
+    that saw no data is no pass."""
+    if not missing:
+        return result
+    detail = f"no {what} recorded for {', '.join(missing)}, so it checked nothing there{hint}"
+    if not result.passed:
+        detail = f"{result.detail}; {detail}"
+    return CheckResult(result.name, False, detail, result.layers)
+
+
+def _models(p: Process) -> list[str]:
+    """The models of ``p`` that recorded a step."""
+    return [model for model, steps in p.steps.items() if steps]
+
+
+def _model(p: Process, model: str, several_procs: bool) -> str:
+    return f"{model} ({p.name})" if several_procs else model
 
 
 def run_checks(gates: WatchGates, processes: Sequence[Process]) -> tuple[CheckResult, ...]:
@@ -90,6 +147,7 @@ def dead_check(processes: Sequence[Process]) -> CheckResult:
     """``dead``: a module whose output was all zeros on its last logged step."""
     several_models, several_procs = _shape(processes)
     failing = []
+    missing = []
     for p in processes:
         last: dict[tuple[str, str], float | None] = {}
         for model, s in _logged(p):
@@ -99,11 +157,20 @@ def dead_check(processes: Sequence[Process]) -> CheckResult:
         for (model, name), frac in last.items():
             if frac is not None and frac >= 1.0:
                 failing.append(_label(p, model, name, several_models, several_procs))
-    return make_check(
+        seen = {model for model, _ in last}
+        missing += [_model(p, m, several_procs) for m in _models(p) if m not in seen]
+    result = make_check(
         "dead",
         failing,
         "every module output had a non-zero element on the last logged step",
         "{n} module(s) output only zeros on the last logged step",
+    )
+    return _unchecked(
+        result,
+        missing,
+        "activation statistics were",
+        " (no logged step had a training forward: a run shorter than --every whose "
+        "step 1 has none, or compiled modules)",
     )
 
 
@@ -120,10 +187,13 @@ def bound_check(
     several_models, several_procs = _shape(processes)
     failing: list[str] = []
     first: str | None = None
+    missing: list[str] = []
     for p in processes:
         for model, steps in p.steps.items():
+            seen = False  # a grad norm this check reads, on any step of this model
             for s in steps:
                 total = number(s.get("grad_norm"))
+                seen = seen or (high is not None and total is not None)
                 if high is not None and total is not None and total > high:
                     label = _label(p, model, "(total)", several_models, several_procs)
                     failing.append(label)
@@ -131,6 +201,7 @@ def bound_check(
                 for mod, entry in (s.get("modules") or {}).items():
                     g = number(entry.get("grad_norm"))
                     u = number(entry.get("update_ratio"))
+                    seen = seen or g is not None
                     why = None
                     if low is not None and g is not None and g < low:
                         why = f"grad norm {g:.4g} < {low:g}"
@@ -142,6 +213,8 @@ def bound_check(
                         label = _label(p, model, mod, several_models, several_procs)
                         failing.append(label)
                         first = first or f"{label}: {why} at step {s['step']}"
+            if steps and not seen:
+                missing.append(_model(p, model, several_procs))
     if name == "vanishing":
         ok = f"every module grad norm >= {low:g} on the logged steps"
         bad = f"{{n}} module(s) with a grad norm below {low:g}"
@@ -156,14 +229,16 @@ def bound_check(
         )
     result = make_check(name, failing, ok, bad)
     if not result.passed and first is not None:
-        return CheckResult(result.name, False, f"{result.detail}; first: {first}", result.layers)
-    return result
+        result = CheckResult(result.name, False, f"{result.detail}; first: {first}", result.layers)
+    what = "module grad norm was" if name == "vanishing" else "grad norm was"
+    return _unchecked(result, missing, what, " (no parameter of it got a gradient)")
 
 
 def unused_check(processes: Sequence[Process]) -> CheckResult:
     """``unused``: a stepped parameter whose grad stayed None on every step."""
     several_models, several_procs = _shape(processes)
     failing: list[str] = []
+    missing: list[str] = []
     for p in processes:
         unused: dict[str, list[str]] = {}
         for model, steps in p.steps.items():
@@ -174,12 +249,14 @@ def unused_check(processes: Sequence[Process]) -> CheckResult:
             unused.update({k: list(v) for k, v in (p.end.get("unused") or {}).items()})
         for model, names in unused.items():
             failing.extend(_label(p, model, n, several_models, several_procs) for n in names)
-    return make_check(
+        missing += [_model(p, m, several_procs) for m in _models(p) if m not in unused]
+    result = make_check(
         "unused",
         failing,
         "every stepped parameter got a gradient",
         "{n} stepped parameter(s) never got a gradient",
     )
+    return _unchecked(result, missing, "record of which parameters got a gradient was")
 
 
 def stop_check(processes: Sequence[Process]) -> CheckResult | None:

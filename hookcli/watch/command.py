@@ -21,11 +21,12 @@ def cli_command(
     plot: Path | str | None,
     tensorboard: Path | str | None,
     format: Format,
-    output: Path | None,
+    output: Path | str | None,
     debug: bool,
 ) -> int:
     """Check the options, run COMMAND watched, write the report; the exit status."""
     # No typer here: the fast path (hookcli/watch/fastpath.py) calls this too.
+    from hookcli.atomic import is_stdout
     from hookcli.errors import UsageError
     from hookcli.validate import check_number, comma_names
     from hookcli.watch.config import FAIL_ON, STOP_ON, WatchGates
@@ -41,6 +42,8 @@ def cli_command(
     stops = comma_names(stop_on, STOP_ON, "value", "--stop-on")
     if stop_on is not None and not stops:
         raise UsageError(f"--stop-on takes {','.join(STOP_ON)}, got {stop_on!r}")
+    # -o as typed: '-' (or none) is stdout, '' is refused by name
+    output = None if is_stdout(output) else path_option(output, "--output")
     run = WatchRun(
         command=command_line(cmd or []),
         every=every,

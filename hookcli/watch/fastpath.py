@@ -96,10 +96,8 @@ def parse(argv: list[str]) -> dict[str, Any] | None:
             out["format"] = Format(raw["format"])
     except ValueError:
         return None
-    for key in _PATHS:  # the folders and --plot as typed ('' is refused by name)
-        out[key] = (Path(raw[key]) if key == "output" else raw[key]) if key in raw else None
-    if raw.get("output") == "-":  # stdout, as the CLI's preflight reads it
-        out["output"] = None
+    for key in _PATHS:  # every path as typed ('' is refused by name, '-' is stdout)
+        out[key] = raw.get(key)
     return out
 
 
@@ -143,15 +141,12 @@ def main(argv: list[str]) -> None:
     options = parse(argv)
     if options is None:
         return
-    from hookcli.atomic import check_target, is_stdout
     from hookcli.errors import HookcliError, printable
     from hookcli.streams import model_output_to_stderr
 
     code = 0
     try:
-        if not is_stdout(options["output"]):
-            check_target(options["output"], "--output")
-        from hookcli.watch.command import cli_command
+        from hookcli.watch.command import cli_command  # checks every path first
 
         with model_output_to_stderr():
             code = cli_command(**options)

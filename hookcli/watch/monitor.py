@@ -315,6 +315,7 @@ class Monitor:
         if what is None or what in track.seen:
             return
         step = _Step(step=track.steps + 1, logged=False, pos=[], norms=None, losses=[loss], lrs=[])
+        step.time = self._now()  # when the backward of the non-finite loss began
         step.act, step.act_order = dict(track.act), list(track.act_order)
         if self.config.nan_origin:
             step.origin = self._origin.of_step(track)

@@ -138,7 +138,8 @@ def step_record(
                 entry["weight_norm"] = w
                 if updates is not None and w is not None:
                     u = _hypot([updates[p] for p in m.params])
-                    entry["update_ratio"] = u / w if w > 0 else None
+                    # null only where ||w_before|| is 0; NaN weights give NaN
+                    entry["update_ratio"] = None if w == 0 else u / w
                 else:
                     entry["update_ratio"] = None
             if i in act:

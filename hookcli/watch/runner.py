@@ -21,13 +21,13 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from hookcli.errors import UsageError, first_line
+from hookcli.errors import EXIT_USAGE, UsageError, first_line
 from hookcli.fmt import number
 from hookcli.watch.config import ARMED, ENV_CONFIG, ENV_OFF, ENV_PATH, WatchConfig, WatchGates
 from hookcli.watch.merge import Process, read_lines, read_run, step_files
@@ -62,15 +62,35 @@ def path_option(value: Path | str | None, option: str) -> Path | None:
     return Path(value)
 
 
-def default_out(now: datetime | None = None) -> Path:
-    """``hookcli-runs/<YYYYmmdd-HHMMSS>/`` (``-2``, ``-3``, ... when taken)."""
-    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+def _default_names(now: datetime) -> Iterator[Path]:
+    """``hookcli-runs/<YYYYmmdd-HHMMSS>``, then ``-2``, ``-3``, ..."""
+    stamp = now.strftime("%Y%m%d-%H%M%S")
     base = Path("hookcli-runs") / stamp
-    path, n = base, 1
-    while path.exists():
+    yield base
+    n = 1
+    while True:
         n += 1
-        path = base.with_name(f"{stamp}-{n}")
-    return path
+        yield base.with_name(f"{stamp}-{n}")
+
+
+def default_out(now: datetime | None = None) -> Path:
+    """The default ``--out``: the first of ``hookcli-runs/<YYYYmmdd-HHMMSS>/`` (``-2``,
+    ``-3``, ...) that does not exist yet (``claim_default_out`` creates it)."""
+    return next(p for p in _default_names(now or datetime.now()) if not p.exists())
+
+
+def claim_default_out(now: datetime) -> Path:
+    """Create the default ``--out`` folder, atomically: ``mkdir`` without ``exist_ok``,
+    and on a name already taken (another ``hookcli watch`` started in the same second
+    and created it first) the next one, so two runs never share a folder."""
+    for path in _default_names(now):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.mkdir()
+        except FileExistsError:
+            continue
+        return path
+    raise AssertionError("unreachable")  # the names never end
 
 
 def check_run(run: WatchRun, out: Path | None = None) -> None:
@@ -121,11 +141,21 @@ def check_outputs(run: WatchRun, out: Path | None) -> None:
 
         check_plot_path(run.plot)
     if out is not None:
-        for option, path in (("--output", output), ("--plot", run.plot)):
-            if path is not None and _of_the_run(path, out):
+        for option, path in (
+            ("--output", output),
+            ("--plot", run.plot),
+            ("--tensorboard", run.tensorboard),
+        ):
+            of_run = _of_the_run(path, out) if path is not None else None
+            if of_run is not None and of_run == path:
                 raise UsageError(
                     f"{option} {path}: a file of the run under --out {out} (its report.json "
                     "or a steps file) would be overwritten; give another path"
+                )
+            if of_run is not None:
+                raise UsageError(
+                    f"{option} {path} is under {of_run}, a file of the run under --out {out}; "
+                    "give another path"
                 )
     check_distinct(
         (
@@ -135,16 +165,36 @@ def check_outputs(run: WatchRun, out: Path | None) -> None:
             ("--tensorboard", run.tensorboard),
         )
     )
+    # no output at a path under another option's file (-o r.json --tensorboard r.json/tb)
+    files = (("--output", output), ("--plot", run.plot))
+    for option, path in (*files, ("--out", out), ("--tensorboard", run.tensorboard)):
+        for file_option, file in files:
+            if path is not None and file is not None and _under(path, file):
+                raise UsageError(
+                    f"{option} {path} is under {file_option} {file}, a file this run writes; "
+                    "give another path"
+                )
 
 
-def _of_the_run(path: Path, out: Path) -> bool:
-    """Whether ``path`` is a file the run writes under ``out``."""
+def _run_file(name: str) -> bool:
+    """A name of the files a run writes in ``--out``: report.json, steps*.jsonl, .armed."""
+    return name in ("report.json", ARMED) or (name.startswith("steps") and name.endswith(".jsonl"))
+
+
+def _of_the_run(path: Path, out: Path) -> Path | None:
+    """The file the run writes under ``out`` that ``path`` is, or lies under; None when
+    neither."""
     from hookcli.atomic import same_file
 
-    name = path.name
-    if not (name == "report.json" or (name.startswith("steps") and name.endswith(".jsonl"))):
-        return False
-    return same_file(path.parent, out)
+    for candidate in (path, *path.parents):
+        if _run_file(candidate.name) and same_file(candidate.parent, out):
+            return candidate
+    return None
+
+
+def _under(path: Path, file: Path) -> bool:
+    """Whether ``path`` lies below ``file`` (after resolving symlinks)."""
+    return os.path.realpath(path).startswith(os.path.realpath(file).rstrip(os.sep) + os.sep)
 
 
 def environment(config: WatchConfig, base: dict[str, str] | None = None) -> dict[str, str]:
@@ -251,6 +301,7 @@ class Outcome:
     signal_received: int | None  # a signal hookcli passed on
     stop_requested: bool
     seconds: float
+    writer_failed: bool = False  # --tensorboard stopped writing during the run
 
 
 def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
@@ -267,23 +318,30 @@ def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
     env = environment(config)
     status = _Status(_on_terminal())
     writer = _Boards(run.tensorboard) if run.tensorboard is not None else None
+    writer_failed = False
+
+    def writer_failure(err: BaseException) -> None:
+        nonlocal writer, writer_failed
+        status.clear()
+        print(
+            f"hookcli watch: --tensorboard {run.tensorboard}: stopped writing "
+            f"({type(err).__name__}: {first_line(err)}); the run and its report go on",
+            file=sys.stderr,
+            flush=True,
+        )
+        writer_failed = True
+        if writer is not None:
+            with contextlib.suppress(Exception):
+                writer.close()
+            writer = None
 
     def on_record(process: Process, record: dict[str, Any]) -> None:
-        nonlocal writer
         status.update(process, record)
         if writer is not None:
             try:
                 writer.add(process, record)
             except Exception as err:  # the run and its report go on without it
-                status.clear()
-                print(
-                    f"hookcli watch: --tensorboard {run.tensorboard}: stopped writing "
-                    f"({type(err).__name__}: {first_line(err)}); the run and its report go on",
-                    file=sys.stderr,
-                    flush=True,
-                )
-                writer.close()
-                writer = None
+                writer_failure(err)
 
     follower = _Follower(out, on_record)
     state: dict[str, Any] = {"signal": None, "count": 0, "stop": False, "stop_at": 0.0}
@@ -347,12 +405,16 @@ def execute(run: WatchRun, out: Path) -> tuple[Outcome, list[Process]]:
         exited.close()
         status.clear()
         if writer is not None:
-            writer.close()
+            try:  # the last events are flushed here
+                writer.close()
+            except Exception as err:
+                writer_failure(err)
     outcome = Outcome(
         returncode=proc.returncode,
         signal_received=state["signal"],
         stop_requested=bool(state["stop"]),
         seconds=time.monotonic() - started,
+        writer_failed=writer_failed,
     )
     return outcome, read_run(out)
 
@@ -484,9 +546,17 @@ class _Boards:
                 scalar(f"act_{key}/{label}", value)
 
     def close(self) -> None:
+        """Close every writer (each flushes its events); the first failure is raised
+        once all were tried."""
+        failed: Exception | None = None
         for w in self.writers.values():
-            with contextlib.suppress(Exception):
+            try:
                 w.close()
+            except Exception as err:
+                failed = failed or err
+        self.writers.clear()
+        if failed is not None:
+            raise failed
 
 
 def settings_of(run: WatchRun, out: Path) -> dict[str, Any]:
@@ -503,25 +573,29 @@ def settings_of(run: WatchRun, out: Path) -> dict[str, Any]:
 
 def watch_command(run: WatchRun) -> tuple[Any, int, Outcome]:
     """Run, merge, check: the report, the exit status and how COMMAND ended."""
-    out = run.out or default_out()
+    now = datetime.now()
+    out = run.out or default_out(now)
     check_run(run, out)
+    if run.out is None:  # created now, atomically: a run started in the same second
+        claimed = claim_default_out(now)  # may have taken the name since
+        if claimed != out:
+            try:
+                check_outputs(run, claimed)
+            except BaseException:
+                claimed.rmdir()
+                raise
+        out = claimed
     outcome, processes = execute(run, out)
     # what only the end needs is imported once COMMAND runs (``_warm_imports``)
-    from hookcli.report import CheckResult
-    from hookcli.watch.checks import run_checks, stop_check
+    from hookcli.watch.checks import asked_checks, gate_results, recorded_a_step
     from hookcli.watch.summary import build_report
 
-    checks = list(run_checks(run.gates, processes))
-    stopped = stop_check(processes)
-    if stopped is not None:
-        checks.append(stopped)
     armed = _armed(out)
-    unwatched = None
-    if not any(steps for p in processes for steps in p.steps.values()):
+    checks = gate_results(run.gates, run.stop_on, processes, lambda: _why_unwatched(armed))
+    if not recorded_a_step(processes):
         unwatched = _why_unwatched(armed)
-        asked = [*run.gates.checks, *(["stop-on"] if run.stop_on else [])]
+        asked = asked_checks(run.gates, run.stop_on)
         if asked:  # a check that saw nothing is no pass
-            checks = [CheckResult(name, False, f"nothing checked: {unwatched}") for name in asked]
             print(
                 f"hookcli watch: FAIL: no step recorded, so {', '.join(asked)} checked "
                 f"nothing: {unwatched}",
@@ -558,6 +632,8 @@ def watch_command(run: WatchRun) -> tuple[Any, int, Outcome]:
 
     atomic_write_text(out / "report.json", report.to_json() + "\n", "--out")
     code = exit_status(outcome, any(not c.passed for c in checks))
+    if outcome.writer_failed:  # said on stderr when it failed; the report is written
+        code = code or EXIT_USAGE
     if run.plot is not None:
         from hookcli.errors import HookcliError
         from hookcli.watch.plot import plot_run

@@ -39,6 +39,7 @@ class Watch:
         from torch import nn
 
         from hookcli.cliopts import parse_fail_on
+        from hookcli.validate import check_number
         from hookcli.watch.config import FAIL_ON, STOP_ON, WatchConfig, WatchGates
 
         if not isinstance(model, nn.Module):
@@ -57,11 +58,13 @@ class Watch:
             raise UsageError(f"stop_on takes {', '.join(STOP_ON)}, got {stop_on!r}")
         self.model = model
         self.optimizer = optimizer
+        # as the options are checked: a NaN, infinite or negative threshold is a gate
+        # that could never fail (UsageError, as hookcli.grads and hookcli.ablate raise)
         self.gates = WatchGates(
             fail_on=parse_fail_on(",".join(_names(fail_on)), FAIL_ON),
-            min_grad_norm=min_grad_norm,
-            max_grad_norm=max_grad_norm,
-            max_update_ratio=max_update_ratio,
+            min_grad_norm=check_number(min_grad_norm, "min_grad_norm"),
+            max_grad_norm=check_number(max_grad_norm, "max_grad_norm"),
+            max_update_ratio=check_number(max_update_ratio, "max_update_ratio"),
         )
         self.config = WatchConfig(every=every, nan_origin=nan_origin, stop_on=stops, t0=time.time())
         self._monitor: Monitor | None = None
@@ -93,15 +96,13 @@ class Watch:
 
     def report(self) -> Report:
         """The ``watch`` Report of what was recorded so far."""
-        from hookcli.watch.checks import run_checks, stop_check
+        from hookcli.watch.checks import gate_results
         from hookcli.watch.merge import read_records
         from hookcli.watch.summary import build_report
 
         processes = read_records(self.records)
-        checks = list(run_checks(self.gates, processes))
-        stopped = stop_check(processes)
-        if stopped is not None:
-            checks.append(stopped)
+        # nothing watched is never a pass, as in hookcli watch
+        checks = gate_results(self.gates, self.config.stop_on, processes, self._unwatched)
         settings = {
             "every": self.config.every,
             "nan_origin": self.config.nan_origin,
@@ -111,6 +112,16 @@ class Watch:
         }
         spec = f"hookcli.watch({type(self.model).__name__})"
         return build_report(processes, checks, settings, spec)
+
+    def _unwatched(self) -> str:
+        """Why the block recorded no step, in a clause."""
+        if self.optimizer is not None:
+            name = type(self.optimizer).__name__
+            return f"no step recorded: the block never called {name}.step()"
+        return (
+            "no step recorded: the block ran no optimizer.step() over the model's parameters "
+            "(nor, with no optimizer, a backward)"
+        )
 
 
 def _names(value: str | tuple[str, ...] | list[str] | None) -> tuple[str, ...]:
@@ -149,7 +160,9 @@ def watch(
     check every module's output and input gradients each step (exact NaN origin,
     slower). ``stop_on="nan"``: raise ``hookcli.watch.monitor.StopTraining`` out of
     ``optimizer.step()`` at the first NaN, before it is applied. ``fail_on`` and the
-    thresholds: the report's checks (docs/watch.md). The training is not changed.
+    thresholds: the report's checks (docs/watch.md), checked as the options are (a NaN,
+    infinite or negative threshold raises ``UsageError``); a block that recorded no step
+    fails every check asked for. The training is not changed.
     """
     return Watch(
         model,
