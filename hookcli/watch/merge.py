@@ -119,14 +119,26 @@ class First:
     module: str | None
     exact: bool
     found_by: str
+    searched: bool = False  # --nan-origin was on in that process
 
     def text(self, several: bool, models: int) -> str:
         word = "NaN" if self.what == "nan" else "Inf"
         where = f" on {self.process}" if several else ""
         of = f" of {self.model}" if models > 1 else ""
         phase = f" in the {self.phase} pass" if self.phase else ""
-        if self.module is None:
+        if self.module is None and self.searched:
+            origin = (
+                "; no module made it (--nan-origin saw every module's inputs and outputs "
+                "finite: it arose outside the modules, in the loss or its targets)"
+                if self.phase == "forward"
+                else "; origin module not found (--nan-origin saw no module's input "
+                "gradient turn non-finite)"
+            )
+        elif self.module is None:
             origin = "; origin module not known (run with --nan-origin to find it)"
+        elif self.found_by == "input":
+            into = "the model's input" if self.module == "" else f"the input of {self.module}"
+            origin = f"; it came in with {into} (no module made it: the batch held it)"
         elif self.exact:
             origin = f"; first produced by {self.module or '(root)'}"
         else:
@@ -156,6 +168,7 @@ def firsts(processes: list[Process], what: str) -> list[First]:
                     module=e.get("module"),
                     exact=bool(e.get("exact")),
                     found_by=str(e.get("found_by") or ""),
+                    searched=bool(p.start.get("nan_origin")),
                 )
             )
     return sorted(found, key=lambda f: (f.step, f.phase != "forward", f.rank or 0))

@@ -646,24 +646,28 @@ class Monitor:
                     grads, pos = _grads(track)
                     with torch.no_grad():
                         track.preclip = (pos, _norm_vector(grads, track.plans, tuple(pos)))
-                    taken.append((track, ids))
+                    taken.append((track, ids, params))
             return taken  # type: ignore[return-value]
         except Exception as err:
             self._broken(err)
             return None
 
-    def _after_clip(self, taken: Any, total: torch.Tensor) -> None:
-        """A sharded clipping call returned the whole model's norm (each rank holds a
-        shard of the gradients): it is the step's ``grad_norm`` where the call clipped
-        every parameter of the model that has a gradient."""
-        if not taken or self._off():
+    def _after_clip(self, taken: Any, total: torch.Tensor, norm_type: float | None) -> None:
+        """What a norm-clipping call returned (the total norm before clipping, of its
+        ``norm_type``; under FSDP the whole model's where each rank holds a shard) is
+        the step's ``grad_norm`` where the call clipped every parameter of the model
+        that has a gradient and no other one that has."""
+        if not taken or self._off() or norm_type is None:
             return
         try:
-            for track, ids in taken:
+            for track, ids, params in taken:
                 if track.preclip is None or track.preclip_total is not None:
                     continue
-                if all(id(track.params[i]) in ids for i in track.preclip[0]):
+                if all(id(track.params[i]) in ids for i in track.preclip[0]) and not any(
+                    p.grad is not None for p in params if id(p) not in track.ids
+                ):
                     track.preclip_total = total.detach().reshape(1).to(torch.float64)
+                    track.preclip_type = norm_type
         except Exception as err:
             self._broken(err)
 
@@ -745,7 +749,7 @@ class Monitor:
             step.origin = self._origin.of_step(track)
         if track.preclip is not None:
             step.pre_pos, step.pre_norms = track.preclip
-            step.pre_total = track.preclip_total
+            step.pre_total, step.pre_type = track.preclip_total, track.preclip_type
             track.preclip = track.preclip_total = None
         track.pending = step
         host = self._host_pre(step)

@@ -38,7 +38,8 @@ def nonfinite_event(
     origin = step.origin if step.origin and what in ("nan", step.origin["what"]) else None
     act_origin = origin_from_stats(track, step, what, values)
     if origin is not None:
-        phase, module, exact, how = origin["phase"], origin["module"], True, "nan-origin"
+        phase, module, exact = origin["phase"], origin["module"], True
+        how = "input" if origin.get("input") else "nan-origin"
     elif act_origin is not None:
         phase, module, exact, how = "forward", act_origin, True, "activations"
     elif phase == "backward" and modules:
@@ -120,6 +121,8 @@ def step_record(
         "grad_norm_applied": applied,
         "lr": lrs,
     }
+    if values[3] and step.pre_type != 2.0:
+        record["norm_type"] = norm_type(step.pre_type)
     if step.logged:
         grad_of = dict(zip(pre_pos, pre_norms, strict=True))
         applied_of = dict(zip(step.pos, norms, strict=True)) if clipped else None
@@ -159,6 +162,13 @@ def step_record(
             track.forward_order = list(step.act_order)
         record["unused"] = [track.param_names[i] for i in sorted(track.never)][:MAX_NAMES]
     return record
+
+
+def norm_type(value: float) -> float | str:
+    """A clipping call's ``norm_type`` as the steps file holds it (JSON has no Infinity)."""
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
 
 
 def _num(value: Any) -> float | None:

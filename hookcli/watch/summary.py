@@ -83,17 +83,17 @@ def module_rows(processes: Sequence[Process]) -> list[Row]:
             if m.get("stepped"):
                 fin = finite(grad)
                 ratio = _module_series(steps, name, "update_ratio")
-                applied = [
-                    v for v in _module_series(steps, name, "grad_norm_applied") if v is not None
-                ]
-                if applied:  # clipped steps: the norm as step() applied it, beside
+                # every figure but min/max is the last logged step's: a row never puts
+                # one step's figure beside another's
+                applied = _module_series(steps, name, "grad_norm_applied")
+                if _last(applied) is not None:  # a clipped step: as step() applied it
                     data["grad_norm_applied"] = applied[-1]
                 data.update(
                     grad_norm=_last(grad),
                     grad_norm_min=min(fin) if fin else None,
                     grad_norm_max=max(fin) if fin else None,
                     weight_norm=_last(_module_series(steps, name, "weight_norm")),
-                    update_ratio=_last([r for r in ratio if r is not None]),
+                    update_ratio=_last(ratio),
                     update_ratio_max=max(finite(ratio), default=None),
                 )
             for key in ("act_mean", "act_std", "act_absmax", "act_zero_frac"):
