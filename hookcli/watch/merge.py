@@ -26,7 +26,8 @@ class Process:
     stops: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     end: dict[str, Any] | None = None
-    skipped: dict[str, int] = field(default_factory=dict)  # label -> GradScaler-skipped
+    skipped: dict[str, int] = field(default_factory=dict)  # label -> skipped iterations
+    discarded: list[dict[str, Any]] = field(default_factory=list)  # their records
 
     @property
     def rank(self) -> int | None:
@@ -56,6 +57,15 @@ class Process:
         elif kind == "skipped":
             label = str(record.get("model"))
             self.skipped[label] = self.skipped.get(label, 0) + 1
+            self.discarded.append(record)
+            # a non-finite loss written as its backward began (--stop-on) belonged to
+            # this iteration, not to a step
+            after = record.get("after")
+            self.events = [
+                e
+                for e in self.events
+                if not (str(e.get("model")) == label and e.get("step") == (after or 0) + 1)
+            ]
         elif kind == "error":
             self.errors.append(str(record.get("message")))
         elif kind == "end":

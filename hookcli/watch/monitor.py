@@ -66,10 +66,19 @@ from hookcli.watch.figures import (
     _stats,
     _updates_normed,
 )
-from hookcli.watch.records import LOSSES, MAX_NAMES, _num, _sum, nonfinite_event, step_record
+from hookcli.watch.records import (
+    LOSSES,
+    MAX_NAMES,
+    _num,
+    _sum,
+    nonfinite_event,
+    norm_type,
+    step_record,
+)
 from hookcli.watch.registry import Registry, _compiling_in_use, _modules, _objects, _roots, _tops
 from hookcli.watch.scaler import ScalerWatch
 from hookcli.watch.sinks import FileSink, MemorySink, _rank
+from hookcli.watch.zerograd import ZeroGradWatch
 from hookcli.watch.track import (
     _count,
     _grads,
@@ -146,6 +155,8 @@ class Monitor:
         self._mute: _Track | None = None  # a closure step's later closure calls
         self._clips = ClipWatch(self._before_clip, self._after_clip)
         self._scaler = ScalerWatch(lambda: self._pre_count, self._skipped)
+        self._since_step = False  # a backward ran since the last step (or discard)
+        self._zeros = ZeroGradWatch(lambda: self._since_step, self._zeroing)
         self._warning_filter: Any = None
         self.stopped: dict[str, Any] | None = None
         self._registry: Registry | None = None
@@ -175,6 +186,7 @@ class Monitor:
         self._backward_wrapper = backward
         self._clips.install()
         self._scaler.install()
+        self._zeros.install()
         import warnings
 
         warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
@@ -203,6 +215,7 @@ class Monitor:
             torch.autograd.backward = self._real_backward  # type: ignore[assignment]
         self._clips.uninstall()
         self._scaler.uninstall()
+        self._zeros.uninstall()
         if self._warning_filter is not None:
             import warnings
 
@@ -288,12 +301,15 @@ class Monitor:
         --stop-on a non-finite loss is recorded now, before the backward (under DDP its
         all-reduce hands the value to the other ranks, whose stop may end this one)."""
         self._clips.late()
+        if self._since_step and self._mute is None:
+            self._gone()  # gradients set to None by hand since the last backward?
         for track in self._all_tracks:
             track.preclip = track.preclip_total = None
             if track.pending is not None and track.posted:
                 self._end(track)  # the optimizers of a model have all stepped
         if self._mute is not None:
             return  # a closure step's later call (LBFGS): the first call's figures count
+        self._since_step = True
         loss = tensors[0] if isinstance(tensors, (tuple, list)) and tensors else tensors
         if (
             isinstance(loss, torch.Tensor)
@@ -322,6 +338,7 @@ class Monitor:
         host = _Host([None, None, None, None, loss.reshape(1), *acts])
         track.seen.add(what)
         self._write(nonfinite_event(track, step, what, True, [], host.values()))
+        track.early = what
         if what in self.config.stop_on:
             track.stop_due = self._stop_record(track, step.step, what)
 
@@ -679,33 +696,95 @@ class Monitor:
         try:
             self._drain()
             track = self._track_of(opt)
-            losses, self._losses = self._losses, []
             if track is None:
+                self._losses, self._since_step = [], False
                 return
-            pre, track.preclip = track.preclip, None
-            track.preclip_total = None
-            if pre is None:
-                grads, pos = _grads(track)
-                with torch.no_grad():
-                    pre = (pos, _norm_vector(grads, track.plans, tuple(pos)))
+            self._discard(track, "GradScaler")
+        except Exception as err:
+            self._broken(err)
+
+    def _zeroing(self, obj: Any) -> None:
+        """``obj.zero_grad()`` (an optimizer or a module) while a backward has run since
+        the last step, before it clears the gradients: where it clears every gradient
+        of a model and no other watched model holds one, the script discarded the
+        iteration (a guard's ``zero_grad(); continue``)."""
+        if self._off():
+            return
+        try:
+            if isinstance(obj, torch.optim.Optimizer):
+                if self.optimizer is not None and obj is not self.optimizer:
+                    return
+                cleared = {id(p) for g in obj.param_groups for p in g["params"]}
+                owners = [obj]
+            else:
+                cleared = {id(p) for p in obj.parameters()}
+                owners = [o for o in self._optimizers() if self.optimizer in (None, o)]
+            tracks = []
+            for opt in owners:
+                if self._all_tracks and opt not in self._tracks:
+                    continue
+                if any(id(p) in cleared for g in opt.param_groups for p in g["params"]):
+                    track = self._track_of(opt)
+                    if track is not None and track.mode == "optimizer" and track not in tracks:
+                        tracks.append(track)
+            held = [t for t in self._all_tracks if t.mode == "optimizer" and _holds(t)]
+            if len(tracks) == 1 and held == tracks:
+                track = tracks[0]
+                if all(id(p) in cleared for p in track.params if p.grad is not None):
+                    self._drain()
+                    self._discard(track, "zero_grad")
+        except Exception as err:
+            self._broken(err)
+
+    def _gone(self) -> None:
+        """A backward begins and one has run since the last step: where the one model's
+        gradients are all None now, the script set them so (``p.grad = None``) and
+        discarded that iteration."""
+        try:
+            tracks = [t for t in self._all_tracks if t.mode == "optimizer"]
+            if len(tracks) == 1 and not _holds(tracks[0]):
+                self._drain()
+                self._discard(tracks[0], "zero_grad", late=True)
+        except Exception as err:
+            self._broken(err)
+
+    def _discard(self, track: _Track, by: str, late: bool = False) -> None:
+        """An iteration that ran its backward and no step (``by``: the GradScaler
+        skipped the step, or the script cleared the gradients): a ``skipped`` record of
+        its own (its loss, its grad norm before clipping), not a step, and nothing of it
+        carried into the next step. ``late``: seen at the next backward, after the
+        gradients went (the norm is known only where a clipping call took it) and after
+        the next forward (whose activation statistics stay)."""
+        losses, self._losses = self._losses, []
+        self._since_step = False
+        pre, track.preclip = track.preclip, None
+        total, track.preclip_total = track.preclip_total, None
+        if pre is None and not late:
+            grads, pos = _grads(track)
+            with torch.no_grad():
+                pre = (pos, _norm_vector(grads, track.plans, tuple(pos)))
+        if not late:
             track.act, track.act_order = {}, []
             if self.config.nan_origin:
                 self._origin.of_step(track)
-            values = _Host([pre[1], *(t.reshape(1) for t in losses)]).values()
-            self._write(
-                {
-                    "kind": "skipped",
-                    "model": track.label,
-                    "opt": track.index,
-                    "after": track.steps,
-                    "time": self._now(),
-                    "loss": _sum([v[0] for v in values[1:]]) if losses else None,
-                    "backwards": len(losses),
-                    "grad_norm": _hypot(values[0]) if pre[0] else None,
-                }
-            )
-        except Exception as err:
-            self._broken(err)
+        if track.early is not None:  # a non-finite loss written before its backward
+            track.seen.discard(track.early)
+            track.early = track.stop_due = None
+        values = _Host([pre[1] if pre else None, total, *(t.reshape(1) for t in losses)]).values()
+        record: dict[str, Any] = {
+            "kind": "skipped",
+            "by": by,
+            "model": track.label,
+            "opt": track.index,
+            "after": track.steps,
+            "time": self._now(),
+            "loss": _sum([v[0] for v in values[2:]]) if losses else None,
+            "backwards": len(losses),
+            "grad_norm": values[1][0] if values[1] else (_hypot(values[0]) if pre and pre[0] else None),
+        }
+        if values[1] and track.preclip_type != 2.0:
+            record["norm_type"] = norm_type(track.preclip_type)
+        self._write(record)
 
     def _begin(self, track: _Track, lrs: list[Any]) -> dict[str, Any] | None:
         """The pre-step figures of ``track``'s next step; a stop record when one is due."""
@@ -731,6 +810,8 @@ class Monitor:
                 else:
                     weights = _norm_vector(params, track.plans, "weights")
         losses, self._losses = self._losses, []
+        self._since_step = False
+        track.early = None
         step = _Step(
             step=k,
             logged=log,
@@ -920,6 +1001,11 @@ class Monitor:
 # -- helpers ----------------------------------------------------------------------------
 
 _LIVE: weakref.WeakSet[Monitor] = weakref.WeakSet()
+
+
+def _holds(track: _Track) -> bool:
+    """Whether any of ``track``'s parameters has a gradient."""
+    return any(p.grad is not None for p in track.params)
 
 
 def _after_fork() -> None:

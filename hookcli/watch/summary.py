@@ -149,6 +149,8 @@ def model_totals(processes: Sequence[Process], label: str) -> dict[str, Any]:
         "grad_norm_applied_last": _last([v for v in applied if v is not None]),
         "clipped_steps": clipped,
         "skipped_steps": base.skipped.get(label, 0) if base else 0,
+        "skipped_by": _skipped_by(base, label),
+        "norm_type": next((s["norm_type"] for s in reversed(steps) if "norm_type" in s), None),
         "step_time_median": statistics.median(times) if times else None,
         "lr_last": steps[-1].get("lr") if steps else None,
     }
@@ -174,6 +176,29 @@ def model_totals(processes: Sequence[Process], label: str) -> dict[str, Any]:
         out["loss_spread"] = _spread([r["loss_last"] for r in out["ranks"]])
         out["grad_norm_spread"] = _spread([r["grad_norm_last"] for r in out["ranks"]])
     return out
+
+
+def _skipped_by(base: Process | None, label: str) -> dict[str, int]:
+    """Skipped iterations by who skipped them: ``GradScaler`` (its ``step()`` did not
+    step) or ``zero_grad`` (the script cleared the gradients instead of stepping)."""
+    out: dict[str, int] = {}
+    for r in base.discarded if base else []:
+        if str(r.get("model")) == label:
+            by = str(r.get("by") or "GradScaler")
+            out[by] = out.get(by, 0) + 1
+    return out
+
+
+def _skipped_text(t: dict[str, Any]) -> str:
+    by = t.get("skipped_by") or {}
+    words = {
+        "GradScaler": "GradScaler skipped the step",
+        "zero_grad": "the script cleared the gradients instead of stepping",
+    }
+    if len(by) == 1:
+        return f"{t['skipped_steps']} ({words.get(next(iter(by)), next(iter(by)))})"
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(by.items()))
+    return f"{t['skipped_steps']} ({parts})" if parts else str(t["skipped_steps"])
 
 
 def _first_dict(first: First | None) -> dict[str, Any] | None:
@@ -256,6 +281,9 @@ def build_report(
             )
         )
         grad = f"{fmt_float(t['grad_norm_last'])} (max {fmt_float(t['grad_norm_max'])})"
+        kind = t["norm_type"]
+        if kind is not None:  # not L2: as the script's clip_grad_norm_ took it
+            grad += f" ({kind if isinstance(kind, str) else format(kind, 'g')}-norm)"
         if t["clipped_steps"]:
             grad += (
                 f" before clipping; {fmt_float(t['grad_norm_applied_last'])} as applied "
@@ -263,9 +291,7 @@ def build_report(
             )
         table_totals.append((f"{prefix}grad norm", grad))
         if t["skipped_steps"]:
-            table_totals.append(
-                (f"{prefix}skipped", f"{t['skipped_steps']} (GradScaler skipped the step)")
-            )
+            table_totals.append((f"{prefix}skipped", _skipped_text(t)))
         if t.get("ranks"):
             table_totals.append(
                 (

@@ -81,6 +81,7 @@ class _Track:
     joined: set[int] = field(default_factory=set)  # optimizers stepped in the open step
     posted: set[int] = field(default_factory=set)  # ... and done
     stop_due: dict[str, Any] | None = None  # a stop found before the step (a NaN loss)
+    early: str | None = None  # the kind of that non-finite loss, until the step
 
 
 def _count(opt: Any) -> int:
