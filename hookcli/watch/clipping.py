@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from hookcli.watch.frames import hide
+
 _NAMES = ("clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "clip_grad_norm")
 _MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad")
 _NORMS = ("clip_grad_norm_", "clip_grad_norm")  # those that return the total norm
@@ -85,7 +87,11 @@ class ClipWatch:
         @functools.wraps(real)
         def clip_grad_norm_(fsdp: Any, *args: Any, **kwargs: Any) -> Any:
             seen = before(list(fsdp.parameters()))
-            total = real(fsdp, *args, **kwargs)
+            try:
+                total = real(fsdp, *args, **kwargs)
+            except BaseException as err:
+                hide(err)
+                raise
             after(seen, total, _norm_type(args[1:2], kwargs))
             return total
 
@@ -110,7 +116,11 @@ class ClipWatch:
             else:
                 parameters = list(parameters)
                 seen = before(parameters)
-            total = real(parameters, *args, **kwargs)
+            try:
+                total = real(parameters, *args, **kwargs)
+            except BaseException as err:
+                hide(err)
+                raise
             if norm and isinstance(total, torch.Tensor):
                 if _replicated(total):
                     after(seen, total.to_local(), _norm_type(args[1:2], kwargs))

@@ -66,6 +66,7 @@ from hookcli.watch.figures import (
     _stats,
     _updates_normed,
 )
+from hookcli.watch.frames import hide
 from hookcli.watch.records import (
     LOSSES,
     MAX_NAMES,
@@ -78,7 +79,6 @@ from hookcli.watch.records import (
 from hookcli.watch.registry import Registry, _compiling_in_use, _modules, _objects, _roots, _tops
 from hookcli.watch.scaler import ScalerWatch
 from hookcli.watch.sinks import FileSink, MemorySink, _rank
-from hookcli.watch.zerograd import ZeroGradWatch
 from hookcli.watch.track import (
     _count,
     _grads,
@@ -89,6 +89,7 @@ from hookcli.watch.track import (
     _Track,
     _weights,
 )
+from hookcli.watch.zerograd import ZeroGradWatch
 
 __all__ = ["FileSink", "MemorySink", "Monitor", "StopTraining"]
 
@@ -178,7 +179,11 @@ class Monitor:
         monitor = self
 
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            return monitor._backward(real, tensors, *args, **kwargs)
+            try:
+                return monitor._backward(real, tensors, *args, **kwargs)
+            except BaseException as err:
+                hide(err)
+                raise
 
         backward.__wrapped__ = real  # type: ignore[attr-defined]
         backward.__doc__ = real.__doc__
@@ -780,8 +785,10 @@ class Monitor:
             "time": self._now(),
             "loss": _sum([v[0] for v in values[2:]]) if losses else None,
             "backwards": len(losses),
-            "grad_norm": values[1][0] if values[1] else (_hypot(values[0]) if pre and pre[0] else None),
+            "grad_norm": values[1][0] if values[1] else None,
         }
+        if not values[1] and pre and pre[0]:
+            record["grad_norm"] = _hypot(values[0])
         if values[1] and track.preclip_type != 2.0:
             record["norm_type"] = norm_type(track.preclip_type)
         self._write(record)

@@ -17,6 +17,8 @@ from typing import Any
 
 import torch
 
+from hookcli.watch.frames import hide
+
 
 class ZeroGradWatch:
     """The two wrappers, installed and removed as one."""
@@ -48,7 +50,11 @@ class ZeroGradWatch:
         def zero_grad(obj: Any, *args: Any, **kwargs: Any) -> Any:
             if pending():
                 zeroing(obj)
-            return real(obj, *args, **kwargs)
+            try:
+                return real(obj, *args, **kwargs)
+            except BaseException as err:
+                hide(err)
+                raise
 
         zero_grad.__wrapped__ = real  # type: ignore[attr-defined]
         for name in ("__doc__", "__name__", "__qualname__", "__module__"):
