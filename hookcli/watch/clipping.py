@@ -123,7 +123,8 @@ class ClipWatch:
                 raise
             if norm and isinstance(total, torch.Tensor):
                 if _replicated(total):
-                    after(seen, total.to_local(), _norm_type(args[1:2], kwargs))
+                    local = total.to_local()  # type: ignore[attr-defined]
+                    after(seen, local, _norm_type(args[1:2], kwargs))
                 elif not hasattr(total, "placements"):  # (a sharded DTensor: no)
                     after(seen, total, _norm_type(args[1:2], kwargs))
             return total
