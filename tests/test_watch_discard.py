@@ -154,6 +154,7 @@ def test_grad_norm_is_what_clip_grad_norm_returns_for_any_norm_type(norm_type: f
     for s, ret, mod in zip(steps, returned, per_module, strict=True):
         assert close(s["grad_norm"], ret), (s["grad_norm"], ret)
         assert s["norm_type"] == ("inf" if math.isinf(norm_type) else norm_type)
+        assert s["clipped"] is (ret > 0.1)
         assert close(s["modules"]["0"]["grad_norm"], mod)  # per module: L2, as documented
     label = "inf" if math.isinf(norm_type) else f"{norm_type:g}"
     assert f"({label}-norm)" in w.report().render()
@@ -167,7 +168,23 @@ def test_an_l2_clip_records_no_norm_type() -> None:
         torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1)
         opt.step()
     (step,) = records(w, "step")
-    assert "norm_type" not in step
+    assert "norm_type" not in step and "clipped" not in step
+
+
+def test_a_clip_that_changes_nothing_is_not_a_clipped_step() -> None:
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    returned = []
+    with hookcli.watch(model, opt) as w:
+        for _ in range(3):
+            model(torch.randn(4, 8)).sum().backward()
+            returned.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1e9)))
+            opt.step()
+            opt.zero_grad()
+    steps = records(w, "step")
+    assert [s["grad_norm"] for s in steps] == returned  # what the call returned
+    assert all(s["grad_norm_applied"] == s["grad_norm"] for s in steps)
+    assert w.report().totals["models"][0]["clipped_steps"] == 0
 
 
 def test_nan_origin_names_the_input_that_held_it() -> None:

@@ -108,6 +108,10 @@ def step_record(
     lrs = [next(tensor_lrs) if isinstance(lr, torch.Tensor) else _num(lr) for lr in step.lrs]
     applied = _hypot(norms) if step.pos else None
     pre = (_hypot(pre_norms) if clipped else applied) if pre_pos else None
+    # gradients the clipping call left as they were: applied is the same norm as its
+    unchanged = clipped and pre_pos == step.pos and pre_norms == norms
+    if unchanged and values[3] and step.pre_type == 2.0:
+        applied = values[3][0]
     record: dict[str, Any] = {
         "kind": "step",
         "model": track.label,
@@ -123,6 +127,7 @@ def step_record(
     }
     if values[3] and step.pre_type != 2.0:
         record["norm_type"] = norm_type(step.pre_type)
+        record["clipped"] = not unchanged  # (grad_norm and the applied L2 differ anyway)
     if step.logged:
         grad_of = dict(zip(pre_pos, pre_norms, strict=True))
         applied_of = dict(zip(step.pos, norms, strict=True)) if clipped else None

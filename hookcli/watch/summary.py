@@ -135,7 +135,7 @@ def model_totals(processes: Sequence[Process], label: str) -> dict[str, Any]:
         1
         for s in steps
         if s.get("grad_norm_applied") is not None
-        and s.get("grad_norm_applied") != s.get("grad_norm")
+        and s.get("clipped", s.get("grad_norm_applied") != s.get("grad_norm"))
     )
     times = finite(number(s.get("step_time")) for s in steps)
     out: dict[str, Any] = {
