@@ -342,3 +342,17 @@ def test_the_command_records_a_discarded_iteration(tmp_path: Path) -> None:
     made = json.loads(report.read_text())
     assert made["totals"]["models"][0]["skipped_by"] == {"zero_grad": 1}
     assert [c["passed"] for c in made["checks"]] == [True]
+
+
+def test_the_page_labels_a_grad_norm_of_another_norm_type() -> None:
+    from hookcli.html import render_html
+
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with hookcli.watch(model, opt) as w:
+        for _ in range(2):
+            model(torch.randn(4, 8)).sum().backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1, math.inf)
+            opt.step()
+            opt.zero_grad()
+    assert "total grad norm (inf-norm)" in render_html(w.report())

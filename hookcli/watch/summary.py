@@ -233,6 +233,8 @@ def step_series(processes: Sequence[Process]) -> tuple[Row, ...]:
                 "grad_norm": rec.get("grad_norm"),
                 "grad_norm_applied": rec.get("grad_norm_applied"),
             }
+            if "norm_type" in rec:  # grad_norm is a clipping call's of another norm
+                row["norm_type"] = rec["norm_type"]
             modules = rec.get("modules")
             if isinstance(modules, dict):
                 row["modules"] = {
