@@ -356,3 +356,24 @@ def test_the_page_labels_a_grad_norm_of_another_norm_type() -> None:
             opt.step()
             opt.zero_grad()
     assert "total grad norm (inf-norm)" in render_html(w.report())
+
+
+def test_a_backward_that_misses_the_model_is_not_a_discard() -> None:
+    """A backward over other tensors first (the model's grads still None), then the
+    model's: one step with both losses, as documented; nothing skipped."""
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    temperature = torch.ones(1, requires_grad=True)  # not the model's
+    losses = []
+    with hookcli.watch(model, opt) as w:
+        for _ in range(3):
+            opt.zero_grad()
+            aux = (temperature * 2).sum()
+            aux.backward()
+            loss = model(torch.randn(4, 8)).pow(2).mean()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(aux.item() + loss.item())
+    assert not records(w, "skipped")
+    assert [s["loss"] for s in records(w, "step")] == pytest.approx(losses, rel=1e-6)

@@ -742,12 +742,13 @@ class Monitor:
             self._broken(err)
 
     def _gone(self) -> None:
-        """A backward begins and one has run since the last step: where the one model's
-        gradients are all None now, the script set them so (``p.grad = None``) and
-        discarded that iteration."""
+        """A backward begins and one has run since the last step: where a clipping call
+        saw the one model's gradients since and they are all None now, the script set
+        them so (``p.grad = None``) and discarded that iteration."""
         try:
             tracks = [t for t in self._all_tracks if t.mode == "optimizer"]
-            if len(tracks) == 1 and not _holds(tracks[0]):
+            seen = len(tracks) == 1 and tracks[0].preclip is not None
+            if seen and tracks[0].preclip[0] and not _holds(tracks[0]):  # type: ignore[index]
                 self._drain()
                 self._discard(tracks[0], "zero_grad", late=True)
         except Exception as err:
