@@ -685,8 +685,9 @@ class Monitor:
             for track, ids, params in taken:
                 if track.preclip is None or track.preclip_total is not None:
                     continue
-                if all(id(track.params[i]) in ids for i in track.preclip[0]) and not any(
-                    p.grad is not None for p in params if id(p) not in track.ids
+                if ids == track.ids or (  # the common case: one set comparison
+                    all(id(track.params[i]) in ids for i in track.preclip[0])
+                    and not any(p.grad is not None for p in params if id(p) not in track.ids)
                 ):
                     track.preclip_total = total.detach().reshape(1).to(torch.float64)
                     track.preclip_type = norm_type
