@@ -21,7 +21,9 @@ copied to the host as one vector; from it the total grad norm (as ``clip_grad_no
 measures it) and, on logged steps, each module's. A step that clips has the same
 vector taken at its first clipping call too (``clipping.py``): ``grad_norm`` is the
 norm before clipping, ``grad_norm_applied`` the one ``step()`` applies. A closure step
-takes its figures when its closure first returns (``closure.py``). Several optimizers
+takes its figures when its closure first returns (``closure.py``). An iteration that
+ran a backward and then ``zero_grad`` with no step between (``zerograd.py``), or whose
+step a GradScaler skipped (``scaler.py``), is a ``skipped`` record of its own. Several optimizers
 over one model are one track: a step begins at the first of them and ends when each
 has stepped. Logged steps add the weight norms
 (one more fused norm), the update ratio (a copy of the stepped parameters before
