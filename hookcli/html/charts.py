@@ -1044,7 +1044,9 @@ def watch_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
                     ],
                 )
                 ax.legend(loc="upper right")
-            ax.set_ylabel("loss" if key == "loss" else "total grad norm")
+            kinds = {str(s["norm_type"]) for s in steps if s.get("norm_type") is not None}
+            kind = f" ({'/'.join(sorted(kinds))}-norm)" if kinds and key != "loss" else ""
+            ax.set_ylabel("loss" if key == "loss" else f"total grad norm{kind}")
             ax.grid(True, alpha=0.3)
         a.set_title("loss and total grad norm per step")
         b.set_xlabel("step")

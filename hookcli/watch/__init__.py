@@ -9,6 +9,7 @@
     clipping.py  the grad norm before clipping (torch's clipping functions, observed)
     closure.py   closure steps (optimizer.step(closure): Lightning, LBFGS)
     scaler.py    GradScaler: the unscaled loss, skipped iterations
+    zerograd.py  iterations the script discards (zero_grad with no step)
     registry.py  who owns which parameter; sinks.py the steps files; frames.py tracebacks
     merge.py     reading the steps files of every process (rank)
     summary.py   the ``watch`` Report; checks.py its CI gates

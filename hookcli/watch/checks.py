@@ -13,6 +13,7 @@ norm, ``unused`` without a record of the parameters' gradients) fails and says s
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 
 from hookcli.checks import make_check
@@ -119,7 +120,8 @@ def nonfinite_check(name: str, processes: Sequence[Process]) -> CheckResult:
     word = "NaN" if name == "nan" else "Inf"
     found = firsts(list(processes), name)
     if not found:
-        return CheckResult(name, True, f"no {word} in any loss or gradient")
+        note = _skipped_note(processes, lambda v: _kind(v) == name, f"held {word}")
+        return CheckResult(name, True, f"no {word} in any loss or gradient{note}")
     several_models, several_procs = _shape(processes)
     first = found[0]
     where = sorted({f.process for f in found}) if several_procs else []
@@ -137,6 +139,33 @@ def nonfinite_check(name: str, processes: Sequence[Process]) -> CheckResult:
         )
     )
     return CheckResult(name, False, detail, layers)
+
+
+def _kind(value: float) -> str | None:
+    return "nan" if value != value else ("inf" if value in (math.inf, -math.inf) else None)
+
+
+def _skipped_note(processes: Sequence[Process], test: Callable[[float], bool], what: str) -> str:
+    """The skipped iterations (no step applied them: not counted) whose loss or grad
+    norm passes ``test``, said after a passing check's detail."""
+    hits = []
+    for p in processes:
+        for r in p.discarded:
+            values = [number(r.get("loss")), number(r.get("grad_norm"))]
+            if any(v is not None and test(v) for v in values):
+                hits.append(r)
+    if not hits:
+        return ""
+    first = hits[0]
+    how = (
+        "GradScaler skipped its step"
+        if first.get("by", "GradScaler") == "GradScaler"
+        else "the script cleared its gradients"
+    )
+    return (
+        f"; not counted: {len(hits)} skipped iteration(s) {what}, the first after step "
+        f"{first.get('after')} ({how}: no step applied it)"
+    )
 
 
 def _logged(p: Process) -> list[tuple[str, dict]]:
@@ -228,6 +257,9 @@ def bound_check(
             f"or an update/weight ratio above {ratio:g}"
         )
     result = make_check(name, failing, ok, bad)
+    if result.passed and high is not None:
+        note = _skipped_note(processes, lambda v: v > high, f"had a grad norm above {high:g}")
+        result = CheckResult(result.name, True, result.detail + note, result.layers)
     if not result.passed and first is not None:
         result = CheckResult(result.name, False, f"{result.detail}; first: {first}", result.layers)
     what = "module grad norm was" if name == "vanishing" else "grad norm was"

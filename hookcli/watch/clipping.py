@@ -5,7 +5,9 @@ deprecated ``clip_grad_norm``) are replaced, in ``torch.nn.utils`` and
 ``torch.nn.utils.clip_grad``, by wrappers that call ``before(params)`` with the
 parameters about to be clipped, then the original with the same arguments (a
 generator of parameters is read into a list first: the original gets the same
-tensors). Lightning, accelerate, Hugging Face ``Trainer`` and nanoGPT call these by
+tensors), and hand what a norm-clipping call returned (the total norm, of the
+``norm_type`` it was asked for) to ``after``: the step's ``grad_norm`` is that value,
+as the script got it. Lightning, accelerate, Hugging Face ``Trainer`` and nanoGPT call these by
 attribute (``torch.nn.utils.clip_grad_norm_(...)``), and a script's ``from
 torch.nn.utils import clip_grad_norm_`` runs after the monitor is armed (at ``import
 torch``), so each gets the wrapper.
@@ -27,6 +29,8 @@ from typing import Any
 
 import torch
 
+from hookcli.watch.frames import hide
+
 _NAMES = ("clip_grad_norm_", "clip_grad_value_", "clip_grads_with_norm_", "clip_grad_norm")
 _MODULES = ("torch.nn.utils", "torch.nn.utils.clip_grad")
 _NORMS = ("clip_grad_norm_", "clip_grad_norm")  # those that return the total norm
@@ -39,7 +43,7 @@ class ClipWatch:
     def __init__(
         self,
         before: Callable[[list[torch.Tensor]], Any],
-        after: Callable[[Any, torch.Tensor], None],
+        after: Callable[[Any, torch.Tensor, float | None], None],
     ) -> None:
         self.before = before  # returns what ``after`` gets with the returned norm
         self.after = after
@@ -83,9 +87,12 @@ class ClipWatch:
         @functools.wraps(real)
         def clip_grad_norm_(fsdp: Any, *args: Any, **kwargs: Any) -> Any:
             seen = before(list(fsdp.parameters()))
-            total = real(fsdp, *args, **kwargs)
-            if _l2(args[1:2], kwargs):
-                after(seen, total)
+            try:
+                total = real(fsdp, *args, **kwargs)
+            except BaseException as err:
+                hide(err)
+                raise
+            after(seen, total, _norm_type(args[1:2], kwargs))
             return total
 
         cls.clip_grad_norm_ = clip_grad_norm_
@@ -109,21 +116,30 @@ class ClipWatch:
             else:
                 parameters = list(parameters)
                 seen = before(parameters)
-            total = real(parameters, *args, **kwargs)
-            if norm and _replicated(total) and _l2(args[1:2], kwargs):
-                after(seen, total.to_local())
+            try:
+                total = real(parameters, *args, **kwargs)
+            except BaseException as err:
+                hide(err)
+                raise
+            if norm and isinstance(total, torch.Tensor):
+                if _replicated(total):
+                    local = total.to_local()  # type: ignore[attr-defined]
+                    after(seen, local, _norm_type(args[1:2], kwargs))
+                elif not hasattr(total, "placements"):  # (a sharded DTensor: no)
+                    after(seen, total, _norm_type(args[1:2], kwargs))
             return total
 
         return clip
 
 
-def _l2(positional: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
-    """Whether a clipping call's ``norm_type`` (after ``max_norm``) is the L2 norm."""
+def _norm_type(positional: tuple[Any, ...], kwargs: dict[str, Any]) -> float | None:
+    """A clipping call's ``norm_type`` (after ``max_norm``): 2.0, ``inf``, 1.0, ...;
+    None where it is not a number torch reads as one."""
     norm_type = positional[0] if positional else kwargs.get("norm_type", 2.0)
     try:
-        return float(norm_type) == 2.0
+        return float(norm_type)
     except (TypeError, ValueError):
-        return False
+        return None
 
 
 def _replicated(total: Any) -> bool:

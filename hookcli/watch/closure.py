@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from hookcli.watch.frames import hide
+
 
 def closure_of(opt: Any, args: Any, kwargs: Any) -> Callable[..., Any] | None:
     """The closure given to ``step()``, if one was (the hooks' args begin with the
@@ -28,7 +30,11 @@ def with_closure(args: Any, kwargs: Any, closure: Any, done: Callable[[], None])
 
     def closure_of_step(*a: Any, **k: Any) -> Any:
         calls[0] += 1
-        out = closure(*a, **k)
+        try:
+            out = closure(*a, **k)
+        except BaseException as err:
+            hide(err)
+            raise
         if calls[0] == 1:
             done()
         return out

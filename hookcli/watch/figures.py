@@ -398,10 +398,22 @@ class NanOrigin:
                 flag = int(flag)
             return {0: None, 1: "nan", 2: "inf", 3: "nan"}[int(flag)]
 
+        came_in: list[tuple[str, str]] = []  # (module, kind): its input held it already
         for entry in calls.values():
             out, inp = kind(entry[2]), kind(entry[3])
-            if out is not None and inp is None:
+            if out is not None and inp is None and not came_in:
                 return {"what": out, "phase": "forward", "module": track.modules[entry[1]].name}
+            if inp is not None:
+                came_in.append((track.modules[entry[1]].name, inp))
+        if came_in:
+            # no module made it: it was in an input already (the batch). Named: the
+            # outermost module called with it around the first that returned with it
+            first = came_in[0][0]
+            name, what = min(
+                (c for c in came_in if c[0] in ("", first) or first.startswith(c[0] + ".")),
+                key=lambda c: len(c[0]),
+            )
+            return {"what": what, "phase": "forward", "module": name, "input": True}
         out_seen: dict[int, str | None] = {}
         for call, which, flag in events:
             k = kind(flag)

@@ -4,11 +4,17 @@ An exception raised in the training (in a backward, a closure, a clipping call) 
 through the monitor's wrappers on its way up. ``strip`` unlinks those frames from the
 traceback (and from the exceptions it chains), so what the user reads is the traceback
 of the unwatched run: ``hookcli watch`` does it in ``sys.excepthook`` of the watched
-process, ``hookcli.watch(...)`` when an exception leaves its block.
+process, ``hookcli.watch(...)`` when an exception leaves its block. Each wrapper also
+re-raises what the call it wraps raised with ``hide`` (``except BaseException as err:
+hide(err); raise``), so a script that catches it and prints it itself
+(``traceback.print_exc()``) reads no frame of the monitor either: on Python 3.11 and
+later a bare ``raise`` keeps the traceback as set; on 3.10 the wrapper's own frame
+stays.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from types import TracebackType
 from typing import Any
@@ -33,6 +39,13 @@ def strip_tb(tb: TracebackType | None) -> TracebackType | None:
         tb.tb_next = nxt
         tb = nxt
     return head
+
+
+def hide(err: BaseException) -> None:
+    """In a wrapper's ``except``, before its bare ``raise``: ``err``'s traceback without
+    the watch's frames (the wrapper's own included)."""
+    with contextlib.suppress(Exception):
+        err.__traceback__ = strip_tb(err.__traceback__)
 
 
 def strip(err: BaseException | None) -> None:

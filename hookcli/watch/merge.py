@@ -26,7 +26,8 @@ class Process:
     stops: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
     end: dict[str, Any] | None = None
-    skipped: dict[str, int] = field(default_factory=dict)  # label -> GradScaler-skipped
+    skipped: dict[str, int] = field(default_factory=dict)  # label -> skipped iterations
+    discarded: list[dict[str, Any]] = field(default_factory=list)  # their records
 
     @property
     def rank(self) -> int | None:
@@ -56,6 +57,15 @@ class Process:
         elif kind == "skipped":
             label = str(record.get("model"))
             self.skipped[label] = self.skipped.get(label, 0) + 1
+            self.discarded.append(record)
+            # a non-finite loss written as its backward began (--stop-on) belonged to
+            # this iteration, not to a step
+            after = record.get("after")
+            self.events = [
+                e
+                for e in self.events
+                if not (str(e.get("model")) == label and e.get("step") == (after or 0) + 1)
+            ]
         elif kind == "error":
             self.errors.append(str(record.get("message")))
         elif kind == "end":
@@ -119,14 +129,26 @@ class First:
     module: str | None
     exact: bool
     found_by: str
+    searched: bool = False  # --nan-origin was on in that process
 
     def text(self, several: bool, models: int) -> str:
         word = "NaN" if self.what == "nan" else "Inf"
         where = f" on {self.process}" if several else ""
         of = f" of {self.model}" if models > 1 else ""
         phase = f" in the {self.phase} pass" if self.phase else ""
-        if self.module is None:
+        if self.module is None and self.searched:
+            origin = (
+                "; no module made it (--nan-origin saw every module's inputs and outputs "
+                "finite: it arose outside the modules, in the loss or its targets)"
+                if self.phase == "forward"
+                else "; origin module not found (--nan-origin saw no module's input "
+                "gradient turn non-finite)"
+            )
+        elif self.module is None:
             origin = "; origin module not known (run with --nan-origin to find it)"
+        elif self.found_by == "input":
+            into = "the model's input" if self.module == "" else f"the input of {self.module}"
+            origin = f"; it came in with {into} (no module made it: the batch held it)"
         elif self.exact:
             origin = f"; first produced by {self.module or '(root)'}"
         else:
@@ -156,6 +178,7 @@ def firsts(processes: list[Process], what: str) -> list[First]:
                     module=e.get("module"),
                     exact=bool(e.get("exact")),
                     found_by=str(e.get("found_by") or ""),
+                    searched=bool(p.start.get("nan_origin")),
                 )
             )
     return sorted(found, key=lambda f: (f.step, f.phase != "forward", f.rank or 0))

@@ -21,7 +21,9 @@ copied to the host as one vector; from it the total grad norm (as ``clip_grad_no
 measures it) and, on logged steps, each module's. A step that clips has the same
 vector taken at its first clipping call too (``clipping.py``): ``grad_norm`` is the
 norm before clipping, ``grad_norm_applied`` the one ``step()`` applies. A closure step
-takes its figures when its closure first returns (``closure.py``). Several optimizers
+takes its figures when its closure first returns (``closure.py``). An iteration that
+ran a backward and then ``zero_grad`` with no step between (``zerograd.py``), or whose
+step a GradScaler skipped (``scaler.py``), is a ``skipped`` record of its own. Several optimizers
 over one model are one track: a step begins at the first of them and ends when each
 has stepped. Logged steps add the weight norms
 (one more fused norm), the update ratio (a copy of the stepped parameters before
@@ -66,7 +68,16 @@ from hookcli.watch.figures import (
     _stats,
     _updates_normed,
 )
-from hookcli.watch.records import LOSSES, MAX_NAMES, _num, _sum, nonfinite_event, step_record
+from hookcli.watch.frames import hide
+from hookcli.watch.records import (
+    LOSSES,
+    MAX_NAMES,
+    _num,
+    _sum,
+    nonfinite_event,
+    norm_type,
+    step_record,
+)
 from hookcli.watch.registry import Registry, _compiling_in_use, _modules, _objects, _roots, _tops
 from hookcli.watch.scaler import ScalerWatch
 from hookcli.watch.sinks import FileSink, MemorySink, _rank
@@ -80,6 +91,7 @@ from hookcli.watch.track import (
     _Track,
     _weights,
 )
+from hookcli.watch.zerograd import ZeroGradWatch
 
 __all__ = ["FileSink", "MemorySink", "Monitor", "StopTraining"]
 
@@ -146,6 +158,8 @@ class Monitor:
         self._mute: _Track | None = None  # a closure step's later closure calls
         self._clips = ClipWatch(self._before_clip, self._after_clip)
         self._scaler = ScalerWatch(lambda: self._pre_count, self._skipped)
+        self._since_step = False  # a backward ran since the last step (or discard)
+        self._zeros = ZeroGradWatch(lambda: self._since_step, self._zeroing)
         self._warning_filter: Any = None
         self.stopped: dict[str, Any] | None = None
         self._registry: Registry | None = None
@@ -167,7 +181,11 @@ class Monitor:
         monitor = self
 
         def backward(tensors: Any, *args: Any, **kwargs: Any) -> Any:
-            return monitor._backward(real, tensors, *args, **kwargs)
+            try:
+                return monitor._backward(real, tensors, *args, **kwargs)
+            except BaseException as err:
+                hide(err)
+                raise
 
         backward.__wrapped__ = real  # type: ignore[attr-defined]
         backward.__doc__ = real.__doc__
@@ -175,6 +193,7 @@ class Monitor:
         self._backward_wrapper = backward
         self._clips.install()
         self._scaler.install()
+        self._zeros.install()
         import warnings
 
         warnings.filterwarnings("ignore", message=_COMPILE_WARNING, category=UserWarning)
@@ -203,6 +222,7 @@ class Monitor:
             torch.autograd.backward = self._real_backward  # type: ignore[assignment]
         self._clips.uninstall()
         self._scaler.uninstall()
+        self._zeros.uninstall()
         if self._warning_filter is not None:
             import warnings
 
@@ -288,12 +308,15 @@ class Monitor:
         --stop-on a non-finite loss is recorded now, before the backward (under DDP its
         all-reduce hands the value to the other ranks, whose stop may end this one)."""
         self._clips.late()
+        if self._since_step and self._mute is None:
+            self._gone()  # gradients set to None by hand since the last backward?
         for track in self._all_tracks:
             track.preclip = track.preclip_total = None
             if track.pending is not None and track.posted:
                 self._end(track)  # the optimizers of a model have all stepped
         if self._mute is not None:
             return  # a closure step's later call (LBFGS): the first call's figures count
+        self._since_step = True
         loss = tensors[0] if isinstance(tensors, (tuple, list)) and tensors else tensors
         if (
             isinstance(loss, torch.Tensor)
@@ -323,6 +346,7 @@ class Monitor:
         host = _Host([None, None, None, None, loss.reshape(1), *acts])
         track.seen.add(what)
         self._write(nonfinite_event(track, step, what, True, [], host.values()))
+        track.early = what
         if what in self.config.stop_on:
             track.stop_due = self._stop_record(track, step.step, what)
 
@@ -647,24 +671,29 @@ class Monitor:
                     grads, pos = _grads(track)
                     with torch.no_grad():
                         track.preclip = (pos, _norm_vector(grads, track.plans, tuple(pos)))
-                    taken.append((track, ids))
+                    taken.append((track, ids, params))
             return taken  # type: ignore[return-value]
         except Exception as err:
             self._broken(err)
             return None
 
-    def _after_clip(self, taken: Any, total: torch.Tensor) -> None:
-        """A sharded clipping call returned the whole model's norm (each rank holds a
-        shard of the gradients): it is the step's ``grad_norm`` where the call clipped
-        every parameter of the model that has a gradient."""
-        if not taken or self._off():
+    def _after_clip(self, taken: Any, total: torch.Tensor, norm_type: float | None) -> None:
+        """What a norm-clipping call returned (the total norm before clipping, of its
+        ``norm_type``; under FSDP the whole model's where each rank holds a shard) is
+        the step's ``grad_norm`` where the call clipped every parameter of the model
+        that has a gradient and no other one that has."""
+        if not taken or self._off() or norm_type is None:
             return
         try:
-            for track, ids in taken:
+            for track, ids, params in taken:
                 if track.preclip is None or track.preclip_total is not None:
                     continue
-                if all(id(track.params[i]) in ids for i in track.preclip[0]):
+                if ids == track.ids or (  # the common case: one set comparison
+                    all(id(track.params[i]) in ids for i in track.preclip[0])
+                    and not any(p.grad is not None for p in params if id(p) not in track.ids)
+                ):
                     track.preclip_total = total.detach().reshape(1).to(torch.float64)
+                    track.preclip_type = norm_type
         except Exception as err:
             self._broken(err)
 
@@ -676,33 +705,98 @@ class Monitor:
         try:
             self._drain()
             track = self._track_of(opt)
-            losses, self._losses = self._losses, []
             if track is None:
+                self._losses, self._since_step = [], False
                 return
-            pre, track.preclip = track.preclip, None
-            track.preclip_total = None
-            if pre is None:
-                grads, pos = _grads(track)
-                with torch.no_grad():
-                    pre = (pos, _norm_vector(grads, track.plans, tuple(pos)))
+            self._discard(track, "GradScaler")
+        except Exception as err:
+            self._broken(err)
+
+    def _zeroing(self, obj: Any) -> None:
+        """``obj.zero_grad()`` (an optimizer or a module) while a backward has run since
+        the last step, before it clears the gradients: where it clears every gradient
+        of a model and no other watched model holds one, the script discarded the
+        iteration (a guard's ``zero_grad(); continue``)."""
+        if self._off():
+            return
+        try:
+            if isinstance(obj, torch.optim.Optimizer):
+                if self.optimizer is not None and obj is not self.optimizer:
+                    return
+                cleared = {id(p) for g in obj.param_groups for p in g["params"]}
+                owners = [obj]
+            else:
+                cleared = {id(p) for p in obj.parameters()}
+                owners = [o for o in self._optimizers() if self.optimizer in (None, o)]
+            tracks = []
+            for opt in owners:
+                if self._all_tracks and opt not in self._tracks:
+                    continue
+                if any(id(p) in cleared for g in opt.param_groups for p in g["params"]):
+                    track = self._track_of(opt)
+                    if track is not None and track.mode == "optimizer" and track not in tracks:
+                        tracks.append(track)
+            held = [t for t in self._all_tracks if t.mode == "optimizer" and _holds(t)]
+            if len(tracks) == 1 and held == tracks:
+                track = tracks[0]
+                if all(id(p) in cleared for p in track.params if p.grad is not None):
+                    self._drain()
+                    self._discard(track, "zero_grad")
+        except Exception as err:
+            self._broken(err)
+
+    def _gone(self) -> None:
+        """A backward begins and one has run since the last step: where a clipping call
+        saw the one model's gradients since and they are all None now, the script set
+        them so (``p.grad = None``) and discarded that iteration."""
+        try:
+            tracks = [t for t in self._all_tracks if t.mode == "optimizer"]
+            seen = len(tracks) == 1 and tracks[0].preclip is not None
+            if seen and tracks[0].preclip[0] and not _holds(tracks[0]):  # type: ignore[index]
+                self._drain()
+                self._discard(tracks[0], "zero_grad", late=True)
+        except Exception as err:
+            self._broken(err)
+
+    def _discard(self, track: _Track, by: str, late: bool = False) -> None:
+        """An iteration that ran its backward and no step (``by``: the GradScaler
+        skipped the step, or the script cleared the gradients): a ``skipped`` record of
+        its own (its loss, its grad norm before clipping), not a step, and nothing of it
+        carried into the next step. ``late``: seen at the next backward, after the
+        gradients went (the norm is known only where a clipping call took it) and after
+        the next forward (whose activation statistics stay)."""
+        losses, self._losses = self._losses, []
+        self._since_step = False
+        pre, track.preclip = track.preclip, None
+        total, track.preclip_total = track.preclip_total, None
+        if pre is None and not late:
+            grads, pos = _grads(track)
+            with torch.no_grad():
+                pre = (pos, _norm_vector(grads, track.plans, tuple(pos)))
+        if not late:
             track.act, track.act_order = {}, []
             if self.config.nan_origin:
                 self._origin.of_step(track)
-            values = _Host([pre[1], *(t.reshape(1) for t in losses)]).values()
-            self._write(
-                {
-                    "kind": "skipped",
-                    "model": track.label,
-                    "opt": track.index,
-                    "after": track.steps,
-                    "time": self._now(),
-                    "loss": _sum([v[0] for v in values[1:]]) if losses else None,
-                    "backwards": len(losses),
-                    "grad_norm": _hypot(values[0]) if pre[0] else None,
-                }
-            )
-        except Exception as err:
-            self._broken(err)
+        if track.early is not None:  # a non-finite loss written before its backward
+            track.seen.discard(track.early)
+            track.early = track.stop_due = None
+        values = _Host([pre[1] if pre else None, total, *(t.reshape(1) for t in losses)]).values()
+        record: dict[str, Any] = {
+            "kind": "skipped",
+            "by": by,
+            "model": track.label,
+            "opt": track.index,
+            "after": track.steps,
+            "time": self._now(),
+            "loss": _sum([v[0] for v in values[2:]]) if losses else None,
+            "backwards": len(losses),
+            "grad_norm": values[1][0] if values[1] else None,
+        }
+        if not values[1] and pre and pre[0]:
+            record["grad_norm"] = _hypot(values[0])
+        if values[1] and track.preclip_type != 2.0:
+            record["norm_type"] = norm_type(track.preclip_type)
+        self._write(record)
 
     def _begin(self, track: _Track, lrs: list[Any]) -> dict[str, Any] | None:
         """The pre-step figures of ``track``'s next step; a stop record when one is due."""
@@ -728,6 +822,8 @@ class Monitor:
                 else:
                     weights = _norm_vector(params, track.plans, "weights")
         losses, self._losses = self._losses, []
+        self._since_step = False
+        track.early = None
         step = _Step(
             step=k,
             logged=log,
@@ -746,7 +842,7 @@ class Monitor:
             step.origin = self._origin.of_step(track)
         if track.preclip is not None:
             step.pre_pos, step.pre_norms = track.preclip
-            step.pre_total = track.preclip_total
+            step.pre_total, step.pre_type = track.preclip_total, track.preclip_type
             track.preclip = track.preclip_total = None
         track.pending = step
         host = self._host_pre(step)
@@ -917,6 +1013,11 @@ class Monitor:
 # -- helpers ----------------------------------------------------------------------------
 
 _LIVE: weakref.WeakSet[Monitor] = weakref.WeakSet()
+
+
+def _holds(track: _Track) -> bool:
+    """Whether any of ``track``'s parameters has a gradient."""
+    return any(p.grad is not None for p in track.params)
 
 
 def _after_fork() -> None:

@@ -38,7 +38,8 @@ def nonfinite_event(
     origin = step.origin if step.origin and what in ("nan", step.origin["what"]) else None
     act_origin = origin_from_stats(track, step, what, values)
     if origin is not None:
-        phase, module, exact, how = origin["phase"], origin["module"], True, "nan-origin"
+        phase, module, exact = origin["phase"], origin["module"], True
+        how = "input" if origin.get("input") else "nan-origin"
     elif act_origin is not None:
         phase, module, exact, how = "forward", act_origin, True, "activations"
     elif phase == "backward" and modules:
@@ -107,6 +108,10 @@ def step_record(
     lrs = [next(tensor_lrs) if isinstance(lr, torch.Tensor) else _num(lr) for lr in step.lrs]
     applied = _hypot(norms) if step.pos else None
     pre = (_hypot(pre_norms) if clipped else applied) if pre_pos else None
+    # gradients the clipping call left as they were: applied is the same norm as its
+    unchanged = clipped and pre_pos == step.pos and pre_norms == norms
+    if unchanged and values[3] and step.pre_type == 2.0:
+        applied = values[3][0]
     record: dict[str, Any] = {
         "kind": "step",
         "model": track.label,
@@ -120,6 +125,9 @@ def step_record(
         "grad_norm_applied": applied,
         "lr": lrs,
     }
+    if values[3] and step.pre_type != 2.0:
+        record["norm_type"] = norm_type(step.pre_type)
+        record["clipped"] = not unchanged  # (grad_norm and the applied L2 differ anyway)
     if step.logged:
         grad_of = dict(zip(pre_pos, pre_norms, strict=True))
         applied_of = dict(zip(step.pos, norms, strict=True)) if clipped else None
@@ -160,6 +168,13 @@ def step_record(
             track.forward_order = list(step.act_order)
         record["unused"] = [track.param_names[i] for i in sorted(track.never)][:MAX_NAMES]
     return record
+
+
+def norm_type(value: float) -> float | str:
+    """A clipping call's ``norm_type`` as the steps file holds it (JSON has no Infinity)."""
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
 
 
 def _num(value: Any) -> float | None:

@@ -13,6 +13,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from hookcli.watch.frames import hide
+
 
 class Registry:
     """Who owns which parameter, and which module holds which, as models are built: the
@@ -37,7 +39,11 @@ class Registry:
         optimizers = self.optimizers
 
         def __init__(opt: Any, *args: Any, **kwargs: Any) -> None:
-            real(opt, *args, **kwargs)
+            try:
+                real(opt, *args, **kwargs)
+            except BaseException as err:
+                hide(err)
+                raise
             optimizers.add(opt)
 
         __init__.__wrapped__ = real  # type: ignore[attr-defined]

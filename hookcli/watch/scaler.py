@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from hookcli.watch.frames import hide
+
 
 class ScalerWatch:
     """The two wrappers on ``torch.amp.GradScaler`` (``torch.cuda.amp.GradScaler`` and
@@ -38,7 +40,11 @@ class ScalerWatch:
         watch = self
 
         def scale(scaler: Any, outputs: Any) -> Any:
-            out = real_scale(scaler, outputs)
+            try:
+                out = real_scale(scaler, outputs)
+            except BaseException as err:
+                hide(err)
+                raise
             if isinstance(outputs, torch.Tensor) and isinstance(out, torch.Tensor):
                 if len(scaled) > 64:
                     scaled.clear()
@@ -47,7 +53,11 @@ class ScalerWatch:
 
         def step(scaler: Any, optimizer: Any, *args: Any, **kwargs: Any) -> Any:
             before = watch.stepped()
-            out = real_step(scaler, optimizer, *args, **kwargs)
+            try:
+                out = real_step(scaler, optimizer, *args, **kwargs)
+            except BaseException as err:
+                hide(err)
+                raise
             if watch.stepped() == before and getattr(scaler, "_enabled", True):
                 watch.skipped(optimizer)
             return out

@@ -83,17 +83,17 @@ def module_rows(processes: Sequence[Process]) -> list[Row]:
             if m.get("stepped"):
                 fin = finite(grad)
                 ratio = _module_series(steps, name, "update_ratio")
-                applied = [
-                    v for v in _module_series(steps, name, "grad_norm_applied") if v is not None
-                ]
-                if applied:  # clipped steps: the norm as step() applied it, beside
+                # every figure but min/max is the last logged step's: a row never puts
+                # one step's figure beside another's
+                applied = _module_series(steps, name, "grad_norm_applied")
+                if _last(applied) is not None:  # a clipped step: as step() applied it
                     data["grad_norm_applied"] = applied[-1]
                 data.update(
                     grad_norm=_last(grad),
                     grad_norm_min=min(fin) if fin else None,
                     grad_norm_max=max(fin) if fin else None,
                     weight_norm=_last(_module_series(steps, name, "weight_norm")),
-                    update_ratio=_last([r for r in ratio if r is not None]),
+                    update_ratio=_last(ratio),
                     update_ratio_max=max(finite(ratio), default=None),
                 )
             for key in ("act_mean", "act_std", "act_absmax", "act_zero_frac"):
@@ -135,7 +135,7 @@ def model_totals(processes: Sequence[Process], label: str) -> dict[str, Any]:
         1
         for s in steps
         if s.get("grad_norm_applied") is not None
-        and s.get("grad_norm_applied") != s.get("grad_norm")
+        and s.get("clipped", s.get("grad_norm_applied") != s.get("grad_norm"))
     )
     times = finite(number(s.get("step_time")) for s in steps)
     out: dict[str, Any] = {
@@ -149,6 +149,8 @@ def model_totals(processes: Sequence[Process], label: str) -> dict[str, Any]:
         "grad_norm_applied_last": _last([v for v in applied if v is not None]),
         "clipped_steps": clipped,
         "skipped_steps": base.skipped.get(label, 0) if base else 0,
+        "skipped_by": _skipped_by(base, label),
+        "norm_type": next((s["norm_type"] for s in reversed(steps) if "norm_type" in s), None),
         "step_time_median": statistics.median(times) if times else None,
         "lr_last": steps[-1].get("lr") if steps else None,
     }
@@ -174,6 +176,29 @@ def model_totals(processes: Sequence[Process], label: str) -> dict[str, Any]:
         out["loss_spread"] = _spread([r["loss_last"] for r in out["ranks"]])
         out["grad_norm_spread"] = _spread([r["grad_norm_last"] for r in out["ranks"]])
     return out
+
+
+def _skipped_by(base: Process | None, label: str) -> dict[str, int]:
+    """Skipped iterations by who skipped them: ``GradScaler`` (its ``step()`` did not
+    step) or ``zero_grad`` (the script cleared the gradients instead of stepping)."""
+    out: dict[str, int] = {}
+    for r in base.discarded if base else []:
+        if str(r.get("model")) == label:
+            by = str(r.get("by") or "GradScaler")
+            out[by] = out.get(by, 0) + 1
+    return out
+
+
+def _skipped_text(t: dict[str, Any]) -> str:
+    by = t.get("skipped_by") or {}
+    words = {
+        "GradScaler": "GradScaler skipped the step",
+        "zero_grad": "the script cleared the gradients instead of stepping",
+    }
+    if len(by) == 1:
+        return f"{t['skipped_steps']} ({words.get(next(iter(by)), next(iter(by)))})"
+    parts = ", ".join(f"{k} {v}" for k, v in sorted(by.items()))
+    return f"{t['skipped_steps']} ({parts})" if parts else str(t["skipped_steps"])
 
 
 def _first_dict(first: First | None) -> dict[str, Any] | None:
@@ -208,6 +233,8 @@ def step_series(processes: Sequence[Process]) -> tuple[Row, ...]:
                 "grad_norm": rec.get("grad_norm"),
                 "grad_norm_applied": rec.get("grad_norm_applied"),
             }
+            if "norm_type" in rec:  # grad_norm is a clipping call's of another norm
+                row["norm_type"] = rec["norm_type"]
             modules = rec.get("modules")
             if isinstance(modules, dict):
                 row["modules"] = {
@@ -256,6 +283,9 @@ def build_report(
             )
         )
         grad = f"{fmt_float(t['grad_norm_last'])} (max {fmt_float(t['grad_norm_max'])})"
+        kind = t["norm_type"]
+        if kind is not None:  # not L2: as the script's clip_grad_norm_ took it
+            grad += f" ({kind if isinstance(kind, str) else format(kind, 'g')}-norm)"
         if t["clipped_steps"]:
             grad += (
                 f" before clipping; {fmt_float(t['grad_norm_applied_last'])} as applied "
@@ -263,9 +293,7 @@ def build_report(
             )
         table_totals.append((f"{prefix}grad norm", grad))
         if t["skipped_steps"]:
-            table_totals.append(
-                (f"{prefix}skipped", f"{t['skipped_steps']} (GradScaler skipped the step)")
-            )
+            table_totals.append((f"{prefix}skipped", _skipped_text(t)))
         if t.get("ranks"):
             table_totals.append(
                 (

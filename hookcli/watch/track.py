@@ -43,7 +43,8 @@ class _Step:
     time: float = 0.0
     pre_pos: list[int] | None = None  # before clipping (None: no clipping this step)
     pre_norms: torch.Tensor | None = None
-    pre_total: torch.Tensor | None = None  # the whole model's, as a sharded clip returned it
+    pre_total: torch.Tensor | None = None  # the whole model's, as the clip returned it
+    pre_type: float = 2.0  # the norm_type of ``pre_total``
 
 
 @dataclass
@@ -73,12 +74,14 @@ class _Track:
     root_ids: tuple[int, ...] = ()
     ids: set[int] = field(default_factory=set)  # id() of every stepped parameter
     preclip: tuple[list[int], torch.Tensor | None] | None = None  # at the first clip
-    preclip_total: torch.Tensor | None = None  # what that clip returned, where sharded
+    preclip_total: torch.Tensor | None = None  # what that clip returned (whole model)
+    preclip_type: float = 2.0  # ... and its norm_type
     sharded: bool = False  # DTensor parameters (FSDP2): figures of the local shards
     closing: list[Any] | None = None  # a closure step's lrs, until its closure returns
     joined: set[int] = field(default_factory=set)  # optimizers stepped in the open step
     posted: set[int] = field(default_factory=set)  # ... and done
     stop_due: dict[str, Any] | None = None  # a stop found before the step (a NaN loss)
+    early: str | None = None  # the kind of that non-finite loss, until the step
 
 
 def _count(opt: Any) -> int:

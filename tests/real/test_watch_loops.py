@@ -207,3 +207,46 @@ def test_torchrun_fsdp_pre_clip_norm_is_what_clipping_returned(tmp_path: Path, f
             assert mine["clip"] > 1.0  # clipped to 0.1: the applied norm is another figure
             assert close(s["grad_norm"], mine["clip"], 1e-6), (rank, s, mine)
             assert s["grad_norm_applied"] < 0.1 + 1e-4  # this rank's shard, after clipping
+
+
+def test_lightning_clipping_with_another_norm_type(tmp_path: Path) -> None:
+    """Lightning's automatic optimization, the module clipping in its own
+    ``configure_gradient_clipping`` with the inf norm: ``grad_norm`` is what
+    ``clip_grad_norm_`` returned there, ``norm_type`` says which norm."""
+    need("pytorch_lightning")
+    seen_file = tmp_path / "seen.json"
+    command = (sys.executable, str(SCRIPTS / "lightning_loop.py"), str(seen_file))
+    r = watch(tmp_path / "run", *command, "--steps", "4", "--norm-type", "inf")
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = json.loads(seen_file.read_text())
+    steps = steps_of(tmp_path / "run" / "steps.jsonl")
+    assert [s["loss"] for s in steps] == [s["loss"] for s in seen]
+    for s, mine in zip(steps, seen, strict=True):
+        assert close(s["grad_norm"], mine["clip_returned"]), (s, mine)
+        assert s["norm_type"] == "inf"
+    assert "(inf-norm)" in r.stdout
+
+
+def test_lightning_nan_in_the_batch_under_nan_origin(tmp_path: Path) -> None:
+    """A NaN the batch held (step 3): --nan-origin says it came in with the input of the
+    module ``training_step`` called, and never asks to be run."""
+    need("pytorch_lightning")
+    seen_file = tmp_path / "seen.json"
+    command = (sys.executable, str(SCRIPTS / "lightning_loop.py"), str(seen_file))
+    r = watch(
+        tmp_path / "run",
+        *command,
+        "--steps",
+        "4",
+        "--nan-batch",
+        "3",
+        options=("--nan-origin", "--fail-on", "nan"),
+    )
+    assert r.returncode == 1, r.stderr[-3000:]
+    seen = json.loads(seen_file.read_text())
+    first_nan = next(i + 1 for i, s in enumerate(seen) if math.isnan(s["loss"]))
+    lines = [json.loads(x) for x in (tmp_path / "run" / "steps.jsonl").read_text().splitlines()]
+    (event,) = [x for x in lines if x["kind"] == "nonfinite" and x["what"] == "nan"]
+    assert (event["step"], event["module"], event["found_by"]) == (first_nan, "net", "input")
+    assert "it came in with the input of net" in r.stdout
+    assert "run with --nan-origin" not in r.stdout
