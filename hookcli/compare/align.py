@@ -20,6 +20,7 @@ Pure Python: no torch.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from collections.abc import Sequence
@@ -136,6 +137,9 @@ class Alignment:
     # places differ (another parent call, other input shapes): compared, never named
     # the first divergence
     doubtful: frozenset[int] = frozenset()
+    # pairs in which a call never returned (a failed pass): compared never, but where
+    # B's failing call sits among A's calls
+    opened_pairs: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 def _places(calls: Sequence[CallInfo]) -> dict[int, tuple[int | None, int | None]]:
@@ -164,13 +168,16 @@ def _at_place(
     B, not yet paired, in the partner of the parent with the same input shapes (among
     calls alike, the order kept); else ``same``, with ``"parent"`` where it sits in
     another parent call than the partner of c's, or ``"shapes"`` where its input shapes
-    differ from c's. Where c's parent call has no partner (a side that stopped before it
-    returned), ``same``: no place to match."""
+    differ from c's. The call before c is the nearest earlier one in its parent call that
+    has a partner (a call A alone makes there is skipped). Where c's parent call has no
+    partner, ``same``: no place to match."""
     parent, before = place_a[c.index]
     if parent is not None and parent not in pairs:
         return same, None
     want_parent = None if parent is None else pairs[parent]
-    want_before = None if before is None else pairs.get(before, -1)
+    while before is not None and before not in pairs:  # (a call of A's alone: e in r(e(a)))
+        before = place_a[before][1]  # the nearest earlier call there that has a partner
+    want_before = None if before is None else pairs[before]
 
     def shaped(d: CallInfo) -> bool:
         return d.input_shapes == c.input_shapes
@@ -203,15 +210,23 @@ def _at_place(
 
 
 def _by_names(
-    calls_a: Sequence[CallInfo], calls_b: Sequence[CallInfo], rules: Sequence[Rule]
-) -> tuple[dict[int, int], dict[int, str], list[str], set[int]]:
+    calls_a: Sequence[CallInfo],
+    calls_b: Sequence[CallInfo],
+    rules: Sequence[Rule],
+    opened: tuple[Sequence[CallInfo], Sequence[CallInfo]] = ((), ()),
+) -> tuple[dict[int, int], dict[int, str], list[str], set[int], dict[int, int]]:
     """A's call -> B's of the name the rules (or the same name) give. A module called
     once on each side pairs at once; a module called several times pairs each call of A
     with B's call at the same place (its parent call's partner, after the partner of the
     call before it there), so that B calling them in another order (``r(b(x))`` before
     ``r(a(x))``) pairs the calls that do the same work; a call with no such match pairs
     by call number, as before, and where the places then differ (other parents, other
-    input shapes) it is ``doubtful``. Also the notes saying both."""
+    input shapes) it is ``doubtful``. Also the notes saying both. ``opened``: each
+    side's calls that never returned (a failed pass): paired as places (the parent calls
+    of those that returned inside them), never in the pairs returned."""
+    unfinished = {c.index for c in opened[0]}, {c.index for c in opened[1]}
+    calls_a = sorted([*calls_a, *opened[0]], key=lambda c: c.index)
+    calls_b = sorted([*calls_b, *opened[1]], key=lambda c: c.index)
     b_at = {(c.name, c.call): c for c in calls_b}
     count_a: dict[str, int] = {}
     for c in calls_a:
@@ -244,11 +259,17 @@ def _by_names(
                     doubtful_a.add(c.index)
         if pick is None:
             continue
-        if pick.call != c.call:
+        if pick.call != c.call and not {c.index, pick.index} & set().union(*unfinished):
             moved.setdefault(c.name, []).append((c.call, pick.call))
         pairs[c.index] = pick.index
         how[c.index] = kind
         taken.add(pick.index)
+    opened_pairs: dict[int, int] = {}
+    for i, j in list(pairs.items()):  # (a call that never returned: nothing to compare)
+        if i in unfinished[0] or j in unfinished[1]:
+            opened_pairs[i] = j
+            del pairs[i], how[i]
+            doubtful_a.discard(i)
     notes = []
     for name, moves in moved.items():
         pairs_text = ", ".join(f"A's #{i} <-> B's #{j}" for i, j in moves)
@@ -269,7 +290,7 @@ def _by_names(
                 f"{name or '(root)'}: call(s) {numbers} paired by number, though A's and B's "
                 "differ in their input shapes and no call of B at that place matches them"
             )
-    return pairs, how, notes, doubtful_a
+    return pairs, how, notes, doubtful_a, opened_pairs
 
 
 _LEVELS = ("type+shapes", "shapes", "type")
@@ -341,15 +362,17 @@ def align(
     rules: Sequence[Rule] = (),
     method: str = "auto",
     stopped: bool = False,
+    opened: tuple[Sequence[CallInfo], Sequence[CallInfo]] = ((), ()),
 ) -> Alignment:
     """Pair the calls: ``names`` (rules, then same names), ``order`` (the sequences), or
     ``auto``: names where they pair at least half of A's calls (or rules are given),
     else order. ``stopped``: a side's run stopped (the model raised): half of the shorter
-    side's calls."""
+    side's calls. ``opened``: the calls of a failed pass that never returned (A's, B's),
+    which place the calls that returned inside them."""
     if method not in METHODS:
         raise UsageError(f"--align must be one of {', '.join(METHODS)}, got {method!r}")
     notes = _check_rules(calls_a, calls_b, rules)
-    pairs, how, order_notes, doubtful = _by_names(calls_a, calls_b, rules)
+    pairs, how, order_notes, doubtful, opened_pairs = _by_names(calls_a, calls_b, rules, opened)
     used = "names"
     base = min(len(calls_a), len(calls_b)) if stopped else len(calls_a)
     enough = bool(rules) or 2 * len(pairs) >= base
@@ -366,6 +389,7 @@ def align(
         unaligned_b=tuple(c.index for c in calls_b if c.index not in taken),
         notes=(*notes, *order_notes),
         doubtful=frozenset(doubtful),
+        opened_pairs=opened_pairs if used == "names" else {},
     )
 
 

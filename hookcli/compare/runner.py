@@ -141,9 +141,13 @@ class PassFailed(RunError):
             }
 
 
-def _infos(records: Sequence[Any], finished: Sequence[int] = ()) -> list[CallInfo]:
+def _infos(
+    records: Sequence[Any], finished: Sequence[int] = (), done: bool = True
+) -> list[CallInfo]:
     """The alignment's view of a pass's calls, each with the call it ran inside (the
-    innermost that began before it and returned after it, by ``finished``)."""
+    innermost that began before it and returned after it, by ``finished``): the calls
+    that returned (``done``), or else those that never did (a failed pass's open calls,
+    the parents of the calls that returned inside them)."""
     from hookcli.compare.align import CallInfo
 
     pos = {i: n for n, i in enumerate(finished)}
@@ -167,7 +171,7 @@ def _infos(records: Sequence[Any], finished: Sequence[int] = ()) -> list[CallInf
             parent[r.index],
         )
         for r in records
-        if r.done
+        if bool(r.done) == done
     ]
 
 
@@ -393,7 +397,10 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
         pb.outputs = foreseen.outputs
         pb.inputs = {j: refs for j in foreseen.input_refs if (refs := foreseen.unchanged_inputs(j))}
     infos_a, infos_b = _infos(pa.records, pa.finished), _infos(pb.records, pb.finished)
-    alignment = align(infos_a, infos_b, plan.rules, plan.align, stopped=bool(failures))
+    opened = (_infos(pa.records, pa.finished, False), _infos(pb.records, pb.finished, False))
+    alignment = align(
+        infos_a, infos_b, plan.rules, plan.align, stopped=bool(failures), opened=opened
+    )
     if not alignment.pairs and not failures:
         raise UsageError(
             "A and B have nothing aligned: no module name, --map rule or call sequence pairs "
@@ -1146,10 +1153,13 @@ def _input_diverged(i: int, pa: Pass, pb: Pass | None, alignment: Alignment, pla
 
 
 def _enclosing(i: int, pa: Pass) -> int | None:
-    """The innermost call that began before call ``i`` and returned after it."""
+    """The innermost call that began before call ``i`` and returned after it, or never
+    returned (a failed pass: the calls still open when it stopped enclose ``i``)."""
     pos = {k: n for n, k in enumerate(pa.finished)}
+    at = pos.get(i, math.inf)
     for j in range(i - 1, -1, -1):
-        if pos.get(j, -1) > pos.get(i, -1):
+        end = pos.get(j, math.inf)
+        if end > at or (end == at == math.inf):
             return j
     return None
 
@@ -1311,13 +1321,16 @@ def _report(
             )
         else:
             marks[key] = "<- first divergence" + (" (both)" if key in marks else "")
-    failed_marks, unreached = _failure_marks(failures, pa, b.model, plan)
-    if plan.depth is not None:  # a failed call --depth hides: its row at depth N says so
-        shown = {i: _shown(i, pa, by_a, plan.depth) for i in failed_marks}
-        failed_marks = {
-            shown[i]: m if shown[i] == i else m.replace("failed here", "failed inside")
-            for i, m in failed_marks.items()
-        }
+    sides, unreached = _failure_marks(failures, pa, b.model, plan, alignment)
+    merged: dict[int, tuple[bool, list[str]]] = {}  # row -> (a call it hides, who failed)
+    for i, who in sides.items():  # a failed call --depth hides: its row at depth N says so
+        at = _shown(i, pa, by_a, plan.depth)
+        inside, names = merged.get(at, (False, []))
+        merged[at] = (inside or at != i, names + [w for w in who if w not in names])
+    failed_marks = {
+        at: f"<- failed {'inside' if inside else 'here'} ({' and '.join(who)})"
+        for at, (inside, who) in merged.items()
+    }
     rows = []
     for r in pa.records:
         if plan.depth is not None and r.depth > plan.depth:
@@ -1587,11 +1600,12 @@ def _no_grad_cells(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _failure_marks(
-    failures: Sequence[PassFailed], pa: Pass, model_b: Any, plan: Plan
-) -> tuple[dict[int, str], set[int]]:
-    """A's rows marked for a failure: the call that failed (A's own, or for B's the call
-    of A whose name maps to it, as ``--map`` maps names), ``<- failed here (SIDE)``; and
-    A's calls that B stopped before (B has the module, but no call of it returned)."""
+    failures: Sequence[PassFailed], pa: Pass, model_b: Any, plan: Plan, alignment: Alignment
+) -> tuple[dict[int, list[str]], set[int]]:
+    """A's calls marked for a failure, with the sides that failed there: the call that
+    failed (A's own, or for B's the call of A at its place in the alignment, else the one
+    whose name maps to it, as ``--map`` maps names); and A's calls that B stopped before
+    (B has the module, but no call of it returned)."""
     from hookcli.compare.align import map_name
 
     by_key = {(r.name, r.call): r.index for r in pa.records}
@@ -1604,18 +1618,22 @@ def _failure_marks(
         if f.side == "A":
             i = by_key.get((module, call))
         else:
-            i = next((r.index for r in pa.records
-                      if r.call == call and mapped[r.index] == module), None)  # fmt: skip
+            j = next((r.index for r in f.partial.records
+                      if (r.name, r.call) == (module, call)), None)  # fmt: skip
+            placed = {jb: ia for ia, jb in alignment.opened_pairs.items()}
+            i = placed.get(j) if j is not None else None
+            if i is None:
+                i = next((r.index for r in pa.records
+                          if r.call == call and mapped[r.index] == module), None)  # fmt: skip
         if i is not None:
             phase = f.phase if f.phase != "forward" else ""
             how = [w for w in (phase, f"{f.stage} mode" if f.stage != "propagated" else "") if w]
             sides.setdefault(i, []).append(f.side + (f" {', '.join(how)}" if how else ""))
-    marks = {i: f"<- failed here ({' and '.join(who)})" for i, who in sides.items()}
     unreached: set[int] = set()
     if any(f.side == "B" and f.stage == "propagated" for f in failures):
         names_b = {n for n, _ in model_b.named_modules()}
         unreached = {r.index for r in pa.records if r.done and mapped[r.index] in names_b}
-    return marks, unreached
+    return sides, unreached
 
 
 def _failure_error(failures: Sequence[PassFailed]) -> RunError | None:
