@@ -346,3 +346,51 @@ def test_a_loss_that_raises_keeps_the_forward_figures(tmp_path: Path, xfile: str
     for key, a in ref_a.items():
         assert rows[key]["max_abs"] == pytest.approx(float((a - ref_b[key]).abs().max()), rel=1e-6)
     assert all(r["grad_input_rel_l2"] is None for r in report["calls"])
+
+
+class Outer(nn.Module):
+    """Net one level down (``n``), then a head: a failure in n's act is at depth 2."""
+
+    def __init__(self, fail_at=None, scale=1.0):
+        super().__init__()
+        self.n = Net(fail_at=fail_at, scale=scale)
+        self.head = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.head(self.n(x))
+
+
+@pytest.mark.parametrize(
+    "kwargs, who",
+    [(("--a-kwargs", "fail_at=1"), "A"),
+     (("--a-kwargs", "fail_at=2", "--b-kwargs", "fail_at=1"), "A and B"),
+     (("--b-kwargs", "fail_at=1"), "B")],
+)  # fmt: skip
+def test_depth_marks_the_row_holding_a_call_that_failed(
+    xfile: str, kwargs: tuple[str, ...], who: str
+) -> None:
+    """--depth 1 hides n's act: n's row says a call in it failed, on either side, also
+    where n itself never returned on A's side (the error is raised in act, the models'
+    own code says so)."""
+    with pytest.raises(RuntimeError, match="act call 1"):
+        Outer(fail_at=1)(X)
+    code, out, _ = run(f"{HERE}:Outer", f"{HERE}:Outer", *kwargs, "--depth", "1",
+                       "--input-file", xfile)  # fmt: skip
+    assert code == 4
+    marked = [ln.split()[0] for ln in out.splitlines() if "failed" in ln and "<-" in ln]
+    assert marked == ["n"], out
+    assert f"n <- failed inside ({who})" in out
+
+
+def test_depth_marks_a_first_divergence_inside_a_call_of_a_that_never_returned(
+    xfile: str,
+) -> None:
+    """B scales after n.l1 (its act's input differs: plain hooks show it), A fails in
+    act's third call: the first divergence is inside n, which never returned on A."""
+    a, b = plain_outputs(built(fail_at=2)), plain_outputs(built(scale=2.0))
+    assert torch.equal(a[("l1", 0)], b[("l1", 0)]) and not torch.equal(a[("act", 0)], b[("act", 0)])
+    code, out, _ = run(f"{HERE}:Outer", f"{HERE}:Outer", "--a-kwargs", "fail_at=2",
+                       "--b-kwargs", "scale=2.0", "--depth", "1", "--input-file", xfile)  # fmt: skip
+    assert code == 4
+    (row,) = [ln for ln in out.splitlines() if ln.startswith("  n ")]
+    assert "failed inside (A); first divergence inside" in row, out

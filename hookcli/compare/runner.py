@@ -1380,8 +1380,8 @@ def _report(
             # B's call of another number is the partner: another call order)
             display["partner"] = "=" if rb.call == r.call else f"= #{rb.call}"
         mark = marks.get((r.name, r.call))
-        if r.index in failed_marks:
-            display["mark"] = failed_marks[r.index]
+        if r.index in failed_marks:  # (and the first divergence, where it is there)
+            display["mark"] = failed_marks[r.index] + (f"; {mark[3:]}" if mark else "")
         elif rb is None and r.index in unreached:
             display["mark"] = "(not compared: B failed)"
         elif rb is None and r.done:
