@@ -447,7 +447,9 @@ def print_map(
     """The alignment as ``--map`` rules (``--print-map``'s text, for ``--map-file``) and a
     note for stderr. A rule pairs call k of one of A's modules with call k of one module
     of B: a module whose calls pair otherwise (torchvision's one ReLU per block, called
-    twice, against timm's act1 and act2) is left out, named in ``#`` lines. The rules are
+    twice, against timm's act1 and act2) is left out, named in ``#`` lines; one whose calls
+    pair with the calls of B's module of its name, in another order, needs no rule (the
+    names pair it by place, as the alignment does). The rules are
     tried on the two call sequences before they are printed: every module they cover
     (by a rule or by its name) pairs as the alignment pairs it."""
     by_b = {c.index: c for c in calls_b}
@@ -456,14 +458,18 @@ def print_map(
         calls_of.setdefault(c.name, []).append(c)
     target: dict[str, str] = {}
     left_out: dict[str, str] = {}
+    by_place: dict[str, str] = {}  # paired with B's module of its name, at other numbers
     for name, cs in calls_of.items():
         got = [(c.call, by_b[j]) for c in cs if (j := alignment.pairs.get(c.index)) is not None]
         if not got:
             continue
+        what = ", ".join(f"#{k} with {_label(b.name, b.call)}" for k, b in got)
         if len({b.name for _, b in got}) == 1 and all(k == b.call for k, b in got):
             target[name] = got[0][1].name
+        elif all(b.name == name for _, b in got):
+            by_place[name] = what  # the names pair them by place: no rule needed
         else:
-            left_out[name] = ", ".join(f"#{k} with {_label(b.name, b.call)}" for k, b in got)
+            left_out[name] = what
     covered = dict(target)
     keep: list[str] = []  # modules a pattern or a shorter rule sends elsewhere: literal rules
     while True:
@@ -482,6 +488,9 @@ def print_map(
                 left_out[n] = "the rules would pair it otherwise"
             else:
                 keep.append(n)
+    for n, what in by_place.items():  # (unless the rules now pair them otherwise)
+        if any(paired.get(c.index) != alignment.pairs.get(c.index) for c in calls_of[n]):
+            left_out[n] = what
     total = len(alignment.pairs)
     same = sum(1 for i, j in alignment.pairs.items() if paired.get(i) == j)
     head = f"# --map rules for {alignment.method} alignment ({total} calls"
@@ -493,15 +502,16 @@ def print_map(
         text += [
             f"# left out: {len(names)} module(s) of A whose calls pair with several modules "
             "of B, or with calls of",
-            "# other numbers: a rule pairs call k with call k of one module; --align order "
-            "pairs them",
+            "# other numbers: a rule pairs call k with call k of one module"
+            + ("; --align order pairs them" if alignment.method == "order" else ""),
         ]
         text += [f"#   {n or '(root)'}: {why}" for n, why in left_out.items()]
         more = f" (+{len(names) - 4})" if len(names) > 4 else ""
         notes.append(
             f"--print-map: {len(names)} module(s) of A pair with B call by call as no --map "
             f"rule can say ({', '.join(n or '(root)' for n in names[:4])}{more}): the map "
-            "leaves them out (its # lines); --align order pairs them"
+            "leaves them out (its # lines)"
+            + ("; --align order pairs them" if alignment.method == "order" else "")
         )
     return "\n".join([*text, *lines]) + "\n", notes
 
