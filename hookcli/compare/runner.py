@@ -1400,10 +1400,18 @@ def _report(
         )
         for j in alignment.unaligned_b
     ]
+    # A's calls with no partner because B stopped before (or in) their partner: not
+    # compared, listed apart from the calls B has no partner for
+    stopped = {i for i in alignment.unaligned_a if i in unreached or i in alignment.opened_pairs}
     unaligned_a = [
         {"name": by_a[i].name, "type": by_a[i].type, "call": by_a[i].call}
         for i in alignment.unaligned_a
-        if by_a[i].done
+        if by_a[i].done and i not in stopped
+    ]
+    not_compared = [
+        {"name": by_a[i].name, "type": by_a[i].type, "call": by_a[i].call}
+        for i in alignment.unaligned_a
+        if by_a[i].done and i in stopped
     ]
     ranking = _ranking(loc, alignment, by_a, by_b, plan.top)
     grad_ranking = _grad_ranking(rows, plan.top) if plan.backward and not meta else []
@@ -1412,14 +1420,20 @@ def _report(
     # a forward that stopped leaves the gate undecided, unless a divergence came first;
     # with --backward, a loss or backward that stopped leaves it so for the gradients
     grads = plan.backward and not meta
-    undecided = any(f.stage == "propagated" and (f.phase == "forward" or grads) for f in failures)
+    undecided = any(f.stage == "propagated" and f.phase == "forward" for f in failures)
+    # (a loss or backward that stopped: the forward is complete, the gradients are not)
+    grads_cut = grads and any(f.stage == "propagated" for f in failures)
     if plan.fail_on_divergence and not (undecided and first is None and first_grad is None):
         if meta and first is None:
             detail = "every aligned call's shapes agree; on meta no values are compared"
             checks = (CheckResult("divergence", True, detail),)
         elif first is None and first_grad is None:
             detail = "every aligned call within tolerance" + (
-                ", outputs and gradients" if grads else ""
+                ", outputs (the gradients are not complete: the loss or backward failed)"
+                if grads_cut
+                else ", outputs and gradients"
+                if grads
+                else ""
             )
             checks = (CheckResult("divergence", True, detail),)
         elif first is None:
@@ -1464,6 +1478,7 @@ def _report(
         "calls_b": len([r for r in pb.records if r.done]),
         "unaligned_a": len(unaligned_a),
         "unaligned_b": len(unaligned_b),
+        "not_compared": len(not_compared),
         "diverged_calls": sum(1 for d in prop.values() if d.diverged),
         "local_diverged_calls": sum(1 for d in loc.values() if d.diverged),
     }
@@ -1525,6 +1540,7 @@ def _report(
         ),
         "local_ranking": ranking,
         "unaligned_a": unaligned_a,
+        "not_compared": not_compared,
         "copied_weights": None
         if copied is None
         else [{"a": x, "b": y, "how": h} for x, y, h in copied.pairs],
@@ -1572,7 +1588,8 @@ def _report(
                 plan,
                 grad_ranking,
                 tensors=[t for d in prop.values() for t in d.tensors],
-                failed=bool(failures),
+                failures=failures,
+                not_compared=not_compared,
                 local_ran=local is not None or not plan.local,
                 floor=lowest_precision(b),
             )
@@ -1748,11 +1765,21 @@ def _totals_lines(
     plan: Plan,
     grad_ranking: Sequence[Mapping[str, Any]] = (),
     tensors: Sequence[Any] = (),
-    failed: bool = False,
+    failures: Sequence[PassFailed] = (),
     local_ran: bool = True,
     floor: str | None = None,
+    not_compared: Sequence[Mapping[str, Any]] = (),
 ) -> list[tuple[str, str]]:
+    """The lines under the table. After a failure, each line says how far its part got:
+    the propagated forward stopped only where a propagated pass failed in its forward
+    (one that failed in its loss or backward, or in the local mode, left it complete);
+    the propagated gradients where a propagated pass failed at all; the local mode's
+    figures where it failed, and ``not run`` where it did not run."""
     from hookcli.render import fmt_float
+
+    fwd_cut = any(f.stage == "propagated" and f.phase == "forward" for f in failures)
+    grad_cut = any(f.stage == "propagated" for f in failures)
+    local_cut = any(f.stage != "propagated" for f in failures)
 
     lines = [
         (
@@ -1765,6 +1792,8 @@ def _totals_lines(
         lines.append(("Unaligned in A", _cut([_call_name(u) for u in unaligned_a])))
     if unaligned_b:
         lines.append(("Unaligned in B", _cut([_call_name(r.data) for r in unaligned_b])))
+    if not_compared:
+        lines.append(("Not compared (B failed)", _cut([_call_name(u) for u in not_compared])))
     if not totals.get("values_compared", True):
         if first is None:
             text = "none in shapes (on meta no values are compared)"
@@ -1773,31 +1802,31 @@ def _totals_lines(
             lines += _div_lines("First divergence (shapes)", first)
         return lines
     before = "none in the calls compared before the failure"
+    not_run = "not run (the model failed before it)"
     lines += (
         [("First divergence", before)]
-        if failed and first is None
+        if fwd_cut and first is None
         else _div_lines("First divergence", first)
     )
     if not local_ran:
-        lines.append(("First divergence (local)", "not run (the model failed before it)"))
-    elif failed and first_local is None:
+        lines.append(("First divergence (local)", not_run))
+    elif local_cut and first_local is None:
         lines.append(("First divergence (local)", before))
     else:
         lines += _div_lines("First divergence (local)", first_local)
     if plan.backward:
-        for label, key in (
-            ("First grad divergence", "first_grad_divergence"),
-            ("First grad divergence (local)", "first_grad_divergence_local"),
+        for label, key, cut, ran in (
+            ("First grad divergence", "first_grad_divergence", grad_cut, not fwd_cut),
+            ("First grad divergence (local)", "first_grad_divergence_local", local_cut, local_ran),
         ):
             g = totals.get(key)
-            lines.append(
-                (
-                    label,
-                    ("none in the gradients that arrived before the failure" if failed else "none")
-                    if g is None
-                    else _grad_where(g),
-                )
-            )
+            if g is not None:
+                text = _grad_where(g)
+            elif not ran:
+                text = not_run
+            else:
+                text = "none in the gradients that arrived before the failure" if cut else "none"
+            lines.append((label, text))
     for label, ranks in (("Local ranking", ranking), ("Local grad ranking", grad_ranking)):
         adding = [r for r in ranks if r["rel_l2"]]
         if adding:
