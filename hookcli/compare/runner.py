@@ -1325,8 +1325,8 @@ def _report(
     merged: dict[int, tuple[bool, list[str]]] = {}  # row -> (a call it hides, who failed)
     for i, who in sides.items():  # a failed call --depth hides: its row at depth N says so
         at = _shown(i, pa, by_a, plan.depth)
-        inside, names = merged.get(at, (False, []))
-        merged[at] = (inside or at != i, names + [w for w in who if w not in names])
+        inside, sofar = merged.get(at, (False, []))
+        merged[at] = (inside or at != i, sofar + [w for w in who if w not in sofar])
     failed_marks = {
         at: f"<- failed {'inside' if inside else 'here'} ({' and '.join(who)})"
         for at, (inside, who) in merged.items()
