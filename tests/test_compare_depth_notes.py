@@ -138,6 +138,28 @@ def test_print_map_puts_a_child_rule_before_its_parents(tmp_path: Path) -> None:
     assert "left out" not in text
 
 
+def test_print_map_needs_no_rule_for_calls_the_names_pair_by_place(tmp_path: Path) -> None:
+    """B calls r on the b branch first: the names pair A's r #0 with B's r #1 by place
+    (plain hooks: the same values), so the map leaves nothing out, advises nothing, and
+    pairs as the names alignment does."""
+    from tests.test_compare_inputs import Order, _plain_calls
+
+    torch.manual_seed(0)
+    ra = _plain_calls(Order().eval(), "r")
+    torch.manual_seed(0)
+    rb = _plain_calls(Order(swap=True).eval(), "r")
+    assert torch.equal(ra[0], rb[1]) and torch.equal(ra[1], rb[0])
+    args = ("compare", "tests.test_compare_inputs:Order", "tests.test_compare_inputs:Order",
+            "--b-kwargs", "swap=True")  # fmt: skip
+    printed = invoke(*args, "--print-map")
+    assert printed.exit_code == 0, printed.stderr
+    assert "left out" not in printed.stdout and "--align order" not in printed.stderr
+    path = tmp_path / "map.txt"
+    path.write_text(printed.stdout)
+    mapped = _pairs(invoke_json(*args, "--map-file", str(path)))
+    assert mapped[("r", 0)] == ("r", 1) and mapped[("r", 1)] == ("r", 0)
+
+
 # -- --depth -------------------------------------------------------------------------------------
 
 

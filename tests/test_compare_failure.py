@@ -346,3 +346,119 @@ def test_a_loss_that_raises_keeps_the_forward_figures(tmp_path: Path, xfile: str
     for key, a in ref_a.items():
         assert rows[key]["max_abs"] == pytest.approx(float((a - ref_b[key]).abs().max()), rel=1e-6)
     assert all(r["grad_input_rel_l2"] is None for r in report["calls"])
+
+
+class Outer(nn.Module):
+    """Net one level down (``n``), then a head: a failure in n's act is at depth 2."""
+
+    def __init__(self, fail_at=None, scale=1.0):
+        super().__init__()
+        self.n = Net(fail_at=fail_at, scale=scale)
+        self.head = nn.Linear(2, 2)
+
+    def forward(self, x):
+        return self.head(self.n(x))
+
+
+@pytest.mark.parametrize(
+    "kwargs, who",
+    [(("--a-kwargs", "fail_at=1"), "A"),
+     (("--a-kwargs", "fail_at=2", "--b-kwargs", "fail_at=1"), "A and B"),
+     (("--b-kwargs", "fail_at=1"), "B")],
+)  # fmt: skip
+def test_depth_marks_the_row_holding_a_call_that_failed(
+    xfile: str, kwargs: tuple[str, ...], who: str
+) -> None:
+    """--depth 1 hides n's act: n's row says a call in it failed, on either side, also
+    where n itself never returned on A's side (the error is raised in act, the models'
+    own code says so)."""
+    with pytest.raises(RuntimeError, match="act call 1"):
+        Outer(fail_at=1)(X)
+    code, out, _ = run(f"{HERE}:Outer", f"{HERE}:Outer", *kwargs, "--depth", "1",
+                       "--input-file", xfile)  # fmt: skip
+    assert code == 4
+    marked = [ln.split()[0] for ln in out.splitlines() if "failed" in ln and "<-" in ln]
+    assert marked == ["n"], out
+    assert f"n <- failed inside ({who})" in out
+
+
+def test_depth_marks_a_first_divergence_inside_a_call_of_a_that_never_returned(
+    xfile: str,
+) -> None:
+    """B scales after n.l1 (its act's input differs: plain hooks show it), A fails in
+    act's third call: the first divergence is inside n, which never returned on A."""
+    a, b = plain_outputs(built(fail_at=2)), plain_outputs(built(scale=2.0))
+    assert torch.equal(a[("l1", 0)], b[("l1", 0)]) and not torch.equal(a[("act", 0)], b[("act", 0)])
+    code, out, _ = run(f"{HERE}:Outer", f"{HERE}:Outer", "--a-kwargs", "fail_at=2",
+                       "--b-kwargs", "scale=2.0", "--depth", "1", "--input-file", xfile)  # fmt: skip
+    assert code == 4
+    (row,) = [ln for ln in out.splitlines() if ln.startswith("  n ")]
+    assert "failed inside (A); first divergence inside" in row, out
+
+
+def _summary(out: str, label: str) -> str:
+    (line,) = [ln for ln in out.splitlines() if ln.startswith(label + ":")]
+    return line.partition(":")[2].strip()
+
+
+def test_a_failure_in_the_local_mode_leaves_the_forward_summary_complete(xfile: str) -> None:
+    """B raises on act's fourth call (the local pass alone): plain hooks give equal
+    outputs for every call, so the propagated line reads as a complete run's."""
+    ref_a, ref_b = plain_outputs(built()), plain_outputs(built())
+    assert all(torch.equal(ref_a[k], ref_b[k]) for k in ref_a)
+    code, out, _ = run(f"{HERE}:Net", f"{HERE}:Net", "--b-kwargs", "fail_at=3",
+                       "--input-file", xfile)  # fmt: skip
+    assert code == 4
+    assert _summary(out, "First divergence") == "none (every aligned call within tolerance)"
+    assert _summary(out, "First divergence (local)") == (
+        "none in the calls compared before the failure"
+    )
+
+
+def test_a_failure_in_backward_checks_the_complete_forward(xfile: str) -> None:
+    """B's backward raises: the forward is whole (plain hooks: equal outputs), so the
+    divergence check is given over it and says the gradients are not complete; the local
+    mode did not run."""
+    ref_a, ref_b = plain_outputs(built()), plain_outputs(built(bad_grad=True))
+    assert all(torch.equal(ref_a[k], ref_b[k]) for k in ref_a)
+    args = (f"{HERE}:Net", f"{HERE}:Net", "--b-kwargs", "bad_grad=True", "--backward",
+            "--input-file", xfile, "--fail-on", "divergence")  # fmt: skip
+    code, out, _ = run(*args)
+    assert code == 4
+    assert _summary(out, "First divergence") == "none (every aligned call within tolerance)"
+    assert _summary(out, "First grad divergence") == (
+        "none in the gradients that arrived before the failure"
+    )
+    assert _summary(out, "First grad divergence (local)").startswith("not run")
+    (check,) = json.loads(run(*args, "-f", "json")[1])["checks"]
+    assert check["name"] == "divergence" and check["passed"] is True
+    assert "gradients are not complete" in check["detail"]
+
+
+def test_a_forward_failure_says_the_local_gradients_did_not_run(xfile: str) -> None:
+    code, out, _ = run(f"{HERE}:Chain", f"{HERE}:Chain", "--b-kwargs", "bad=True",
+                       "--backward", "--input-file", xfile)  # fmt: skip
+    assert code == 4
+    assert _summary(out, "First divergence (local)").startswith("not run")
+    assert _summary(out, "First grad divergence (local)").startswith("not run")
+
+
+def test_calls_b_never_reached_are_not_compared_rather_than_unaligned(xfile: str) -> None:
+    """B raises in b: plain hooks on B see only a return; A's other calls (the root, b,
+    c) have a partner module B never returned from: listed as not compared."""
+    torch.manual_seed(0)
+    returned_b = {name for name, _ in plain_outputs(Chain(bad=True))}
+    torch.manual_seed(0)
+    calls_a = {name for name, _ in plain_outputs(Chain())}
+    assert returned_b == {"a"}
+    code, out, _ = run(f"{HERE}:Chain", f"{HERE}:Chain", "--b-kwargs", "bad=True",
+                       "--input-file", xfile, "-f", "json")  # fmt: skip
+    assert code == 4
+    report = json.loads(out)
+    assert report["unaligned_a"] == []
+    assert {c["name"] for c in report["not_compared"]} == calls_a - returned_b
+    assert report["totals"]["not_compared"] == len(calls_a - returned_b)
+    text = run(f"{HERE}:Chain", f"{HERE}:Chain", "--b-kwargs", "bad=True", "--input-file",
+               xfile)[1]  # fmt: skip
+    assert "Unaligned in A" not in text
+    assert _summary(text, "Not compared (B failed)") == "(root), b, c"

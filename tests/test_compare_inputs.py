@@ -5,6 +5,7 @@ forward on the user's values, plain autograd)."""
 from __future__ import annotations
 
 import copy
+import json
 import warnings
 from typing import Any
 
@@ -416,3 +417,97 @@ def test_a_call_paired_by_number_in_another_parent_is_noted_and_never_the_first_
     assert report["first_divergence"]["module"] == "p"
     text = invoke(*args).stdout
     assert "act: call(s) #0 paired by number, though B's runs in another parent call" in text
+
+
+class Extra(nn.Module):
+    """A: r(e(a(x))) then r(b(x)), e an Identity B lacks (``plain``); B calls the b
+    branch first."""
+
+    def __init__(self, plain=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+        self.r = nn.ReLU()
+        if not plain:
+            self.e = nn.Identity()
+        self.plain = plain
+        self.example_input_array = torch.randn(2, 8)
+
+    def forward(self, x):
+        if self.plain:
+            yb = self.r(self.b(x))
+            ya = self.r(self.a(x))
+        else:
+            ya = self.r(self.e(self.a(x)))
+            yb = self.r(self.b(x))
+        return ya - yb
+
+
+def test_a_call_after_one_with_no_partner_pairs_by_the_nearest_call_before_it():
+    args = ("compare", f"{T}:Extra", f"{T}:Extra", "--b-kwargs", "plain=True")
+    report = invoke_json(*args)
+    ra, rb = _plain_calls(Extra(), "r"), _plain_calls(Extra(plain=True), "r")
+    # plain hooks: A's first ReLU (of the a branch) is B's second
+    assert torch.equal(ra[0], rb[1]) and torch.equal(ra[1], rb[0])
+    assert metrics(ra[0], rb[0])["rel_l2"] > 0.1
+    rows = {(r["name"], r["call"]): r for r in report["calls"]}
+    assert rows[("r", 0)]["partner_call"] == 1 and rows[("r", 1)]["partner_call"] == 0
+    assert rows[("r", 0)]["max_abs"] == 0 and rows[("r", 1)]["max_abs"] == 0
+    assert report["first_divergence"] is None
+    gate = invoke(*args, "--fail-on", "divergence")
+    assert gate.exit_code == 0, gate.stdout[-800:]
+
+
+class _R(nn.Module):
+    def __init__(self, fail):
+        super().__init__()
+        self.fail = fail
+        self.n = 0
+
+    def forward(self, x):
+        self.n += 1
+        if self.fail and self.n == 2:
+            raise RuntimeError("r fails on its 2nd call")
+        return torch.relu(x)
+
+
+class Swapped(nn.Module):
+    """``swap``: B calls r on the b branch first; ``fail``: r raises on its 2nd call."""
+
+    def __init__(self, swap=False, fail=False):
+        super().__init__()
+        torch.manual_seed(0)
+        self.a = nn.Linear(8, 8)
+        self.b = nn.Linear(8, 8)
+        self.r = _R(fail)
+        self.swap = swap
+        self.example_input_array = torch.randn(2, 8)
+
+    def forward(self, x):
+        self.r.n = 0
+        if self.swap:
+            yb = self.r(self.b(x))
+            ya = self.r(self.a(x))
+        else:
+            ya = self.r(self.a(x))
+            yb = self.r(self.b(x))
+        return ya - yb
+
+
+def test_after_a_failure_calls_in_another_order_still_pair_by_their_place():
+    args = ("compare", f"{T}:Swapped", f"{T}:Swapped", "--b-kwargs", "swap=True")
+    result = invoke(*args, "--b-kwargs", "fail=True", "-f", "json", "--fail-on", "divergence")
+    assert result.exit_code == 4, result.stdout[-800:]
+    report = json.loads(result.stdout)
+    ra = _plain_calls(Swapped(), "r")
+    rb = _plain_calls(Swapped(swap=True), "r")
+    # plain hooks: B's first r call (the one that returns) is A's second
+    assert torch.equal(ra[1], rb[0]) and metrics(ra[0], rb[0])["rel_l2"] > 0.1
+    rows = {(r["name"], r["call"]): r for r in report["calls"]}
+    assert rows[("r", 1)]["partner_call"] == 0 and rows[("r", 1)]["max_abs"] == 0
+    assert rows[("r", 0)]["partner"] is None  # its place partner is B's call that failed
+    assert report["first_divergence"] is None
+    text = invoke(*args, "--b-kwargs", "fail=True").stdout
+    (line,) = [ln for ln in text.splitlines() if "failed here (B)" in ln]
+    assert line.split()[0] == "r" and "#1" not in line.split("<-")[0]

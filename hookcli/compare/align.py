@@ -20,6 +20,7 @@ Pure Python: no torch.
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from collections.abc import Sequence
@@ -136,6 +137,9 @@ class Alignment:
     # places differ (another parent call, other input shapes): compared, never named
     # the first divergence
     doubtful: frozenset[int] = frozenset()
+    # pairs in which a call never returned (a failed pass): compared never, but where
+    # B's failing call sits among A's calls
+    opened_pairs: dict[int, int] = dataclasses.field(default_factory=dict)
 
 
 def _places(calls: Sequence[CallInfo]) -> dict[int, tuple[int | None, int | None]]:
@@ -164,13 +168,16 @@ def _at_place(
     B, not yet paired, in the partner of the parent with the same input shapes (among
     calls alike, the order kept); else ``same``, with ``"parent"`` where it sits in
     another parent call than the partner of c's, or ``"shapes"`` where its input shapes
-    differ from c's. Where c's parent call has no partner (a side that stopped before it
-    returned), ``same``: no place to match."""
+    differ from c's. The call before c is the nearest earlier one in its parent call that
+    has a partner (a call A alone makes there is skipped). Where c's parent call has no
+    partner, ``same``: no place to match."""
     parent, before = place_a[c.index]
     if parent is not None and parent not in pairs:
         return same, None
     want_parent = None if parent is None else pairs[parent]
-    want_before = None if before is None else pairs.get(before, -1)
+    while before is not None and before not in pairs:  # (a call of A's alone: e in r(e(a)))
+        before = place_a[before][1]  # the nearest earlier call there that has a partner
+    want_before = None if before is None else pairs[before]
 
     def shaped(d: CallInfo) -> bool:
         return d.input_shapes == c.input_shapes
@@ -203,15 +210,23 @@ def _at_place(
 
 
 def _by_names(
-    calls_a: Sequence[CallInfo], calls_b: Sequence[CallInfo], rules: Sequence[Rule]
-) -> tuple[dict[int, int], dict[int, str], list[str], set[int]]:
+    calls_a: Sequence[CallInfo],
+    calls_b: Sequence[CallInfo],
+    rules: Sequence[Rule],
+    opened: tuple[Sequence[CallInfo], Sequence[CallInfo]] = ((), ()),
+) -> tuple[dict[int, int], dict[int, str], list[str], set[int], dict[int, int]]:
     """A's call -> B's of the name the rules (or the same name) give. A module called
     once on each side pairs at once; a module called several times pairs each call of A
     with B's call at the same place (its parent call's partner, after the partner of the
     call before it there), so that B calling them in another order (``r(b(x))`` before
     ``r(a(x))``) pairs the calls that do the same work; a call with no such match pairs
     by call number, as before, and where the places then differ (other parents, other
-    input shapes) it is ``doubtful``. Also the notes saying both."""
+    input shapes) it is ``doubtful``. Also the notes saying both. ``opened``: each
+    side's calls that never returned (a failed pass): paired as places (the parent calls
+    of those that returned inside them), never in the pairs returned."""
+    unfinished = {c.index for c in opened[0]}, {c.index for c in opened[1]}
+    calls_a = sorted([*calls_a, *opened[0]], key=lambda c: c.index)
+    calls_b = sorted([*calls_b, *opened[1]], key=lambda c: c.index)
     b_at = {(c.name, c.call): c for c in calls_b}
     count_a: dict[str, int] = {}
     for c in calls_a:
@@ -244,11 +259,17 @@ def _by_names(
                     doubtful_a.add(c.index)
         if pick is None:
             continue
-        if pick.call != c.call:
+        if pick.call != c.call and not {c.index, pick.index} & set().union(*unfinished):
             moved.setdefault(c.name, []).append((c.call, pick.call))
         pairs[c.index] = pick.index
         how[c.index] = kind
         taken.add(pick.index)
+    opened_pairs: dict[int, int] = {}
+    for i, j in list(pairs.items()):  # (a call that never returned: nothing to compare)
+        if i in unfinished[0] or j in unfinished[1]:
+            opened_pairs[i] = j
+            del pairs[i], how[i]
+            doubtful_a.discard(i)
     notes = []
     for name, moves in moved.items():
         pairs_text = ", ".join(f"A's #{i} <-> B's #{j}" for i, j in moves)
@@ -269,7 +290,7 @@ def _by_names(
                 f"{name or '(root)'}: call(s) {numbers} paired by number, though A's and B's "
                 "differ in their input shapes and no call of B at that place matches them"
             )
-    return pairs, how, notes, doubtful_a
+    return pairs, how, notes, doubtful_a, opened_pairs
 
 
 _LEVELS = ("type+shapes", "shapes", "type")
@@ -341,15 +362,17 @@ def align(
     rules: Sequence[Rule] = (),
     method: str = "auto",
     stopped: bool = False,
+    opened: tuple[Sequence[CallInfo], Sequence[CallInfo]] = ((), ()),
 ) -> Alignment:
     """Pair the calls: ``names`` (rules, then same names), ``order`` (the sequences), or
     ``auto``: names where they pair at least half of A's calls (or rules are given),
     else order. ``stopped``: a side's run stopped (the model raised): half of the shorter
-    side's calls."""
+    side's calls. ``opened``: the calls of a failed pass that never returned (A's, B's),
+    which place the calls that returned inside them."""
     if method not in METHODS:
         raise UsageError(f"--align must be one of {', '.join(METHODS)}, got {method!r}")
     notes = _check_rules(calls_a, calls_b, rules)
-    pairs, how, order_notes, doubtful = _by_names(calls_a, calls_b, rules)
+    pairs, how, order_notes, doubtful, opened_pairs = _by_names(calls_a, calls_b, rules, opened)
     used = "names"
     base = min(len(calls_a), len(calls_b)) if stopped else len(calls_a)
     enough = bool(rules) or 2 * len(pairs) >= base
@@ -366,6 +389,7 @@ def align(
         unaligned_b=tuple(c.index for c in calls_b if c.index not in taken),
         notes=(*notes, *order_notes),
         doubtful=frozenset(doubtful),
+        opened_pairs=opened_pairs if used == "names" else {},
     )
 
 
@@ -423,7 +447,9 @@ def print_map(
     """The alignment as ``--map`` rules (``--print-map``'s text, for ``--map-file``) and a
     note for stderr. A rule pairs call k of one of A's modules with call k of one module
     of B: a module whose calls pair otherwise (torchvision's one ReLU per block, called
-    twice, against timm's act1 and act2) is left out, named in ``#`` lines. The rules are
+    twice, against timm's act1 and act2) is left out, named in ``#`` lines; one whose calls
+    pair with the calls of B's module of its name, in another order, needs no rule (the
+    names pair it by place, as the alignment does). The rules are
     tried on the two call sequences before they are printed: every module they cover
     (by a rule or by its name) pairs as the alignment pairs it."""
     by_b = {c.index: c for c in calls_b}
@@ -432,14 +458,18 @@ def print_map(
         calls_of.setdefault(c.name, []).append(c)
     target: dict[str, str] = {}
     left_out: dict[str, str] = {}
+    by_place: dict[str, str] = {}  # paired with B's module of its name, at other numbers
     for name, cs in calls_of.items():
         got = [(c.call, by_b[j]) for c in cs if (j := alignment.pairs.get(c.index)) is not None]
         if not got:
             continue
+        what = ", ".join(f"#{k} with {_label(b.name, b.call)}" for k, b in got)
         if len({b.name for _, b in got}) == 1 and all(k == b.call for k, b in got):
             target[name] = got[0][1].name
+        elif all(b.name == name for _, b in got):
+            by_place[name] = what  # the names pair them by place: no rule needed
         else:
-            left_out[name] = ", ".join(f"#{k} with {_label(b.name, b.call)}" for k, b in got)
+            left_out[name] = what
     covered = dict(target)
     keep: list[str] = []  # modules a pattern or a shorter rule sends elsewhere: literal rules
     while True:
@@ -458,6 +488,9 @@ def print_map(
                 left_out[n] = "the rules would pair it otherwise"
             else:
                 keep.append(n)
+    for n, what in by_place.items():  # (unless the rules now pair them otherwise)
+        if any(paired.get(c.index) != alignment.pairs.get(c.index) for c in calls_of[n]):
+            left_out[n] = what
     total = len(alignment.pairs)
     same = sum(1 for i, j in alignment.pairs.items() if paired.get(i) == j)
     head = f"# --map rules for {alignment.method} alignment ({total} calls"
@@ -469,15 +502,16 @@ def print_map(
         text += [
             f"# left out: {len(names)} module(s) of A whose calls pair with several modules "
             "of B, or with calls of",
-            "# other numbers: a rule pairs call k with call k of one module; --align order "
-            "pairs them",
+            "# other numbers: a rule pairs call k with call k of one module"
+            + ("; --align order pairs them" if alignment.method == "order" else ""),
         ]
         text += [f"#   {n or '(root)'}: {why}" for n, why in left_out.items()]
         more = f" (+{len(names) - 4})" if len(names) > 4 else ""
         notes.append(
             f"--print-map: {len(names)} module(s) of A pair with B call by call as no --map "
             f"rule can say ({', '.join(n or '(root)' for n in names[:4])}{more}): the map "
-            "leaves them out (its # lines); --align order pairs them"
+            "leaves them out (its # lines)"
+            + ("; --align order pairs them" if alignment.method == "order" else "")
         )
     return "\n".join([*text, *lines]) + "\n", notes
 

@@ -141,9 +141,13 @@ class PassFailed(RunError):
             }
 
 
-def _infos(records: Sequence[Any], finished: Sequence[int] = ()) -> list[CallInfo]:
+def _infos(
+    records: Sequence[Any], finished: Sequence[int] = (), done: bool = True
+) -> list[CallInfo]:
     """The alignment's view of a pass's calls, each with the call it ran inside (the
-    innermost that began before it and returned after it, by ``finished``)."""
+    innermost that began before it and returned after it, by ``finished``): the calls
+    that returned (``done``), or else those that never did (a failed pass's open calls,
+    the parents of the calls that returned inside them)."""
     from hookcli.compare.align import CallInfo
 
     pos = {i: n for n, i in enumerate(finished)}
@@ -167,7 +171,7 @@ def _infos(records: Sequence[Any], finished: Sequence[int] = ()) -> list[CallInf
             parent[r.index],
         )
         for r in records
-        if r.done
+        if bool(r.done) == done
     ]
 
 
@@ -393,7 +397,10 @@ def _run_compare(a: Side, b: Side, plan: Plan, mode: Mode) -> CompareReport | st
         pb.outputs = foreseen.outputs
         pb.inputs = {j: refs for j in foreseen.input_refs if (refs := foreseen.unchanged_inputs(j))}
     infos_a, infos_b = _infos(pa.records, pa.finished), _infos(pb.records, pb.finished)
-    alignment = align(infos_a, infos_b, plan.rules, plan.align, stopped=bool(failures))
+    opened = (_infos(pa.records, pa.finished, False), _infos(pb.records, pb.finished, False))
+    alignment = align(
+        infos_a, infos_b, plan.rules, plan.align, stopped=bool(failures), opened=opened
+    )
     if not alignment.pairs and not failures:
         raise UsageError(
             "A and B have nothing aligned: no module name, --map rule or call sequence pairs "
@@ -1146,10 +1153,13 @@ def _input_diverged(i: int, pa: Pass, pb: Pass | None, alignment: Alignment, pla
 
 
 def _enclosing(i: int, pa: Pass) -> int | None:
-    """The innermost call that began before call ``i`` and returned after it."""
+    """The innermost call that began before call ``i`` and returned after it, or never
+    returned (a failed pass: the calls still open when it stopped enclose ``i``)."""
     pos = {k: n for n, k in enumerate(pa.finished)}
+    at = pos.get(i, math.inf)
     for j in range(i - 1, -1, -1):
-        if pos.get(j, -1) > pos.get(i, -1):
+        end = pos.get(j, math.inf)
+        if end > at or (end == at == math.inf):
             return j
     return None
 
@@ -1311,13 +1321,16 @@ def _report(
             )
         else:
             marks[key] = "<- first divergence" + (" (both)" if key in marks else "")
-    failed_marks, unreached = _failure_marks(failures, pa, b.model, plan)
-    if plan.depth is not None:  # a failed call --depth hides: its row at depth N says so
-        shown = {i: _shown(i, pa, by_a, plan.depth) for i in failed_marks}
-        failed_marks = {
-            shown[i]: m if shown[i] == i else m.replace("failed here", "failed inside")
-            for i, m in failed_marks.items()
-        }
+    sides, unreached = _failure_marks(failures, pa, b.model, plan, alignment)
+    merged: dict[int, tuple[bool, list[str]]] = {}  # row -> (a call it hides, who failed)
+    for i, who in sides.items():  # a failed call --depth hides: its row at depth N says so
+        at = _shown(i, pa, by_a, plan.depth)
+        inside, sofar = merged.get(at, (False, []))
+        merged[at] = (inside or at != i, sofar + [w for w in who if w not in sofar])
+    failed_marks = {
+        at: f"<- failed {'inside' if inside else 'here'} ({' and '.join(who)})"
+        for at, (inside, who) in merged.items()
+    }
     rows = []
     for r in pa.records:
         if plan.depth is not None and r.depth > plan.depth:
@@ -1367,8 +1380,8 @@ def _report(
             # B's call of another number is the partner: another call order)
             display["partner"] = "=" if rb.call == r.call else f"= #{rb.call}"
         mark = marks.get((r.name, r.call))
-        if r.index in failed_marks:
-            display["mark"] = failed_marks[r.index]
+        if r.index in failed_marks:  # (and the first divergence, where it is there)
+            display["mark"] = failed_marks[r.index] + (f"; {mark[3:]}" if mark else "")
         elif rb is None and r.index in unreached:
             display["mark"] = "(not compared: B failed)"
         elif rb is None and r.done:
@@ -1387,10 +1400,18 @@ def _report(
         )
         for j in alignment.unaligned_b
     ]
+    # A's calls with no partner because B stopped before (or in) their partner: not
+    # compared, listed apart from the calls B has no partner for
+    stopped = {i for i in alignment.unaligned_a if i in unreached or i in alignment.opened_pairs}
     unaligned_a = [
         {"name": by_a[i].name, "type": by_a[i].type, "call": by_a[i].call}
         for i in alignment.unaligned_a
-        if by_a[i].done
+        if by_a[i].done and i not in stopped
+    ]
+    not_compared = [
+        {"name": by_a[i].name, "type": by_a[i].type, "call": by_a[i].call}
+        for i in alignment.unaligned_a
+        if by_a[i].done and i in stopped
     ]
     ranking = _ranking(loc, alignment, by_a, by_b, plan.top)
     grad_ranking = _grad_ranking(rows, plan.top) if plan.backward and not meta else []
@@ -1399,14 +1420,20 @@ def _report(
     # a forward that stopped leaves the gate undecided, unless a divergence came first;
     # with --backward, a loss or backward that stopped leaves it so for the gradients
     grads = plan.backward and not meta
-    undecided = any(f.stage == "propagated" and (f.phase == "forward" or grads) for f in failures)
+    undecided = any(f.stage == "propagated" and f.phase == "forward" for f in failures)
+    # (a loss or backward that stopped: the forward is complete, the gradients are not)
+    grads_cut = grads and any(f.stage == "propagated" for f in failures)
     if plan.fail_on_divergence and not (undecided and first is None and first_grad is None):
         if meta and first is None:
             detail = "every aligned call's shapes agree; on meta no values are compared"
             checks = (CheckResult("divergence", True, detail),)
         elif first is None and first_grad is None:
             detail = "every aligned call within tolerance" + (
-                ", outputs and gradients" if grads else ""
+                ", outputs (the gradients are not complete: the loss or backward failed)"
+                if grads_cut
+                else ", outputs and gradients"
+                if grads
+                else ""
             )
             checks = (CheckResult("divergence", True, detail),)
         elif first is None:
@@ -1451,6 +1478,7 @@ def _report(
         "calls_b": len([r for r in pb.records if r.done]),
         "unaligned_a": len(unaligned_a),
         "unaligned_b": len(unaligned_b),
+        "not_compared": len(not_compared),
         "diverged_calls": sum(1 for d in prop.values() if d.diverged),
         "local_diverged_calls": sum(1 for d in loc.values() if d.diverged),
     }
@@ -1512,6 +1540,7 @@ def _report(
         ),
         "local_ranking": ranking,
         "unaligned_a": unaligned_a,
+        "not_compared": not_compared,
         "copied_weights": None
         if copied is None
         else [{"a": x, "b": y, "how": h} for x, y, h in copied.pairs],
@@ -1559,7 +1588,8 @@ def _report(
                 plan,
                 grad_ranking,
                 tensors=[t for d in prop.values() for t in d.tensors],
-                failed=bool(failures),
+                failures=failures,
+                not_compared=not_compared,
                 local_ran=local is not None or not plan.local,
                 floor=lowest_precision(b),
             )
@@ -1587,11 +1617,12 @@ def _no_grad_cells(data: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _failure_marks(
-    failures: Sequence[PassFailed], pa: Pass, model_b: Any, plan: Plan
-) -> tuple[dict[int, str], set[int]]:
-    """A's rows marked for a failure: the call that failed (A's own, or for B's the call
-    of A whose name maps to it, as ``--map`` maps names), ``<- failed here (SIDE)``; and
-    A's calls that B stopped before (B has the module, but no call of it returned)."""
+    failures: Sequence[PassFailed], pa: Pass, model_b: Any, plan: Plan, alignment: Alignment
+) -> tuple[dict[int, list[str]], set[int]]:
+    """A's calls marked for a failure, with the sides that failed there: the call that
+    failed (A's own, or for B's the call of A at its place in the alignment, else the one
+    whose name maps to it, as ``--map`` maps names); and A's calls that B stopped before
+    (B has the module, but no call of it returned)."""
     from hookcli.compare.align import map_name
 
     by_key = {(r.name, r.call): r.index for r in pa.records}
@@ -1604,18 +1635,22 @@ def _failure_marks(
         if f.side == "A":
             i = by_key.get((module, call))
         else:
-            i = next((r.index for r in pa.records
-                      if r.call == call and mapped[r.index] == module), None)  # fmt: skip
+            j = next((r.index for r in f.partial.records
+                      if (r.name, r.call) == (module, call)), None)  # fmt: skip
+            placed = {jb: ia for ia, jb in alignment.opened_pairs.items()}
+            i = placed.get(j) if j is not None else None
+            if i is None:
+                i = next((r.index for r in pa.records
+                          if r.call == call and mapped[r.index] == module), None)  # fmt: skip
         if i is not None:
             phase = f.phase if f.phase != "forward" else ""
             how = [w for w in (phase, f"{f.stage} mode" if f.stage != "propagated" else "") if w]
             sides.setdefault(i, []).append(f.side + (f" {', '.join(how)}" if how else ""))
-    marks = {i: f"<- failed here ({' and '.join(who)})" for i, who in sides.items()}
     unreached: set[int] = set()
     if any(f.side == "B" and f.stage == "propagated" for f in failures):
         names_b = {n for n, _ in model_b.named_modules()}
         unreached = {r.index for r in pa.records if r.done and mapped[r.index] in names_b}
-    return marks, unreached
+    return sides, unreached
 
 
 def _failure_error(failures: Sequence[PassFailed]) -> RunError | None:
@@ -1730,11 +1765,21 @@ def _totals_lines(
     plan: Plan,
     grad_ranking: Sequence[Mapping[str, Any]] = (),
     tensors: Sequence[Any] = (),
-    failed: bool = False,
+    failures: Sequence[PassFailed] = (),
     local_ran: bool = True,
     floor: str | None = None,
+    not_compared: Sequence[Mapping[str, Any]] = (),
 ) -> list[tuple[str, str]]:
+    """The lines under the table. After a failure, each line says how far its part got:
+    the propagated forward stopped only where a propagated pass failed in its forward
+    (one that failed in its loss or backward, or in the local mode, left it complete);
+    the propagated gradients where a propagated pass failed at all; the local mode's
+    figures where it failed, and ``not run`` where it did not run."""
     from hookcli.render import fmt_float
+
+    fwd_cut = any(f.stage == "propagated" and f.phase == "forward" for f in failures)
+    grad_cut = any(f.stage == "propagated" for f in failures)
+    local_cut = any(f.stage != "propagated" for f in failures)
 
     lines = [
         (
@@ -1747,6 +1792,8 @@ def _totals_lines(
         lines.append(("Unaligned in A", _cut([_call_name(u) for u in unaligned_a])))
     if unaligned_b:
         lines.append(("Unaligned in B", _cut([_call_name(r.data) for r in unaligned_b])))
+    if not_compared:
+        lines.append(("Not compared (B failed)", _cut([_call_name(u) for u in not_compared])))
     if not totals.get("values_compared", True):
         if first is None:
             text = "none in shapes (on meta no values are compared)"
@@ -1755,31 +1802,31 @@ def _totals_lines(
             lines += _div_lines("First divergence (shapes)", first)
         return lines
     before = "none in the calls compared before the failure"
+    not_run = "not run (the model failed before it)"
     lines += (
         [("First divergence", before)]
-        if failed and first is None
+        if fwd_cut and first is None
         else _div_lines("First divergence", first)
     )
     if not local_ran:
-        lines.append(("First divergence (local)", "not run (the model failed before it)"))
-    elif failed and first_local is None:
+        lines.append(("First divergence (local)", not_run))
+    elif local_cut and first_local is None:
         lines.append(("First divergence (local)", before))
     else:
         lines += _div_lines("First divergence (local)", first_local)
     if plan.backward:
-        for label, key in (
-            ("First grad divergence", "first_grad_divergence"),
-            ("First grad divergence (local)", "first_grad_divergence_local"),
+        for label, key, cut, ran in (
+            ("First grad divergence", "first_grad_divergence", grad_cut, not fwd_cut),
+            ("First grad divergence (local)", "first_grad_divergence_local", local_cut, local_ran),
         ):
             g = totals.get(key)
-            lines.append(
-                (
-                    label,
-                    ("none in the gradients that arrived before the failure" if failed else "none")
-                    if g is None
-                    else _grad_where(g),
-                )
-            )
+            if g is not None:
+                text = _grad_where(g)
+            elif not ran:
+                text = not_run
+            else:
+                text = "none in the gradients that arrived before the failure" if cut else "none"
+            lines.append((label, text))
     for label, ranks in (("Local ranking", ranking), ("Local grad ranking", grad_ranking)):
         adding = [r for r in ranks if r["rel_l2"]]
         if adding:
