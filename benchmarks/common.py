@@ -77,6 +77,8 @@ TARGETS: dict[str, str] = {
     "watch_resnet18_every50": "<= 1.02",
     "watch_inproc_resnet18": "<= 1.05",
     "watch_inproc_resnet18_every50": "<= 1.02",
+    "watch_inproc_cpu_resnet18": "<= 1.05",
+    "watch_inproc_cpu_resnet18_every50": "<= 1.02",
 }
 
 

@@ -115,6 +115,15 @@ class RowNorms:
         """Each tensor's norm, one float64 vector (a shape other than the plan's:
         ``RuntimeError``). ``each(j)`` runs just before tensor j is read (a copy or a
         difference made while the tensor is in the cache)."""
+        squares = torch.cat(self.rows(tensors, each)).to(torch.float64).square_()
+        sums = torch.zeros(len(tensors), dtype=torch.float64)
+        return sums.index_add_(0, self.segments, squares).sqrt_()
+
+    def rows(
+        self, tensors: list[torch.Tensor], each: Callable[[int], Any] | None = None
+    ) -> list[torch.Tensor]:
+        """The row norms of ``norms``, 1-D tensors in the order of ``segments``, not yet
+        added up (a caller that adds more values in the same sum: ``hookcli watch``)."""
         parts: list[torch.Tensor] = []
         for j, (t, shape, dims, low) in enumerate(
             zip(tensors, self.shapes, self.dims, self.low, strict=True)
@@ -124,9 +133,7 @@ class RowNorms:
             if each is not None:
                 each(j)
             parts.extend(_rows_of(t, dims, low))
-        squares = torch.cat(parts).to(torch.float64).square_()
-        sums = torch.zeros(len(tensors), dtype=torch.float64)
-        return sums.index_add_(0, self.segments, squares).sqrt_()
+        return parts
 
 
 def blocked_norm(t: torch.Tensor) -> torch.Tensor:

@@ -282,3 +282,79 @@ def test_an_inference_tensor_output_is_measured_and_the_watch_goes_on(nan_origin
     # (the first step's forward ran before the monitor knew a step was logged)
     got = [s["modules"]["rot"]["act"]["absmax"] for s in steps[1:]]
     assert got == [pytest.approx(want)] * 2
+
+
+def test_the_watchs_norm_vector_is_each_tensors_norm_in_fewer_operations() -> None:
+    """A model's norms, small and large CPU tensors interleaved (float32, half types):
+    a small tensor's norm is ``torch._foreach_norm``'s (what ``clip_grad_norm_``
+    computes) exactly, a large one's within 1e-6 of float64, NaN and Inf through,
+    ``each(j)`` once per large tensor, in the tensors' order."""
+    from hookcli.watch.figures import _norms, _Plan
+
+    big = [t.contiguous() for t in _tensors().values() if t.dtype == torch.float32]
+    for dtype in (torch.float32, torch.bfloat16, torch.float16):
+        gen = torch.Generator().manual_seed(1)
+        small = [torch.randn(n, generator=gen) for n in (10, 300, 7, 2000, 1)]
+        tensors = [t.to(dtype) for pair in zip(small, big, strict=False) for t in pair]
+        tensors += [t.to(dtype) for t in big[len(small) :]]
+        tensors[2] = tensors[2].clone().fill_(float("nan"))  # a small one
+        tensors[3] = tensors[3].clone()
+        tensors[3].view(-1)[5] = float("inf")  # a large one
+        tensors[4] = torch.zeros_like(tensors[4])
+        plan = _Plan.of(tensors)
+        assert plan.gather is not None  # the fused reading
+        seen: list[int] = []
+        got = _norms(tensors, plan, seen.append).tolist()
+        assert seen == list(range(len(plan.blocked)))
+        for i, (value, t) in enumerate(zip(got, tensors, strict=True)):
+            if t.numel() < BLOCKED_FROM:
+                low = torch.float32 if dtype != torch.float32 else None
+                (want,) = torch._foreach_norm([t], 2, dtype=low)
+                assert value == float(want) or (math.isnan(value) and math.isnan(want)), i
+            elif i == 3:
+                assert value == math.inf
+            else:
+                assert math.isclose(
+                    value, _exact(t), rel_tol=1e-6 if dtype == torch.float32 else 1e-3
+                ), i
+
+
+def test_the_parameters_copy_is_reused_then_let_go_when_the_watch_ends() -> None:
+    """On the CPU a logged step's copy of the parameters (for the update ratio) serves
+    every logged step of the watch, and is freed when its block ends while ``w`` (the
+    records) lives on. Each step's update ratio equals a plain copy's ||w1 - w0|| /
+    ||w0||."""
+    import gc
+    import weakref
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(256, 256), nn.ReLU(), nn.Linear(256, 8))
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    plain: list[float] = []
+    copies: list[list[weakref.ref[torch.Tensor]]] = []
+    with hookcli.watch(model, opt, every=1) as w:
+        for _ in range(3):
+            model(torch.randn(4, 256)).square().mean().backward()
+            before = [p.detach().clone() for p in model[0].parameters()]
+            opt.step()
+            after = list(model[0].parameters())
+            du = math.sqrt(
+                sum(
+                    float((a.detach().double() - b.double()).square().sum())
+                    for a, b in zip(after, before, strict=True)
+                )
+            )
+            w0 = math.sqrt(sum(float(b.double().square().sum()) for b in before))
+            plain.append(du / w0)
+            track = w._monitor._all_tracks[0]  # type: ignore[union-attr]
+            assert track.kept is not None
+            copies.append([weakref.ref(t) for t in track.kept])
+            opt.zero_grad()
+    # one buffer for the three logged steps
+    assert all(a() is b() for step in copies[1:] for a, b in zip(step, copies[0], strict=True))
+    gc.collect()
+    assert all(ref() is None for ref in copies[0])
+    ratios = [r["modules"]["0"]["update_ratio"] for r in w.records if r["kind"] == "step"]
+    assert len(ratios) == 3
+    for got, want in zip(ratios, plain, strict=True):
+        assert math.isclose(got, want, rel_tol=1e-5)

@@ -71,3 +71,29 @@ def test_every50_and_device_rows_find_their_noise_row() -> None:
     assert publish.status(results[4], results) == "met"
     # without rows beside it a figure is judged as measured
     assert publish.status(results[0]) == "met"
+
+
+def test_the_in_process_cpu_time_rows_are_judged_against_their_own_noise_row() -> None:
+    """bench_watch's process CPU-time figures (beside the wall-clock ones, the same
+    rounds) carry the same targets and are judged against the CPU-time noise row,
+    not the wall clock's."""
+    from benchmarks import publish
+    from benchmarks.common import target_line
+
+    results = [
+        _row("watch_inproc_resnet18_every50", 1.030),
+        _row("watch_inproc_resnet18_again", 1.040),  # a noisy wall clock
+        _row("watch_inproc_cpu_resnet18_every50", 1.030),
+        _row("watch_inproc_cpu_resnet18_again", 1.002),  # a steadier CPU time
+        _row("watch_inproc_cpu_resnet18", 1.010),
+    ]
+    assert publish.noise_row(results[2], results) is results[3]
+    assert publish.noise_row(results[4], results) is results[3]
+    assert publish.target(results[2]) == "<= 1.02"
+    assert publish.target(results[4]) == "<= 1.05"
+    # over 1.02 by 0.010: inside the wall clock's noise (0.040), outside the CPU time's
+    assert publish.status(results[0], results) == "within noise"
+    assert publish.status(results[2], results) == "NOT MET"
+    assert publish.status(results[4], results) == "met"
+    line = target_line("x", 1.030, "watch_inproc_cpu_resnet18_every50", 1.002)
+    assert line.endswith("(target <= 1.02: NOT MET)")

@@ -30,6 +30,10 @@ class _Plan:
     rows: RowNorms | None = None  # how ``blocked`` is read
     # where each tensor's norm is in _norms' vector (None: in order already)
     inverse: torch.Tensor | None = field(default=None, compare=False)
+    # one group and large CPU tensors, nothing else: the tensor (in the tensors' order)
+    # of each value that ``_norms`` adds up in one float64 sum: the group's norms, then
+    # the large tensors' row norms (``RowNorms.segments``)
+    gather: torch.Tensor | None = field(default=None, compare=False)
 
     @staticmethod
     def of(tensors: list[torch.Tensor]) -> _Plan:
@@ -52,7 +56,12 @@ class _Plan:
             inverse = torch.empty(len(order), dtype=torch.long)
             inverse[torch.tensor(order, dtype=torch.long)] = torch.arange(len(order))
         single = len(plan) == 1 and not others
-        return _Plan(plan, tuple(others), single, tuple(blocked), rows, inverse)
+        gather = None
+        dtype = next(iter(groups))[1] if groups else None
+        if single and rows is not None and dtype in (torch.float32, *LOW_PRECISION):
+            big = torch.tensor(blocked, dtype=torch.long)
+            gather = torch.cat([torch.tensor(plan[0][1], dtype=torch.long), big[rows.segments]])
+        return _Plan(plan, tuple(others), single, tuple(blocked), rows, inverse, gather)
 
 
 def _copies(
@@ -185,6 +194,19 @@ def _norms(
     """The norm vector of ``_norm_vector`` (``each``: see ``RowNorms.norms``)."""
     if plan.single and not plan.blocked:
         return torch.stack(_foreach(tensors, plan.groups[0][0]))
+    if plan.gather is not None and plan.rows is not None:
+        # float32 or half-type tensors, one group of them and large CPU ones: the
+        # group's norms and the large tensors' row norms (float32 all) squared into one
+        # float64 sum per tensor, in the tensors' order. A float32 norm comes back
+        # exactly (its square is exact in float64, and so is the square root of an
+        # exact square), the rows add up in the order ``RowNorms.norms`` adds them:
+        # ``_norms``' vector in five operations fewer
+        low, idx = plan.groups[0]
+        parts = [torch.stack(_foreach([tensors[i] for i in idx], low))] if idx else []
+        parts += plan.rows.rows([tensors[i] for i in plan.blocked], each)
+        squares = torch.cat(parts).to(torch.float64).square_()
+        out = torch.zeros(len(tensors), dtype=torch.float64)
+        return out.index_add_(0, plan.gather, squares).sqrt_()
     # one float64 vector in the plan's order (its groups, the large CPU tensors, the
     # others), then in the tensors' order
     pieces: list[torch.Tensor] = []
@@ -213,7 +235,7 @@ class _Host:
         self._flat: list[float] | None = None
         self._event: Any = None
         self._buffer: torch.Tensor | None = None
-        if all(p is None or p.device.type == "cpu" for p in parts):
+        if all(p is None or p.is_cpu for p in parts):
             self._lists = [_listed(p) for p in parts]
             return
         present = [p.reshape(-1).to(torch.float64) for p in parts if p is not None]

@@ -211,10 +211,13 @@ class Monitor:
         return self
 
     def uninstall(self) -> None:
-        """Remove every hook and the wrapper (the Python API's ``__exit__``)."""
+        """Remove every hook and the wrapper (the Python API's ``__exit__``), and let go
+        of the parameters' copy kept between logged steps (``_begin``)."""
         for handle in self._handles:
             handle.remove()
         self._handles.clear()
+        for track in self._all_tracks:
+            track.kept = None
         if self._forward is not None:
             self._forward.remove()
             self._forward = None
@@ -814,10 +817,11 @@ class Monitor:
                 params = _weights(track)
                 if track.mode == "optimizer":
                     weights, before = _copies_normed(params, track.plans, track.kept)
-                    if all(b.device.type == "cpu" for b in before[:1]):
+                    if before[:1] and before[0].is_cpu:
                         # On the CPU a new buffer of the parameters' size costs its page
                         # faults again on every logged step: the copy is kept for the
-                        # next one (CUDA's caching allocator reuses a freed one anyway).
+                        # next one until the watch ends (``uninstall``); CUDA's caching
+                        # allocator reuses a freed one anyway.
                         track.kept = before
                 else:
                     weights = _norm_vector(params, track.plans, "weights")
