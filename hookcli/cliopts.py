@@ -325,6 +325,9 @@ def forwards(
 
     def decorate(fn: Callable[[], None]) -> Callable[..., int]:
         def command(**options: Any) -> int:
+            for p in flat:  # a direct call (a benchmark, a test) gets the signature's defaults
+                if p.name not in options and p.default is not REQUIRED:
+                    options[p.name] = p.default
             for name, convert in converters.items():
                 if options.get(name) is not None:
                     options[name] = convert(options[name])
