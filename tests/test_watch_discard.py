@@ -377,3 +377,58 @@ def test_a_backward_that_misses_the_model_is_not_a_discard() -> None:
             losses.append(aux.item() + loss.item())
     assert not records(w, "skipped")
     assert [s["loss"] for s in records(w, "step")] == pytest.approx(losses, rel=1e-6)
+
+
+def _watched(tmp_path: Path, source: str) -> tuple[subprocess.CompletedProcess[str], list[Any]]:
+    """``hookcli watch`` over a script that prints ``SCRIPT {json}`` lines: the run and
+    its steps.jsonl records."""
+    script, out = tmp_path / "train.py", tmp_path / "run"
+    script.write_text(source)
+    r = subprocess.run(
+        [*WATCH, "--out", str(out), "--", sys.executable, str(script)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    path = out / "steps.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return r, [json.loads(line) for line in lines]
+
+
+def _printed(r: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    return [json.loads(line[7:]) for line in r.stderr.splitlines() if line.startswith("SCRIPT ")]
+
+
+GAN_SEPARATE = """\
+import json, sys, torch, torch.nn as nn
+torch.manual_seed(0)
+G = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 4))
+D = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+oG = torch.optim.Adam(G.parameters(), 1e-3); oD = torch.optim.Adam(D.parameters(), 1e-3)
+for i in range(4):
+    x, z = torch.randn(4, 4), torch.randn(4, 2)
+    oD.zero_grad(); dl = D(x).mean() - D(G(z).detach()).mean(); dl.backward(); oD.step()
+    oG.zero_grad(); gl = -D(G(z)).mean(); gl.backward(); D.zero_grad(); oG.step()
+    print("SCRIPT " + json.dumps({"dl": dl.item(), "gl": gl.item()}), file=sys.stderr, flush=True)
+"""
+
+
+def test_zeroing_one_model_while_one_not_yet_stepped_holds_gradients_is_no_discard(
+    tmp_path: Path,
+) -> None:
+    """A GAN: G's backward fills D's gradients too, and ``D.zero_grad()`` before
+    ``oG.step()`` clears them. On the first iteration G has not stepped yet: its
+    gradients are still another model's, so nothing is discarded."""
+    r, lines = _watched(tmp_path, GAN_SEPARATE)
+    assert r.returncode == 0, r.stderr[-2000:]
+    printed = _printed(r)
+    assert not [x for x in lines if x["kind"] == "skipped"]
+    steps = [x for x in lines if x["kind"] == "step"]
+    by_opt: dict[int, list[dict[str, Any]]] = {}
+    for s in steps:
+        by_opt.setdefault(s["opt"], []).append(s)
+    d_steps, g_steps = by_opt[0], by_opt[1]  # D stepped first
+    assert [s["loss"] for s in d_steps] == [p["dl"] for p in printed]
+    assert [s["loss"] for s in g_steps] == [p["gl"] for p in printed]
+    assert [s["backwards"] for s in steps] == [1] * 8

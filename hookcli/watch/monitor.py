@@ -737,13 +737,25 @@ class Monitor:
                     if track is not None and track.mode == "optimizer" and track not in tracks:
                         tracks.append(track)
             held = [t for t in self._all_tracks if t.mode == "optimizer" and _holds(t)]
-            if len(tracks) == 1 and held == tracks:
+            if len(tracks) == 1 and held == tracks and not self._untracked_hold(cleared):
                 track = tracks[0]
                 if all(id(p) in cleared for p in track.params if p.grad is not None):
                     self._drain()
                     self._discard(track, "zero_grad")
         except Exception as err:
             self._broken(err)
+
+    def _untracked_hold(self, cleared: set[int]) -> bool:
+        """Whether an optimizer that has not stepped yet (no track: a GAN's generator
+        before its first ``step()``) holds a gradient that ``zero_grad`` leaves: the
+        backward since the last step was (also) another model's, not a discard."""
+        return any(
+            p.grad is not None and id(p) not in cleared
+            for opt in self._optimizers()
+            if opt not in self._tracks and opt not in self._ignored
+            for g in opt.param_groups
+            for p in g["params"]
+        )
 
     def _gone(self) -> None:
         """A backward begins and one has run since the last step: where a clipping call
