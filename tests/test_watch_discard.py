@@ -432,3 +432,26 @@ def test_zeroing_one_model_while_one_not_yet_stepped_holds_gradients_is_no_disca
     assert [s["loss"] for s in d_steps] == [p["dl"] for p in printed]
     assert [s["loss"] for s in g_steps] == [p["gl"] for p in printed]
     assert [s["backwards"] for s in steps] == [1] * 8
+
+
+def test_nothing_recorded_says_a_backward_ran_and_no_step_completed(tmp_path: Path) -> None:
+    """An LBFGS closure that runs its backward and raises (the script catches it): no
+    step is recorded, and the reason says what did happen."""
+    r, lines = _watched(
+        tmp_path,
+        "import json, sys, torch\n"
+        "m = torch.nn.Linear(4, 1); opt = torch.optim.LBFGS(m.parameters(), max_iter=2)\n"
+        "def closure():\n"
+        "    opt.zero_grad(); l = m(torch.randn(4, 4)).pow(2).mean(); l.backward()\n"
+        "    raise ValueError('in closure')\n"
+        "try: opt.step(closure)\n"
+        "except ValueError as e:\n"
+        "    grads = all(p.grad is not None for p in m.parameters())\n"
+        "    print('SCRIPT ' + json.dumps({'grads': grads, 'error': str(e)}), file=sys.stderr)\n",
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert _printed(r) == [{"grads": True, "error": "in closure"}]  # its backward ran
+    assert not [x for x in lines if x["kind"] == "step"]
+    (why,) = [line for line in r.stderr.splitlines() if "none recorded a step" in line]
+    assert "a backward ran" in why and "no backward" not in why
+    assert "1 optimizer.step() call began and none completed" in why

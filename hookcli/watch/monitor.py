@@ -1016,6 +1016,8 @@ class Monitor:
                             for t in self._all_tracks
                         },
                         "time": self._now(),
+                        "step_calls": self._pre_count,
+                        "backward_since_step": self._since_step,
                     }
                 )
         with contextlib.suppress(Exception):
