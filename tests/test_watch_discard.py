@@ -455,3 +455,41 @@ def test_nothing_recorded_says_a_backward_ran_and_no_step_completed(tmp_path: Pa
     (why,) = [line for line in r.stderr.splitlines() if "none recorded a step" in line]
     assert "a backward ran" in why and "no backward" not in why
     assert "1 optimizer.step() call began and none completed" in why
+
+
+GAN_ONE_MODULE = """\
+import json, sys, torch, torch.nn as nn
+class GAN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.G = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 4))
+        self.D = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+torch.manual_seed(0); m = GAN()
+oG = torch.optim.Adam(m.G.parameters(), 1e-3); oD = torch.optim.Adam(m.D.parameters(), 1e-2)
+def freeze(mod, f):
+    for p in mod.parameters(): p.requires_grad_(not f)
+for i in range(6):
+    x, z = torch.randn(4, 4), torch.randn(4, 2)
+    freeze(m.D, True); gl = -m.D(m.G(z)).mean(); gl.backward(); oG.step(); oG.zero_grad()
+    freeze(m.D, False)
+    freeze(m.G, True); dl = m.D(x).mean() - m.D(m.G(z)).mean(); dl.backward(); oD.step()
+    oD.zero_grad(); freeze(m.G, False)
+    print("SCRIPT " + json.dumps({"gl": gl.item(), "dl": dl.item()}), file=sys.stderr, flush=True)
+"""
+
+
+def test_one_module_whose_optimizers_each_have_a_backward_steps_per_optimizer(
+    tmp_path: Path,
+) -> None:
+    """A GAN in one module, toggle_optimizer style: G's backward and step, then D's.
+    Each optimizer's step is a step with its own backward's loss, and names it."""
+    r, lines = _watched(tmp_path, GAN_ONE_MODULE)
+    assert r.returncode == 0, r.stderr[-2000:]
+    printed = _printed(r)
+    steps = [x for x in lines if x["kind"] == "step"]
+    assert [s["loss"] for s in steps] == [v for p in printed for v in (p["gl"], p["dl"])]
+    assert [s["optimizers"] for s in steps] == [[0], [1]] * 6
+    assert [s["lr"] for s in steps] == [[1e-3], [1e-2]] * 6
+    assert [s["backwards"] for s in steps] == [1] * 12
+    (model,) = [x for x in lines if x["kind"] == "model"]
+    assert model["optimizer"] == "Adam+Adam" and not [x for x in lines if x["kind"] == "skipped"]

@@ -908,6 +908,8 @@ class Monitor:
         step = track.pending
         assert step is not None
         track.pending = None
+        if len(track.members) > 1:  # which of the model's optimizers took the step
+            step._by = [i for i, k in enumerate(track.members) if k in track.joined]  # type: ignore[attr-defined]
         now = time.perf_counter()
         step.step_time = None if track.last_post is None else round(now - track.last_post, 6)
         track.last_post = now
