@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -493,3 +494,32 @@ def test_one_module_whose_optimizers_each_have_a_backward_steps_per_optimizer(
     assert [s["backwards"] for s in steps] == [1] * 12
     (model,) = [x for x in lines if x["kind"] == "model"]
     assert model["optimizer"] == "Adam+Adam" and not [x for x in lines if x["kind"] == "skipped"]
+
+
+def test_the_table_and_page_say_which_norm_each_grad_norm_is_in() -> None:
+    """Clipping with the inf-norm: ``grad_norm`` is what the clip returned (inf-norm),
+    ``grad_norm_applied`` the L2 of what ``step()`` applied; the table's totals line and
+    the page's models table label each with its norm."""
+    from hookcli.fmt import fmt_float
+    from hookcli.html import render_html
+
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with hookcli.watch(model, opt) as w:
+        for _ in range(3):
+            model(torch.randn(4, 8)).pow(2).sum().backward()
+            returned = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1, math.inf))
+            applied = float(
+                torch.linalg.vector_norm(
+                    torch.cat([p.grad.flatten() for p in model.parameters()]).double()
+                )
+            )
+            opt.step()
+            opt.zero_grad()
+    report = w.report()
+    (line,) = [v for k, v in report.table_totals if k == "grad norm"]
+    assert line.startswith(f"{fmt_float(returned)} (max ")
+    assert "(inf-norm) before clipping; " in line
+    assert f"; {fmt_float(applied)} as applied (L2, 3 clipped steps)" in line
+    page = re.sub(r"<[^>]+>", "", render_html(report))  # the cells' text
+    assert f"{fmt_float(returned)} (inf-norm)" in page and f"{fmt_float(applied)} (L2)" in page
