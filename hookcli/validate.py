@@ -81,11 +81,19 @@ def check_number(value: Any, option: str, *, low: float | None = 0.0) -> float |
     """None or a finite real number (>= ``low`` when given)."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise UsageError(f"{option} must be a finite number, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not _finite(value):
+        raise UsageError(f"{option} must be a finite number, got {value!r:.60}")
     if low is not None and value < low:
         raise UsageError(f"{option} must be >= {low:g}, got {value!r}")
     return value
+
+
+def _finite(value: float) -> bool:
+    """Finite as a float: an int too large for one (``10**400``) is not."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def choice(value: Any, kind: type[E], option: str) -> E:

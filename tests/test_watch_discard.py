@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -377,3 +378,148 @@ def test_a_backward_that_misses_the_model_is_not_a_discard() -> None:
             losses.append(aux.item() + loss.item())
     assert not records(w, "skipped")
     assert [s["loss"] for s in records(w, "step")] == pytest.approx(losses, rel=1e-6)
+
+
+def _watched(tmp_path: Path, source: str) -> tuple[subprocess.CompletedProcess[str], list[Any]]:
+    """``hookcli watch`` over a script that prints ``SCRIPT {json}`` lines: the run and
+    its steps.jsonl records."""
+    script, out = tmp_path / "train.py", tmp_path / "run"
+    script.write_text(source)
+    r = subprocess.run(
+        [*WATCH, "--out", str(out), "--", sys.executable, str(script)],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    path = out / "steps.jsonl"
+    lines = path.read_text().splitlines() if path.exists() else []
+    return r, [json.loads(line) for line in lines]
+
+
+def _printed(r: subprocess.CompletedProcess[str]) -> list[dict[str, Any]]:
+    return [json.loads(line[7:]) for line in r.stderr.splitlines() if line.startswith("SCRIPT ")]
+
+
+GAN_SEPARATE = """\
+import json, sys, torch, torch.nn as nn
+torch.manual_seed(0)
+G = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 4))
+D = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+oG = torch.optim.Adam(G.parameters(), 1e-3); oD = torch.optim.Adam(D.parameters(), 1e-3)
+for i in range(4):
+    x, z = torch.randn(4, 4), torch.randn(4, 2)
+    oD.zero_grad(); dl = D(x).mean() - D(G(z).detach()).mean(); dl.backward(); oD.step()
+    oG.zero_grad(); gl = -D(G(z)).mean(); gl.backward(); D.zero_grad(); oG.step()
+    print("SCRIPT " + json.dumps({"dl": dl.item(), "gl": gl.item()}), file=sys.stderr, flush=True)
+"""
+
+
+def test_zeroing_one_model_while_one_not_yet_stepped_holds_gradients_is_no_discard(
+    tmp_path: Path,
+) -> None:
+    """A GAN: G's backward fills D's gradients too, and ``D.zero_grad()`` before
+    ``oG.step()`` clears them. On the first iteration G has not stepped yet: its
+    gradients are still another model's, so nothing is discarded."""
+    r, lines = _watched(tmp_path, GAN_SEPARATE)
+    assert r.returncode == 0, r.stderr[-2000:]
+    printed = _printed(r)
+    assert not [x for x in lines if x["kind"] == "skipped"]
+    steps = [x for x in lines if x["kind"] == "step"]
+    by_opt: dict[int, list[dict[str, Any]]] = {}
+    for s in steps:
+        by_opt.setdefault(s["opt"], []).append(s)
+    d_steps, g_steps = by_opt[0], by_opt[1]  # D stepped first
+    assert [s["loss"] for s in d_steps] == [p["dl"] for p in printed]
+    assert [s["loss"] for s in g_steps] == [p["gl"] for p in printed]
+    assert [s["backwards"] for s in steps] == [1] * 8
+
+
+def test_nothing_recorded_says_a_backward_ran_and_no_step_completed(tmp_path: Path) -> None:
+    """An LBFGS closure that runs its backward and raises (the script catches it): no
+    step is recorded, and the reason says what did happen."""
+    r, lines = _watched(
+        tmp_path,
+        "import json, sys, torch\n"
+        "m = torch.nn.Linear(4, 1); opt = torch.optim.LBFGS(m.parameters(), max_iter=2)\n"
+        "def closure():\n"
+        "    opt.zero_grad(); l = m(torch.randn(4, 4)).pow(2).mean(); l.backward()\n"
+        "    raise ValueError('in closure')\n"
+        "try: opt.step(closure)\n"
+        "except ValueError as e:\n"
+        "    grads = all(p.grad is not None for p in m.parameters())\n"
+        "    print('SCRIPT ' + json.dumps({'grads': grads, 'error': str(e)}), file=sys.stderr)\n",
+    )
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert _printed(r) == [{"grads": True, "error": "in closure"}]  # its backward ran
+    assert not [x for x in lines if x["kind"] == "step"]
+    (why,) = [line for line in r.stderr.splitlines() if "none recorded a step" in line]
+    assert "a backward ran" in why and "no backward" not in why
+    assert "1 optimizer.step() call began and none completed" in why
+
+
+GAN_ONE_MODULE = """\
+import json, sys, torch, torch.nn as nn
+class GAN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.G = nn.Sequential(nn.Linear(2, 8), nn.ReLU(), nn.Linear(8, 4))
+        self.D = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 1))
+torch.manual_seed(0); m = GAN()
+oG = torch.optim.Adam(m.G.parameters(), 1e-3); oD = torch.optim.Adam(m.D.parameters(), 1e-2)
+def freeze(mod, f):
+    for p in mod.parameters(): p.requires_grad_(not f)
+for i in range(6):
+    x, z = torch.randn(4, 4), torch.randn(4, 2)
+    freeze(m.D, True); gl = -m.D(m.G(z)).mean(); gl.backward(); oG.step(); oG.zero_grad()
+    freeze(m.D, False)
+    freeze(m.G, True); dl = m.D(x).mean() - m.D(m.G(z)).mean(); dl.backward(); oD.step()
+    oD.zero_grad(); freeze(m.G, False)
+    print("SCRIPT " + json.dumps({"gl": gl.item(), "dl": dl.item()}), file=sys.stderr, flush=True)
+"""
+
+
+def test_one_module_whose_optimizers_each_have_a_backward_steps_per_optimizer(
+    tmp_path: Path,
+) -> None:
+    """A GAN in one module, toggle_optimizer style: G's backward and step, then D's.
+    Each optimizer's step is a step with its own backward's loss, and names it."""
+    r, lines = _watched(tmp_path, GAN_ONE_MODULE)
+    assert r.returncode == 0, r.stderr[-2000:]
+    printed = _printed(r)
+    steps = [x for x in lines if x["kind"] == "step"]
+    assert [s["loss"] for s in steps] == [v for p in printed for v in (p["gl"], p["dl"])]
+    assert [s["optimizers"] for s in steps] == [[0], [1]] * 6
+    assert [s["lr"] for s in steps] == [[1e-3], [1e-2]] * 6
+    assert [s["backwards"] for s in steps] == [1] * 12
+    (model,) = [x for x in lines if x["kind"] == "model"]
+    assert model["optimizer"] == "Adam+Adam" and not [x for x in lines if x["kind"] == "skipped"]
+
+
+def test_the_table_and_page_say_which_norm_each_grad_norm_is_in() -> None:
+    """Clipping with the inf-norm: ``grad_norm`` is what the clip returned (inf-norm),
+    ``grad_norm_applied`` the L2 of what ``step()`` applied; the table's totals line and
+    the page's models table label each with its norm."""
+    from hookcli.fmt import fmt_float
+    from hookcli.html import render_html
+
+    model = net()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    with hookcli.watch(model, opt) as w:
+        for _ in range(3):
+            model(torch.randn(4, 8)).pow(2).sum().backward()
+            returned = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.1, math.inf))
+            applied = float(
+                torch.linalg.vector_norm(
+                    torch.cat([p.grad.flatten() for p in model.parameters()]).double()
+                )
+            )
+            opt.step()
+            opt.zero_grad()
+    report = w.report()
+    (line,) = [v for k, v in report.table_totals if k == "grad norm"]
+    assert line.startswith(f"{fmt_float(returned)} (max ")
+    assert "(inf-norm) before clipping; " in line
+    assert f"; {fmt_float(applied)} as applied (L2, 3 clipped steps)" in line
+    page = re.sub(r"<[^>]+>", "", render_html(report))  # the cells' text
+    assert f"{fmt_float(returned)} (inf-norm)" in page and f"{fmt_float(applied)} (L2)" in page

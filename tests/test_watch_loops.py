@@ -208,6 +208,7 @@ def test_two_optimizers_over_one_model_are_one_model() -> None:
     assert [r["loss"] for r in records] == losses
     assert all(close(r["grad_norm"], n) for r, n in zip(records, norms, strict=True))
     assert len(records[-1]["lr"]) == 2
+    assert [r["optimizers"] for r in records] == [[0, 1]] * 3  # both took every step
     ratio = l2([p - h for p, h in zip(model[2].parameters(), head, strict=True)]) / l2(head)
     assert close(records[-1]["modules"]["2"]["update_ratio"], ratio, 1e-4)
     rows = w.report().layers

@@ -126,7 +126,7 @@ def _mlp() -> tuple[nn.Module, torch.optim.Optimizer]:
 
 
 @pytest.mark.parametrize("name", ["min_grad_norm", "max_grad_norm", "max_update_ratio"])
-@pytest.mark.parametrize("value", [math.nan, math.inf, -1.0])
+@pytest.mark.parametrize("value", [math.nan, math.inf, -1.0, pytest.param(10**400, id="10**400")])
 def test_a_threshold_that_could_never_fail_is_refused_from_python(name: str, value: float) -> None:
     """As ``hookcli watch --max-grad-norm nan`` is (exit 2), and with what
     ``hookcli.grads`` raises for the same argument."""
@@ -134,6 +134,8 @@ def test_a_threshold_that_could_never_fail_is_refused_from_python(name: str, val
     with pytest.raises(UsageError) as info:
         hookcli.watch(model, opt, **{name: value})
     assert str(info.value).startswith(f"{name} must be ")
+    if value != -1.0:  # an int beyond any float (10**400) is not finite either
+        assert str(info.value).startswith(f"{name} must be a finite number, got ")
     if name != "max_update_ratio":  # grads has the two grad-norm bounds
         with pytest.raises(UsageError) as twin:
             hookcli.grads(model, "2,8", **{name: value})

@@ -158,7 +158,8 @@ def nested_html(value: Any, key: str = "", depth: int = 0) -> Any:
         body = "".join(
             "<tr>"
             + "".join(
-                f"<td>{nested_html(row.get(k), str(k), depth + 1) if k in row else '-'}</td>"
+                f"<td>{nested_html(row.get(k), str(k), depth + 1) if k in row else '-'}"
+                f"{_norm_of(row, k)}</td>"
                 for k in keys
             )
             + "</tr>"
@@ -171,6 +172,19 @@ def nested_html(value: Any, key: str = "", depth: int = 0) -> Any:
         items = "".join(f"<li>{nested_html(v, key, depth + 1)}</li>" for v in value)
         return Markup(f'<ul class="nested">{items}</ul>')
     return escape(fmt_value(value, key))
+
+
+def _norm_of(row: Mapping[str, Any], key: str) -> str:
+    """Beside a watch model's grad norms where its ``grad_norm`` is of another norm
+    than L2 (``norm_type``): which norm each cell is in, for the applied one is L2."""
+    kind = row.get("norm_type")
+    if kind is None or not key.startswith("grad_norm") or row.get(key) is None:
+        return ""
+    from markupsafe import escape
+
+    if key.startswith("grad_norm_applied"):
+        return " (L2)"
+    return str(escape(f" ({kind if isinstance(kind, str) else format(kind, 'g')}-norm)"))
 
 
 def _exact(value: Any) -> str | None:

@@ -740,13 +740,25 @@ class Monitor:
                     if track is not None and track.mode == "optimizer" and track not in tracks:
                         tracks.append(track)
             held = [t for t in self._all_tracks if t.mode == "optimizer" and _holds(t)]
-            if len(tracks) == 1 and held == tracks:
+            if len(tracks) == 1 and held == tracks and not self._untracked_hold(cleared):
                 track = tracks[0]
                 if all(id(p) in cleared for p in track.params if p.grad is not None):
                     self._drain()
                     self._discard(track, "zero_grad")
         except Exception as err:
             self._broken(err)
+
+    def _untracked_hold(self, cleared: set[int]) -> bool:
+        """Whether an optimizer that has not stepped yet (no track: a GAN's generator
+        before its first ``step()``) holds a gradient that ``zero_grad`` leaves: the
+        backward since the last step was (also) another model's, not a discard."""
+        return any(
+            p.grad is not None and id(p) not in cleared
+            for opt in self._optimizers()
+            if opt not in self._tracks and opt not in self._ignored
+            for g in opt.param_groups
+            for p in g["params"]
+        )
 
     def _gone(self) -> None:
         """A backward begins and one has run since the last step: where a clipping call
@@ -900,6 +912,8 @@ class Monitor:
         step = track.pending
         assert step is not None
         track.pending = None
+        if len(track.members) > 1:  # which of the model's optimizers took the step
+            step._by = [i for i, k in enumerate(track.members) if k in track.joined]  # type: ignore[attr-defined]
         now = time.perf_counter()
         step.step_time = None if track.last_post is None else round(now - track.last_post, 6)
         track.last_post = now
@@ -1008,6 +1022,8 @@ class Monitor:
                             for t in self._all_tracks
                         },
                         "time": self._now(),
+                        "step_calls": self._pre_count,
+                        "backward_since_step": self._since_step,
                     }
                 )
         with contextlib.suppress(Exception):

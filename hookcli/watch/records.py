@@ -125,6 +125,9 @@ def step_record(
         "grad_norm_applied": applied,
         "lr": lrs,
     }
+    by = getattr(step, "_by", None)
+    if by is not None:
+        record["optimizers"] = by
     if values[3] and step.pre_type != 2.0:
         record["norm_type"] = norm_type(step.pre_type)
         record["clipped"] = not unchanged  # (grad_norm and the applied L2 differ anyway)

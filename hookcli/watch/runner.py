@@ -591,9 +591,11 @@ def watch_command(run: WatchRun) -> tuple[Any, int, Outcome]:
     from hookcli.watch.summary import build_report
 
     armed = _armed(out)
-    checks = gate_results(run.gates, run.stop_on, processes, lambda: _why_unwatched(armed))
+    checks = gate_results(
+        run.gates, run.stop_on, processes, lambda: _why_unwatched(armed, processes)
+    )
     if not recorded_a_step(processes):
-        unwatched = _why_unwatched(armed)
+        unwatched = _why_unwatched(armed, processes)
         asked = asked_checks(run.gates, run.stop_on)
         if asked:  # a check that saw nothing is no pass
             print(
@@ -659,13 +661,29 @@ def _armed(out: Path) -> set[int]:
     return {int(w) for w in text.split() if w.isdigit()}
 
 
-def _why_unwatched(armed: set[int]) -> str:
-    """Why a run recorded no step, in a clause."""
+def _why_unwatched(armed: set[int], processes: Sequence[Process] = ()) -> str:
+    """Why a run recorded no step, in a clause: what did happen, from the processes'
+    end records (none: the process never trained, or was killed)."""
     if armed:
         n = len(armed)
+        ends = [p.end for p in processes if p.end]
+        calls = sum(int(e.get("step_calls") or 0) for e in ends)
+        dropped = sum(len(p.discarded) for p in processes)
+        did = [
+            f"{calls} optimizer.step() call{'s' if calls > 1 else ''} began and none completed "
+            "over module parameters"
+            if calls
+            else "no optimizer.step() over module parameters"
+        ]
+        if dropped:
+            did.append(f"{dropped} iteration{'s' if dropped > 1 else ''} discarded")
+        if any(e.get("backward_since_step") for e in ends):
+            did.insert(0, "a backward ran")
+        elif not dropped:
+            did.append("no backward")
         return (
             f"{n} Python process{'es' if n > 1 else ''} armed the monitor (imported torch) but "
-            "none recorded a step (no optimizer.step() over module parameters, no backward)"
+            f"none recorded a step ({', '.join(did)})"
         )
     if os.environ.get(ENV_OFF) == "0":
         return f"no Python process armed the monitor ({ENV_OFF}=0 is set)"

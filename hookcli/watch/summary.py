@@ -289,7 +289,7 @@ def build_report(
         if t["clipped_steps"]:
             grad += (
                 f" before clipping; {fmt_float(t['grad_norm_applied_last'])} as applied "
-                f"({t['clipped_steps']} clipped steps)"
+                f"({'L2, ' if kind is not None else ''}{t['clipped_steps']} clipped steps)"
             )
         table_totals.append((f"{prefix}grad norm", grad))
         if t["skipped_steps"]:

@@ -86,6 +86,23 @@ def test_lightning_manual_optimization(tmp_path: Path) -> None:
         assert close(s["grad_norm"], mine["grad_norm"]), (s, mine)  # clip_grad_norm_'s return
 
 
+def test_lightning_manual_optimization_gan_steps_per_optimizer(tmp_path: Path) -> None:
+    """Lightning's GAN pattern (one module, two optimizers, toggle_optimizer, a
+    manual_backward per optimizer): each optimizer's step is a step, with that
+    backward's loss, naming its optimizer."""
+    need("pytorch_lightning")
+    seen_file = tmp_path / "seen.json"
+    command = (sys.executable, str(SCRIPTS / "lightning_gan.py"), str(seen_file))
+    r = watch(tmp_path / "run", *command, "--batches", "3")
+    assert r.returncode == 0, r.stderr[-3000:]
+    seen = json.loads(seen_file.read_text())
+    steps = steps_of(tmp_path / "run" / "steps.jsonl")
+    assert [s["loss"] for s in steps] == [v for b in seen for v in (b["g_loss"], b["d_loss"])]
+    assert [s["optimizers"] for s in steps] == [[0], [1]] * 3
+    assert [s["lr"] for s in steps] == [[2e-4], [1e-3]] * 3
+    assert [s["backwards"] for s in steps] == [1] * 6
+
+
 def trainer_run(tmp_path: Path, max_grad_norm: str) -> tuple[list[dict], list[dict]]:
     need("transformers")
     log = tmp_path / "log.json"
