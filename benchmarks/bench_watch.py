@@ -412,44 +412,26 @@ def in_process(steps: int, n: int, device: str) -> dict[str, float]:
         )
     )
     print(f"  in CPU time, reference again / reference (its noise): {cpu_noise:.3f}")
-    label = f"`hookcli.watch` / the same loop plus one read of every gradient, {what}"
-    record(
-        f"{key}{on}", res["watch"]["ratio"], what=f"{label}, defaults", target=TARGETS.get(key, "-")
-    )
-    record(
-        f"{key}_every50{on}",
-        res["every50"]["ratio"],
-        what=f"{label}, `every=50`",
-        target=TARGETS.get(f"{key}_every50", "-"),
-    )
-    record(
-        f"{key}_again{on}",
-        res["again"]["ratio"],
-        what=f"the same reference loop twice, {what} (this measurement's own noise: 1 where "
-        "the machine is steady)",
-    )
-    cpu_label = (
-        "`hookcli.watch` / the same loop plus one read of every gradient in process CPU "
-        f"time, {what}"
-    )
-    record(
-        f"{cpu_key}{on}",
-        res["watch"]["cpu_ratio"],
-        what=f"{cpu_label}, defaults",
-        target=TARGETS.get(cpu_key, "-"),
-    )
-    record(
-        f"{cpu_key}_every50{on}",
-        res["every50"]["cpu_ratio"],
-        what=f"{cpu_label}, `every=50`",
-        target=TARGETS.get(f"{cpu_key}_every50", "-"),
-    )
-    record(
-        f"{cpu_key}_again{on}",
-        cpu_noise,
-        what=f"the same reference loop twice in process CPU time, {what} (its own noise: 1 "
-        "where the machine is steady)",
-    )
+    for k, field, noise, clock in (
+        (key, "ratio", res["again"]["ratio"], ""),
+        (cpu_key, "cpu_ratio", cpu_noise, " in process CPU time"),
+    ):
+        label = f"`hookcli.watch` / the same loop plus one read of every gradient{clock}, {what}"
+        record(
+            f"{k}{on}", res["watch"][field], what=f"{label}, defaults", target=TARGETS.get(k, "-")
+        )
+        record(
+            f"{k}_every50{on}",
+            res["every50"][field],
+            what=f"{label}, `every=50`",
+            target=TARGETS.get(f"{k}_every50", "-"),
+        )
+        record(
+            f"{k}_again{on}",
+            noise,
+            what=f"the same reference loop twice{clock}, {what} (this measurement's own noise: "
+            "1 where the machine is steady)",
+        )
     for way, label in (
         ("bare", "reference"),
         ("watch", "watched, defaults"),
