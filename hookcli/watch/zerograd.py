@@ -12,6 +12,7 @@ its result is returned. Gradient accumulation (several backwards, one step, then
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -47,6 +48,7 @@ class ZeroGradWatch:
     def _wrap(self, real: Callable[..., Any]) -> Callable[..., Any]:
         pending, zeroing = self.pending, self.zeroing
 
+        @functools.wraps(real)
         def zero_grad(obj: Any, *args: Any, **kwargs: Any) -> Any:
             if pending():
                 zeroing(obj)
@@ -56,7 +58,4 @@ class ZeroGradWatch:
                 hide(err)
                 raise
 
-        zero_grad.__wrapped__ = real  # type: ignore[attr-defined]
-        for name in ("__doc__", "__name__", "__qualname__", "__module__"):
-            setattr(zero_grad, name, getattr(real, name, None))
         return zero_grad
