@@ -77,6 +77,9 @@ def default_tolerance(dtype_a: Any, dtype_b: Any) -> tuple[float, float]:
     return max(p[0] for p in pairs), max(p[1] for p in pairs)
 
 
+_DIVERGING = ("shape", "no grad in B", "no grad in A")
+
+
 @dataclass(frozen=True)
 class TensorDiff:
     """One output tensor of one call, A against B."""
@@ -99,14 +102,15 @@ class TensorDiff:
     value_a: float | None = None
     value_b: float | None = None
     # "shape" (B's differs beyond dims of size 1, which are compared as A's shape),
-    # "missing in B", "missing in A"
+    # "missing in B", "missing in A", "no grad in B", "no grad in A"
     problem: str | None = None
 
     @property
     def diverged(self) -> bool:
-        """Values beyond the tolerance, or shapes that differ (a tensor one side has and
-        the other lacks is listed, not counted: the structures differ, not the numbers)."""
-        return self.problem == "shape" or self.mismatched > 0
+        """Values beyond the tolerance, shapes that differ, or a gradient one side's
+        backward left None (a tensor one side has and the other lacks is listed, not
+        counted: the structures differ, not the numbers)."""
+        return self.problem in _DIVERGING or self.mismatched > 0
 
     def to_dict(self) -> dict[str, Any]:
         return {

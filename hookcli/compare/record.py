@@ -52,7 +52,6 @@ class Recorder(Probe):
             self.needs_versions = True
         self.outputs: dict[int, list[torch.Tensor]] = {}
         self.finished: list[int] = []
-        self.grad_inputs: dict[int, list[torch.Tensor]] = {}
         self.backward_order: list[int] = []
 
     def on_forward_pre(self, frame: Frame, module: nn.Module, args: Any, kwargs: Any) -> None:
@@ -94,9 +93,7 @@ class Recorder(Probe):
             if self.keep_grad_outputs:
                 self.grad_outputs[frame.index] = _by_position(grad_output)
             # by position, None where no grad reached (a grad on one side only diverges)
-            pos = _by_position(grad_input)
-            self.grad_inputs_pos[frame.index] = pos
-            self.grad_inputs[frame.index] = [g for g in pos if g is not None]
+            self.grad_inputs_pos[frame.index] = _by_position(grad_input)
 
     def unchanged_inputs(self, index: int) -> list[torch.Tensor] | None:
         """A call's inputs (kept by reference) if nothing changed them in place since."""

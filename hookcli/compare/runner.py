@@ -54,16 +54,6 @@ class CompareReport(Report):
 
 
 @dataclass(frozen=True)
-class _NoGrad(TensorDiff):
-    """A gradient present on one side and None on the other (``problem``: ``no grad in
-    B`` or ``no grad in A``): a divergence of its own."""
-
-    @property
-    def diverged(self) -> bool:
-        return True
-
-
-@dataclass(frozen=True)
 class Plan:
     """How to compare: the alignment, the tolerances, the gates."""
 
@@ -104,7 +94,6 @@ class Pass:
     outputs: dict[int, list[Any]]
     finished: list[int]
     kept: list[tuple[str, int]] = field(default_factory=list)
-    grad_inputs: dict[int, list[Any]] = field(default_factory=dict)
     backward_order: list[int] = field(default_factory=list)
     param_grads: dict[str, Any] = field(default_factory=dict)  # qualified name -> grad copy
     grad_outputs: dict[int, list[Any]] = field(default_factory=dict)  # (A's, for local)
@@ -236,10 +225,9 @@ def _run_pass(
             recorder.outputs,
             recorder.finished,
             sub.kept if sub else [],
-            recorder.grad_inputs,
-            recorder.backward_order,
-            grads,
-            recorder.grad_outputs,
+            backward_order=recorder.backward_order,
+            param_grads=grads,
+            grad_outputs=recorder.grad_outputs,
             grad_inputs_pos=recorder.grad_inputs_pos,
             loss=loss_value,
             measured={} if measure is None else measure.diffs,
@@ -466,8 +454,6 @@ def _fed(alignment: Alignment, pa: Pass, depth: int | None) -> Alignment:
     """The pairs the local mode feeds A's values to: with ``--depth N`` only the calls at
     depth <= N, so a call deeper runs B's own code and its error counts to its ancestor
     at depth N (a row folded by --depth shows what its whole subtree adds)."""
-    import dataclasses
-
     if depth is None:
         return alignment
     depths = {r.index: r.depth for r in pa.records}
@@ -770,7 +756,7 @@ def _settle(
     args_b: Any,
     kwargs_b: Any,
     mode: Mode,
-    attempt: Any = None,
+    attempt: Any,
 ) -> dict[int, CallDiff]:
     """The propagated figures of every aligned call: measured in B's pass where its
     partner was foreseen, else from the copy its call kept (then dropped); a call the
@@ -796,7 +782,7 @@ def _settle(
     if missing:
         by_b = {r.index: r for r in pb.records}
         partner = {(by_b[j].name, by_b[j].call): i for j, i in missing.items()}
-        extra = (attempt or (lambda run: run()))(
+        extra = attempt(
             lambda: _run_pass(
                 b,
                 args_b,
@@ -870,7 +856,7 @@ def _local_passes(
                 raise
             p, error = failed.partial, failed
         del sources, outputs
-        pa.grad_outputs = {}  # (grad_inputs_pos holds grad_inputs' tensors: the report's)
+        pa.grad_outputs = {}  # (grad_inputs_pos holds the report's grad_input tensors)
         if backward:
             local_grads, first_grad_local = _local_grad_report(
                 sub, pa, pb, alignment, plan, _tied_names(model_a)
@@ -994,8 +980,6 @@ def _first_in_backward(
 def _handed(handed: Sequence[tuple[Any, CallDiff]], name_a: Any) -> list[CallDiff]:
     """The figures of the inputs a call handed its children, each saying which child's
     (by A's name)."""
-    import dataclasses
-
     return [
         dataclasses.replace(d, at=f"input of {name_a(child) or '(root)'}") for child, d in handed
     ]
@@ -1066,10 +1050,8 @@ def _no_grad(index: int, a: Any, b: Any, plan: Plan) -> TensorDiff:
     ``no grad in A``): a divergence, unlike an output tensor one side lacks."""
     from hookcli.compare.metrics import tensor_diff
 
-    d = tensor_diff(index, a, b, plan.rtol, plan.atol)
-    fields = {f.name: getattr(d, f.name) for f in dataclasses.fields(d)}
-    fields["problem"] = "no grad in B" if b is None else "no grad in A"
-    return _NoGrad(**fields)
+    problem = "no grad in B" if b is None else "no grad in A"
+    return dataclasses.replace(tensor_diff(index, a, b, plan.rtol, plan.atol), problem=problem)
 
 
 def _grads_by_position(
@@ -1500,8 +1482,8 @@ def _report(
         )
     # (a local pass that stopped: the calls after the failure have no local figures)
     fed = _fed(alignment, pa, plan.depth).pairs
-    unfed = [i for i in fed if i in prop and i not in loc] if local else []
-    unfed = [] if local is None or local.error is not None else unfed
+    ok = local is not None and local.error is None
+    unfed = [i for i in fed if i in prop and i not in loc] if ok else []
     if unfed:
         names = _cut([_name_call(by_a[i].name, by_a[i].call) for i in unfed])
         notes.append(
@@ -2080,7 +2062,6 @@ def build_sides(mopts_a: Any, mopts_b: Any, ropts: Any, vs: Vs, same: bool) -> t
     """A as ``prepare`` builds it; B built the same way (or, for --vs without weights, a
     copy of A), then changed as --vs says. B draws no inputs: it gets A's."""
     import copy
-    import dataclasses
 
     from hookcli.compare.settings import caller, transform, weights_named
     from hookcli.inputs.grammar import resolve_device
