@@ -112,6 +112,12 @@ def fmt_count(n: Any) -> str:
     return str(n)
 
 
+def fmt_norm_type(kind: Any) -> str:
+    """A clipping call's ``norm_type`` as its label: ``inf``, ``1``, ``3.5`` (the steps
+    file holds infinities as strings, other values as numbers)."""
+    return kind if isinstance(kind, str) else format(kind, "g")
+
+
 def fmt_number(value: float | int) -> str:
     """12,345 for integers; four significant digits (1.235e-05, 0.1235) for floats; yes/no
     for booleans (the html page's header and totals cells, its charts' titles)."""

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hookcli.errors import printable
-from hookcli.fmt import fmt_bytes, number
+from hookcli.fmt import fmt_bytes, fmt_norm_type, number
 
 MATPLOTLIB_NOTE = (
     "Charts need matplotlib, which is not installed: pip install 'hookcli[plot]' "
@@ -1044,7 +1044,7 @@ def watch_charts(data: Report, companions: Mapping[str, Report]) -> list[Section
                     ],
                 )
                 ax.legend(loc="upper right")
-            kinds = {str(s["norm_type"]) for s in steps if s.get("norm_type") is not None}
+            kinds = {fmt_norm_type(s["norm_type"]) for s in steps if s.get("norm_type") is not None}
             kind = f" ({'/'.join(sorted(kinds))}-norm)" if kinds and key != "loss" else ""
             ax.set_ylabel("loss" if key == "loss" else f"total grad norm{kind}")
             ax.grid(True, alpha=0.3)

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from importlib import resources
 from typing import Any
 
-from hookcli.fmt import fmt_bytes, fmt_number, fmt_pct
+from hookcli.fmt import fmt_bytes, fmt_norm_type, fmt_number, fmt_pct
 from hookcli.report import Column, Report
 
 # The report's lists whose rows are modules in call order (a parent before its children):
@@ -184,7 +184,7 @@ def _norm_of(row: Mapping[str, Any], key: str) -> str:
 
     if key.startswith("grad_norm_applied"):
         return " (L2)"
-    return str(escape(f" ({kind if isinstance(kind, str) else format(kind, 'g')}-norm)"))
+    return str(escape(f" ({fmt_norm_type(kind)}-norm)"))
 
 
 def _exact(value: Any) -> str | None:

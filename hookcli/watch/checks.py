@@ -13,14 +13,13 @@ norm, ``unused`` without a record of the parameters' gradients) fails and says s
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 
 from hookcli.checks import make_check
 from hookcli.fmt import number
 from hookcli.report import CheckResult
 from hookcli.watch.config import WatchGates
-from hookcli.watch.merge import Process, firsts
+from hookcli.watch.merge import Process, firsts, nonfinite_kind
 
 
 def asked_checks(gates: WatchGates, stop_on: Sequence[str]) -> list[str]:
@@ -120,7 +119,7 @@ def nonfinite_check(name: str, processes: Sequence[Process]) -> CheckResult:
     word = "NaN" if name == "nan" else "Inf"
     found = firsts(list(processes), name)
     if not found:
-        note = _skipped_note(processes, lambda v: _kind(v) == name, f"held {word}")
+        note = _skipped_note(processes, lambda v: nonfinite_kind(v) == name, f"held {word}")
         return CheckResult(name, True, f"no {word} in any loss or gradient{note}")
     several_models, several_procs = _shape(processes)
     first = found[0]
@@ -139,10 +138,6 @@ def nonfinite_check(name: str, processes: Sequence[Process]) -> CheckResult:
         )
     )
     return CheckResult(name, False, detail, layers)
-
-
-def _kind(value: float) -> str | None:
-    return "nan" if value != value else ("inf" if value in (math.inf, -math.inf) else None)
 
 
 def _skipped_note(processes: Sequence[Process], test: Callable[[float], bool], what: str) -> str:

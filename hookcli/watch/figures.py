@@ -285,12 +285,6 @@ def _hypot(values: list[float]) -> float:
     return math.hypot(*values) if values else 0.0
 
 
-def _nonfinite_kind(value: float | None) -> str | None:
-    if value is None or math.isfinite(value):
-        return None
-    return "nan" if math.isnan(value) else "inf"
-
-
 def _first_float(output: Any) -> torch.Tensor | None:
     if isinstance(output, torch.Tensor):
         return output if output.is_floating_point() else None

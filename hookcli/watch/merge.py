@@ -14,6 +14,13 @@ from pathlib import Path
 from typing import Any
 
 
+def nonfinite_kind(value: float | None) -> str | None:
+    """``"nan"``, ``"inf"`` (either sign), or None for a finite value or none."""
+    if value is None or math.isfinite(value):
+        return None
+    return "nan" if math.isnan(value) else "inf"
+
+
 @dataclass
 class Process:
     """What one process wrote: its start record, models, steps and events."""

@@ -63,19 +63,18 @@ from hookcli.watch.figures import (
     _first_float,
     _Host,
     _hypot,
-    _nonfinite_kind,
     _norm_vector,
     _stats,
     _updates_normed,
 )
 from hookcli.watch.frames import hide
+from hookcli.watch.merge import nonfinite_kind
 from hookcli.watch.records import (
     LOSSES,
     MAX_NAMES,
     _num,
     _sum,
     nonfinite_event,
-    norm_type,
     step_record,
 )
 from hookcli.watch.registry import Registry, _compiling_in_use, _modules, _objects, _roots, _tops
@@ -337,7 +336,7 @@ class Monitor:
         if len(tracks) != 1 or math.isfinite(float(loss)):
             return
         track = tracks[0]
-        what = _nonfinite_kind(float(loss))
+        what = nonfinite_kind(float(loss))
         if what is None or what in track.seen:
             return
         step = _Step(step=track.steps + 1, logged=False, pos=[], norms=None, losses=[loss], lrs=[])
@@ -810,7 +809,7 @@ class Monitor:
         if not values[1] and pre and pre[0]:
             record["grad_norm"] = _hypot(values[0])
         if values[1] and track.preclip_type != 2.0:
-            record["norm_type"] = norm_type(track.preclip_type)
+            record["norm_type"] = track.preclip_type
         self._write(record)
 
     def _begin(self, track: _Track, lrs: list[Any]) -> dict[str, Any] | None:
@@ -895,9 +894,9 @@ class Monitor:
         for what in ("nan", "inf"):
             if what in track.seen:
                 continue
-            bad_loss = loss is not None and _nonfinite_kind(loss) == what
-            bad_params = [where[j] for j, v in enumerate(norms) if _nonfinite_kind(v) == what]
-            if not bad_loss and not bad_params and _nonfinite_kind(total) != what:
+            bad_loss = loss is not None and nonfinite_kind(loss) == what
+            bad_params = [where[j] for j, v in enumerate(norms) if nonfinite_kind(v) == what]
+            if not bad_loss and not bad_params and nonfinite_kind(total) != what:
                 continue
             track.seen.add(what)
             event = nonfinite_event(track, step, what, bad_loss, bad_params, values)
@@ -913,7 +912,7 @@ class Monitor:
         assert step is not None
         track.pending = None
         if len(track.members) > 1:  # which of the model's optimizers took the step
-            step._by = [i for i, k in enumerate(track.members) if k in track.joined]  # type: ignore[attr-defined]
+            step.by = [i for i, k in enumerate(track.members) if k in track.joined]
         now = time.perf_counter()
         step.step_time = None if track.last_post is None else round(now - track.last_post, 6)
         track.last_post = now

@@ -9,7 +9,8 @@ from typing import Any
 
 import torch
 
-from hookcli.watch.figures import _hypot, _nonfinite_kind
+from hookcli.watch.figures import _hypot
+from hookcli.watch.merge import nonfinite_kind
 from hookcli.watch.track import _Step, _Track
 
 MAX_NAMES = 20  # names listed in one event
@@ -80,7 +81,7 @@ def origin_from_stats(
         mn, mx = vec[2], vec[3]
         if what == "nan" and not all(math.isfinite(v) for v in vec[:4]):
             return track.modules[i].name
-        if what == "inf" and "inf" in (_nonfinite_kind(mn), _nonfinite_kind(mx)):
+        if what == "inf" and "inf" in (nonfinite_kind(mn), nonfinite_kind(mx)):
             return track.modules[i].name
     return None
 
@@ -125,11 +126,10 @@ def step_record(
         "grad_norm_applied": applied,
         "lr": lrs,
     }
-    by = getattr(step, "_by", None)
-    if by is not None:
-        record["optimizers"] = by
+    if step.by is not None:
+        record["optimizers"] = step.by
     if values[3] and step.pre_type != 2.0:
-        record["norm_type"] = norm_type(step.pre_type)
+        record["norm_type"] = step.pre_type  # (inf: the sinks write "inf")
         record["clipped"] = not unchanged  # (grad_norm and the applied L2 differ anyway)
     if step.logged:
         grad_of = dict(zip(pre_pos, pre_norms, strict=True))
@@ -171,13 +171,6 @@ def step_record(
             track.forward_order = list(step.act_order)
         record["unused"] = [track.param_names[i] for i in sorted(track.never)][:MAX_NAMES]
     return record
-
-
-def norm_type(value: float) -> float | str:
-    """A clipping call's ``norm_type`` as the steps file holds it (JSON has no Infinity)."""
-    if math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return value
 
 
 def _num(value: Any) -> float | None:

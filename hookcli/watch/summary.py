@@ -13,7 +13,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from hookcli.fmt import number
+from hookcli.fmt import fmt_norm_type, number
 from hookcli.render import fmt_float, fmt_pct
 from hookcli.report import CheckResult, Column, Report, Row
 from hookcli.watch.merge import First, Process, finite, firsts
@@ -285,7 +285,7 @@ def build_report(
         grad = f"{fmt_float(t['grad_norm_last'])} (max {fmt_float(t['grad_norm_max'])})"
         kind = t["norm_type"]
         if kind is not None:  # not L2: as the script's clip_grad_norm_ took it
-            grad += f" ({kind if isinstance(kind, str) else format(kind, 'g')}-norm)"
+            grad += f" ({fmt_norm_type(kind)}-norm)"
         if t["clipped_steps"]:
             grad += (
                 f" before clipping; {fmt_float(t['grad_norm_applied_last'])} as applied "

@@ -38,6 +38,8 @@ class _Step:
     updates: torch.Tensor | None = None  # ||w_after - w_before|| per param (logged)
     act: dict[int, tuple[tuple[torch.Tensor, ...], int]] = field(default_factory=dict)
     act_order: list[int] = field(default_factory=list)
+    # the optimizers (places in the model's list) that took the step: a model with several
+    by: list[int] | None = None
     origin: dict[str, Any] | None = None  # --nan-origin's finding for this step
     step_time: float | None = None
     time: float = 0.0
