@@ -188,9 +188,12 @@ def test_depth_folds_rows_and_a_folded_row_shows_what_its_subtree_adds() -> None
     handle = a.h[1].register_forward_hook(
         lambda m, args, out: seen.update(inp=args[0].clone(), out=out.clone())
     )
-    with torch.no_grad():
-        a(x)
+    try:
+        with torch.no_grad():
+            a(x)
+    finally:
         handle.remove()
+    with torch.no_grad():
         mine = b.h[1](seen["inp"])
     ref, got = seen["out"].double(), mine.double()
     expected = float((got - ref).norm() / ref.norm())

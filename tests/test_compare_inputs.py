@@ -14,7 +14,7 @@ import torch
 from torch import nn
 
 from tests.conftest import invoke, invoke_json
-from tests.test_compare import metrics
+from tests.test_compare import metrics, plain_run
 
 T = "tests.test_compare_inputs"
 
@@ -148,11 +148,13 @@ def _plain_grads(cls: type[nn.Module], bug: bool) -> tuple[nn.Module, dict[str, 
         m.register_full_backward_hook(lambda m, gi, go, n=n: gin.__setitem__(n, gi))
         for n, m in model.named_modules()
     ]
-    with warnings.catch_warnings():  # (a hook on a module whose input needs no grad)
-        warnings.simplefilter("ignore", UserWarning)
-        model(model.example_input_array.clone()).sum().backward()
-    for h in handles:
-        h.remove()
+    try:
+        with warnings.catch_warnings():  # (a hook on a module whose input needs no grad)
+            warnings.simplefilter("ignore", UserWarning)
+            model(model.example_input_array.clone()).sum().backward()
+    finally:
+        for h in handles:
+            h.remove()
     return model, gin
 
 
@@ -254,8 +256,6 @@ def _isclose_count(a: torch.Tensor, b: torch.Tensor, rtol: float, atol: float) -
 def test_under_amp_every_pair_gets_the_autocast_dtypes_tolerance() -> None:
     from torch.testing._comparison import default_tolerances
 
-    from tests.test_compare import plain_run
-
     report = invoke_json("compare", f"{T}:ResNetTiny", "--vs", "amp=bf16")
     rtol, atol = default_tolerances(torch.bfloat16)
     torch.manual_seed(0)
@@ -321,11 +321,14 @@ class Order(nn.Module):
 
 
 def _plain_calls(model: nn.Module, name: str) -> list[torch.Tensor]:
+    """The outputs of each call of ``name`` in a plain forward (one plain hook)."""
     outs: list[torch.Tensor] = []
     h = model.get_submodule(name).register_forward_hook(lambda m, a, o: outs.append(o.detach()))
-    with torch.no_grad():
-        model(model.example_input_array)
-    h.remove()
+    try:
+        with torch.no_grad():
+            model(model.example_input_array)
+    finally:
+        h.remove()
     return outs
 
 

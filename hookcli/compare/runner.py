@@ -1035,9 +1035,9 @@ def _param_grads(
             continue  # no grad on either side (frozen on both), or B has no such parameter
         if other is not None and crossed and other.dim() == 2:
             other = other.t()
-        if partner and (g is None or other is None):
-            tensors.append(_no_grad(len(tensors), g, other, plan))
-        else:
+        if partner:
+            tensors.append(_grad_diff(len(tensors), g, other, plan))
+        else:  # B has no such parameter: "missing in B", listed, not a divergence
             tensors.append(tensor_diff(len(tensors), g, other, plan.rtol, plan.atol))
         names.append((name, partner))
     if not tensors:
@@ -1045,13 +1045,15 @@ def _param_grads(
     return CallDiff(tuple(tensors)), names
 
 
-def _no_grad(index: int, a: Any, b: Any, plan: Plan) -> TensorDiff:
-    """A gradient one side has and the other's backward left None (``no grad in B``,
-    ``no grad in A``): a divergence, unlike an output tensor one side lacks."""
+def _grad_diff(index: int, a: Any, b: Any, plan: Plan) -> TensorDiff:
+    """A's gradient against B's; one that a side's backward left None is ``no grad in B``
+    (``in A``): a divergence, unlike an output tensor one side lacks."""
     from hookcli.compare.metrics import tensor_diff
 
-    problem = "no grad in B" if b is None else "no grad in A"
-    return dataclasses.replace(tensor_diff(index, a, b, plan.rtol, plan.atol), problem=problem)
+    d = tensor_diff(index, a, b, plan.rtol, plan.atol)
+    if (a is None) == (b is None):
+        return d
+    return dataclasses.replace(d, problem="no grad in B" if b is None else "no grad in A")
 
 
 def _grads_by_position(
@@ -1059,8 +1061,8 @@ def _grads_by_position(
 ) -> CallDiff | None:
     """A call's grad_input, A's against B's by position (None where no grad reached; a
     side whose backward never reached the call: None everywhere): a grad on one side
-    only is ``_no_grad``'s divergence; None on both is left out."""
-    from hookcli.compare.metrics import CallDiff, tensor_diff
+    only is ``_grad_diff``'s divergence; None on both is left out."""
+    from hookcli.compare.metrics import CallDiff
 
     if ga is None and gb is None:
         return None
@@ -1072,10 +1074,7 @@ def _grads_by_position(
         b = gb[pos] if pos < len(gb) else None
         if a is None and b is None:
             continue
-        if a is None or b is None:
-            tensors.append(_no_grad(len(tensors), a, b, plan))
-        else:
-            tensors.append(tensor_diff(len(tensors), a, b, plan.rtol, plan.atol))
+        tensors.append(_grad_diff(len(tensors), a, b, plan))
     return CallDiff(tuple(tensors)) if tensors else None
 
 
